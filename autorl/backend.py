@@ -1,0 +1,187 @@
+"""`LocalBackend`: serves a model with a local vLLM server and trains its LoRA in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import TrainConfig
+from .embedded import resolve_base_model
+from .errors import AutoRLError
+from .trainer import METRICS_FILE, GRPOTrainer, checkpoint_name, latest_checkpoint
+from .trajectories import TrajectoryGroup
+from .vllm_server import ServerConfig, VLLMServer
+
+if TYPE_CHECKING:
+    from .model import TrainableModel
+
+log = logging.getLogger("autorl")
+HISTORY_FILE = "history.jsonl"
+LOCAL_API_KEY = "autorl-local"
+
+
+def inference_name(model_name: str, step: int) -> str:
+    """The name vLLM serves the LoRA of `step` under."""
+    return f"{model_name}@{checkpoint_name(step)}"
+
+
+class _ModelState:
+    """What the backend holds for one registered model."""
+
+    def __init__(self, run_dir: Path, model_dir: Path, server: VLLMServer):
+        self.run_dir = run_dir
+        self.model_dir = model_dir
+        self.server = server
+        self.trainer: GRPOTrainer | None = None
+        self.lock = asyncio.Lock()
+
+
+class LocalBackend:
+    """Runs everything on this machine: one vLLM server per registered model, PEFT training in-process.
+
+    path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
+        `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
+    server: how the vLLM server is started (port, memory, context length, ...).
+    """
+
+    def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):
+        self.path = Path(path)
+        self.server_config = server or ServerConfig()
+        self._models: dict[str, _ModelState] = {}
+
+    def run_dir(self, model: TrainableModel) -> Path:
+        return self.path / model.project / model.name
+
+    async def register(self, model: TrainableModel) -> None:
+        """Start the model's inference server, serving its newest checkpoint if it has one."""
+        if model.name in self._models:
+            return
+        run_dir = self.run_dir(model)
+        _ensure_writable(run_dir)
+        model_dir = resolve_base_model(model.base_model)
+        if self.server_config.max_lora_rank < model.trainer.lora_rank:
+            raise AutoRLError(
+                f"LoRA rank {model.trainer.lora_rank} exceeds the server's max_lora_rank "
+                f"{self.server_config.max_lora_rank}; raise ServerConfig.max_lora_rank"
+            )
+        server = VLLMServer(model_dir, model.base_model, run_dir / "logs" / "vllm.log", self.server_config)
+        await asyncio.to_thread(server.start)
+        state = _ModelState(run_dir, model_dir, server)
+        self._models[model.name] = state
+        _reconcile_history(run_dir)
+        model.inference_base_url = server.base_url
+        model.inference_api_key = LOCAL_API_KEY
+        model.inference_model_name = model.base_model
+        latest = latest_checkpoint(run_dir / "checkpoints")
+        if latest is not None:
+            await self._serve_checkpoint(model, state, *latest)
+
+    async def get_step(self, model: TrainableModel) -> int:
+        latest = latest_checkpoint(self.run_dir(model) / "checkpoints")
+        return latest[0] if latest else 0
+
+    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step: blocks the model's inference, updates the LoRA, checkpoints, serves it."""
+        state = self._state(model)
+        async with state.lock:
+            model._gate.close()
+            try:
+                if state.trainer is None:
+                    state.trainer = await asyncio.to_thread(
+                        GRPOTrainer, state.model_dir, state.run_dir / "checkpoints", model.trainer
+                    )
+                step = await self.get_step(model) + 1
+                metrics = await asyncio.to_thread(state.trainer.step, groups, config)
+                if metrics["groups_trained"] == 0:
+                    log.warning(
+                        "step %d: all %d groups had tied rewards; the LoRA is unchanged (no training signal)",
+                        step,
+                        metrics["groups"],
+                    )
+                checkpoint = await asyncio.to_thread(state.trainer.save, step, metrics)
+                _append_history(state.run_dir, {"step": step, **metrics})
+                await self._serve_checkpoint(model, state, step, checkpoint)
+            finally:
+                model._gate.open()
+        return {"step": step, **metrics}
+
+    async def _serve_checkpoint(self, model: TrainableModel, state: _ModelState, step: int, path: Path) -> None:
+        previous = model.inference_model_name
+        name = inference_name(model.name, step)
+        await asyncio.to_thread(state.server.load_lora, name, path)
+        model.inference_model_name = name
+        if previous and previous != model.base_model:
+            await asyncio.to_thread(state.server.unload_lora, previous)
+
+    def _state(self, model: TrainableModel) -> _ModelState:
+        if model.name not in self._models:
+            raise AutoRLError(f"model {model.name!r} is not registered; call `await model.register(backend)` first")
+        return self._models[model.name]
+
+    def close(self) -> None:
+        """Stop every inference server this backend started."""
+        for state in self._models.values():
+            state.server.stop()
+        self._models.clear()
+
+    async def __aenter__(self) -> LocalBackend:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+
+def _ensure_writable(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise AutoRLError(f"run directory {run_dir} is not writable ({exc.strerror}); choose another --home") from None
+
+
+def _append_history(run_dir: Path, record: dict) -> None:
+    with open(run_dir / HISTORY_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_history(run_dir: Path) -> list[dict]:
+    """The per-step records of a run, in step order (a torn last line from a crash is ignored)."""
+    path = run_dir / HISTORY_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _reconcile_history(run_dir: Path) -> None:
+    """Make history.jsonl hold exactly one record per complete checkpoint, in order.
+
+    A crash between a checkpoint's rename and its history line (or mid-line) leaves them out of step;
+    each checkpoint carries its own metrics, so the history is rebuilt from them.
+    """
+    checkpoints = run_dir / "checkpoints"
+    latest = latest_checkpoint(checkpoints)
+    steps = [r.get("step") for r in read_history(run_dir)]
+    if latest is None or steps == list(range(1, latest[0] + 1)):
+        return
+    records = [
+        json.loads((checkpoints / checkpoint_name(s) / METRICS_FILE).read_text())
+        for s in range(1, latest[0] + 1)
+        if (checkpoints / checkpoint_name(s) / METRICS_FILE).is_file()
+    ]
+    tmp = run_dir / (HISTORY_FILE + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.replace(tmp, run_dir / HISTORY_FILE)

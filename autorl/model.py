@@ -1,0 +1,110 @@
+"""`Model` (any OpenAI-compatible endpoint) and `TrainableModel` (a LoRA trained by a backend)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from openai import AsyncOpenAI
+from pydantic import BaseModel, Field, PrivateAttr
+
+from .config import TrainConfig, TrainerConfig
+from .embedded import DEFAULT_BASE_MODEL
+from .errors import AutoRLError
+from .trajectories import TrajectoryGroup
+
+
+class InferenceGate:
+    """Holds back requests to the policy while a training step runs."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait(self) -> None:
+        await self._open.wait()
+
+
+class _GatedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that waits for the gate before each request."""
+
+    def __init__(self, gate: InferenceGate):
+        self._gate = gate
+        self._inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._gate.wait()
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Model(BaseModel):
+    """A model behind an OpenAI-compatible endpoint (an API model, or a judge); not trained."""
+
+    name: str
+    """Unique name of the model inside its project."""
+    project: str = "default"
+    """Groups runs; the run directory is `<backend path>/<project>/<name>`."""
+    inference_base_url: str | None = None
+    """OpenAI-compatible base URL (ends in /v1)."""
+    inference_api_key: str | None = Field(default=None, repr=False)
+    """API key for the endpoint; never written to an artifact or a log."""
+    inference_model_name: str | None = None
+    """Model name to request from the endpoint; defaults to `name`."""
+    _gate: InferenceGate = PrivateAttr(default_factory=InferenceGate)
+
+    async def register(self, backend: Any) -> None:
+        """Attach to a backend; a plain `Model` needs nothing from it."""
+
+    def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
+        """An `openai.AsyncOpenAI` bound to this model's endpoint (held back while the model trains)."""
+        if self.inference_base_url is None:
+            raise AutoRLError(f"model {self.name!r} has no inference endpoint; register it with a backend first")
+        http_client = httpx.AsyncClient(transport=_GatedTransport(self._gate), timeout=httpx.Timeout(600, connect=10))
+        return AsyncOpenAI(
+            base_url=self.inference_base_url,
+            api_key=self.inference_api_key or "none",
+            http_client=http_client,
+            **kwargs,
+        )
+
+    def get_inference_name(self) -> str:
+        """The model name to pass as `model=` in chat completion requests."""
+        return self.inference_model_name or self.name
+
+
+class TrainableModel(Model):
+    """A policy: `base_model` plus a LoRA that `train()` updates through the registered backend."""
+
+    base_model: str = DEFAULT_BASE_MODEL
+    """`embedded:<name>` or a local Hugging Face model directory."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """LoRA shape, training dtype and seed."""
+    _backend: Any = PrivateAttr(default=None)
+
+    async def register(self, backend: Any) -> None:
+        """Start serving this model on `backend` (e.g. `LocalBackend()`), resuming its newest checkpoint."""
+        await backend.register(self)
+        self._backend = backend
+
+    def _require_backend(self) -> Any:
+        if self._backend is None:
+            raise AutoRLError(f"model {self.name!r} is not registered; call `await model.register(backend)` first")
+        return self._backend
+
+    async def train(self, trajectory_groups: list[TrajectoryGroup], config: TrainConfig | None = None) -> dict:
+        """One GRPO update from scored groups; returns the step's metrics (also in history.jsonl)."""
+        return await self._require_backend().train(self, list(trajectory_groups), config or TrainConfig())
+
+    async def get_step(self) -> int:
+        """The newest trained step (0 before any training)."""
+        return await self._require_backend().get_step(self)

