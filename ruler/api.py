@@ -1,0 +1,93 @@
+"""The ART-compatible entry points: `ruler` scores conversations, `ruler_score_group` rewards a group."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from autorl.trajectories import TrajectoryGroup
+
+from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
+from .cache import CacheDir
+from .judges import Judge, check_score_count, judge_name
+from .loading import as_judge
+from .prompt import Message, as_message_lists, canonical_json
+from .retry import RetryPolicy, describe
+from .rubric import DEFAULT_RUBRIC
+from .ruler_judge import RulerJudge
+from .scores import TrajectoryScore
+
+log = logging.getLogger("ruler")
+
+
+async def ruler(
+    message_lists: Sequence[Sequence[Message]],
+    judge_model: str | JudgeModel = DEFAULT_JUDGE_MODEL,
+    rubric: str = DEFAULT_RUBRIC,
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    cache_dir: CacheDir = "auto",
+    debug: bool = False,
+) -> list[TrajectoryScore]:
+    """Score the conversations of one group relative to each other with one judge request.
+
+    message_lists: one chat conversation per trajectory, all answering the same input.
+    judge_model: a LiteLLM model string, "embedded", "name@http://host:port/v1", or a `JudgeModel`.
+    tools: the tool definitions the agent had, shown to the judge.
+    retry: attempts and backoff for invalid answers and transient failures.
+    cache_dir: the judge cache directory; "auto" for `$AUTORL_HOME/cache/ruler` or `./.autorl/cache/ruler`; None: off.
+    debug: print the judge prompt and answer.
+    Returns one `TrajectoryScore` per conversation, in order.
+    """
+    judge = RulerJudge(judge_model, retry=retry, cache_dir=cache_dir, debug=debug)
+    return await judge.score_group(message_lists, rubric=rubric, tools=tools)
+
+
+def group_tools(group: TrajectoryGroup) -> list[dict[str, Any]] | None:
+    """The distinct tool definitions offered in any trajectory of the group, in first-seen order."""
+    tools = {canonical_json(tool): tool for t in group.trajectories for tool in t.tools or []}
+    return list(tools.values()) or None
+
+
+async def ruler_score_group(
+    group: TrajectoryGroup,
+    judge_model: str | JudgeModel | Judge = DEFAULT_JUDGE_MODEL,
+    rubric: str = DEFAULT_RUBRIC,
+    *,
+    swallow_exceptions: bool = False,
+    retry: RetryPolicy | None = None,
+    cache_dir: CacheDir = "auto",
+    debug: bool = False,
+) -> TrajectoryGroup | None:
+    """A copy of `group` whose rewards are the judge's scores.
+
+    Each trajectory keeps its old reward in `metrics["independent_reward"]`, gets the score in
+    `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs.
+    `judge_model` may also be any judge, or a `module:attribute` spec (see `ruler.load_judge`); the
+    tools of the group's trajectories are shown to the judge.
+    swallow_exceptions: when scoring fails, log the reason and return None instead of raising. A judge
+        spec that does not resolve always raises.
+    """
+    judge = as_judge(judge_model, retry=retry, cache_dir=cache_dir, debug=debug)
+    name = judge_name(judge)
+    try:
+        message_lists = as_message_lists([t.messages() for t in group.trajectories], min_trajectories=1)
+        scores = await judge.score_group(message_lists, rubric=rubric, tools=group_tools(group))
+        check_score_count(scores, len(group), name)
+    except Exception as exc:
+        if not swallow_exceptions:
+            raise
+        log.warning("judge %s could not score a group of %d trajectories: %s", name, len(group), describe(exc))
+        return None
+    trajectories = []
+    for trajectory, score in zip(group.trajectories, scores, strict=True):
+        scored = trajectory.model_copy(deep=True)
+        scored.metrics["independent_reward"] = trajectory.reward
+        scored.metrics["ruler_score"] = score.score
+        scored.metrics.update(score.metrics)
+        scored.reward = score.score
+        scored.log(f"{name}: {score.explanation}")
+        trajectories.append(scored)
+    return group.model_copy(update={"trajectories": trajectories})

@@ -1,0 +1,128 @@
+"""The judge protocol, and the judges built from Python: `FunctionJudge` and `CombinedJudge`.
+
+A judge is any object with
+    async def score_group(self, message_lists, *, rubric, tools) -> list[TrajectoryScore]
+returning one score per conversation, in order. `RulerJudge` (the LLM judge) is one; a user's own
+class is another. A judge may carry a `name` attribute, used in logs and metric names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import JudgeFailedError, JudgeSpecError
+from .prompt import Message, as_message_lists
+from .rubric import DEFAULT_RUBRIC
+from .scores import TrajectoryScore, is_finite_number
+
+ScoreFunction = Callable[[list[Message]], float | Awaitable[float]]
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Scores the conversations of one group; `rubric` and `tools` are there for judges that use them."""
+
+    async def score_group(
+        self, message_lists: Sequence[Sequence[Message]], *, rubric: str, tools: list[dict[str, Any]] | None
+    ) -> list[TrajectoryScore]: ...
+
+
+def is_judge(obj: Any) -> bool:
+    """Whether `obj` (an instance, not a class) has an async `score_group` method."""
+    return not inspect.isclass(obj) and inspect.iscoroutinefunction(getattr(obj, "score_group", None))
+
+
+def judge_name(judge: Any) -> str:
+    """The judge's `name` attribute, else its class name."""
+    return getattr(judge, "name", None) or type(judge).__name__
+
+
+def check_score_count(scores: Sequence[TrajectoryScore], trajectories: int, judge: str) -> None:
+    """Raise `JudgeFailedError` unless a judge returned one score per trajectory."""
+    if len(scores) != trajectories:
+        raise JudgeFailedError(f"judge {judge} returned {len(scores)} scores for {trajectories} trajectories")
+
+
+class FunctionJudge:
+    """Scores each trajectory on its own with a plain function `(messages) -> float`, sync or async.
+
+    The function sees the conversation as chat message dicts; its score is used as is (any scale).
+    """
+
+    def __init__(self, fn: ScoreFunction, name: str | None = None):
+        if not callable(fn):
+            raise JudgeSpecError(f"FunctionJudge needs a function (messages) -> float, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+
+    async def score_group(
+        self,
+        message_lists: Sequence[Sequence[Message]],
+        *,
+        rubric: str = DEFAULT_RUBRIC,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[TrajectoryScore]:
+        """Score each conversation with the function; `rubric` and `tools` are not used."""
+
+        async def score(messages: list[Message]) -> float:
+            result = self.fn(messages)
+            return await result if inspect.isawaitable(result) else result
+
+        lists = as_message_lists(message_lists, min_trajectories=1)
+        values = await asyncio.gather(*(score(messages) for messages in lists))
+        scores = []
+        for i, value in enumerate(values, start=1):
+            if not is_finite_number(value):
+                raise JudgeFailedError(f"judge {self.name} gave trajectory {i} the score {value!r}; expected a number")
+            scores.append(TrajectoryScore(trajectory_id=str(i), explanation=f"{self.name} = {value:.4g}", score=value))
+        return scores
+
+
+class CombinedJudge:
+    """A weighted sum of judges' scores; the judges score each group concurrently.
+
+    Each trajectory's metrics get `<name>_score` for every judge, and every judge's own metrics as
+    `<name>/<metric>`. Weights default to equal shares summing to 1.
+    """
+
+    def __init__(self, judges: Sequence[Judge], weights: Sequence[float] | None = None, name: str = "combined"):
+        judges = list(judges)
+        if not judges:
+            raise JudgeSpecError("CombinedJudge needs at least one judge")
+        weights = [1 / len(judges)] * len(judges) if weights is None else list(weights)
+        if not_judges := [type(j).__name__ for j in judges if not is_judge(j)]:
+            raise JudgeSpecError(f"CombinedJudge got objects that are not judges (no async score_group): {not_judges}")
+        if len(weights) != len(judges) or not all(is_finite_number(w) for w in weights):
+            raise JudgeSpecError(f"CombinedJudge needs one finite weight per judge, got {weights} for {len(judges)}")
+        self.judges, self.weights, self.name = judges, weights, name
+        names = [judge_name(j) for j in judges]
+        self.names = [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+
+    async def score_group(
+        self,
+        message_lists: Sequence[Sequence[Message]],
+        *,
+        rubric: str = DEFAULT_RUBRIC,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[TrajectoryScore]:
+        results = await asyncio.gather(*(j.score_group(message_lists, rubric=rubric, tools=tools) for j in self.judges))
+        for name, scores in zip(self.names, results, strict=True):
+            check_score_count(scores, len(message_lists), name)
+        combined = []
+        for i, per_judge in enumerate(zip(*results, strict=True), start=1):
+            metrics: dict[str, float] = {}
+            for name, score in zip(self.names, per_judge, strict=True):
+                metrics[f"{name}_score"] = score.score
+                metrics.update({f"{name}/{key}": value for key, value in score.metrics.items()})
+            combined.append(
+                TrajectoryScore(
+                    trajectory_id=str(i),
+                    explanation="; ".join(f"{n}: {s.explanation}" for n, s in zip(self.names, per_judge, strict=True)),
+                    score=sum(w * s.score for w, s in zip(self.weights, per_judge, strict=True)),
+                    metrics=metrics,
+                )
+            )
+        return combined

@@ -1,0 +1,104 @@
+"""Judge scores: the result type, the JSON schema the judge must answer with, and answer validation.
+
+The judge answers `{"scores": {"<id>": {"explanation": str, "score": number}, ...}}`. Keying scores by
+trajectory id lets the JSON schema itself demand exactly one entry per id (all ids required, no
+others allowed), which structured output enforces even on a small local judge. Validation checks it
+again, because not every provider enforces schemas, and clamps scores into [0, 1].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TrajectoryScore(BaseModel):
+    """A judge's verdict on one trajectory of a group."""
+
+    trajectory_id: str
+    """The trajectory's 1-based position in the group, as a string."""
+    explanation: str
+    """The judge's short reason for the score."""
+    score: float
+    """The reward; RULER's scores lie in [0, 1], a custom judge's may use any scale."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """Numbers about the judging to log with the trajectory (token usage, clamps, cache hits)."""
+
+
+class InvalidAnswer(ValueError):
+    """The judge's answer is not a valid set of scores; RULER asks again."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One validated score from the judge's answer."""
+
+    explanation: str
+    """The judge's reason, stripped; empty when it gave none."""
+    score: float
+    """Clamped into [0, 1]."""
+    clamped: bool
+    """Whether the judge's number lay outside [0, 1]."""
+
+
+def response_format(ids: Sequence[str]) -> dict[str, Any]:
+    """The OpenAI `response_format` asking for exactly one score per id."""
+    entry = {
+        "type": "object",
+        "properties": {"explanation": {"type": "string"}, "score": {"type": "number"}},
+        "required": ["explanation", "score"],
+        "additionalProperties": False,
+    }
+    scores = {
+        "type": "object",
+        "properties": dict.fromkeys(ids, entry),
+        "required": list(ids),
+        "additionalProperties": False,
+    }
+    schema = {"type": "object", "properties": {"scores": scores}, "required": ["scores"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "ruler_scores", "schema": schema, "strict": True}}
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether `value` is a finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise InvalidAnswer(f"duplicate keys in the answer: {sorted({k for k in keys if keys.count(k) > 1})}")
+    return dict(pairs)
+
+
+def parse_verdicts(text: str, ids: Sequence[str]) -> dict[str, Verdict]:
+    """Validate the judge's answer text: one finite score per id, every id present, no other ids."""
+    try:
+        answer = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise InvalidAnswer(f"the answer is not JSON ({exc.msg} at char {exc.pos}): {text[:80]!r}") from None
+    scores = answer.get("scores") if isinstance(answer, dict) else None
+    if not isinstance(scores, dict):
+        raise InvalidAnswer('the answer has no "scores" object')
+    if set(scores) != set(ids):
+        missing, extra = sorted(set(ids) - set(scores)), sorted(set(scores) - set(ids))
+        raise InvalidAnswer(f"{len(scores)} scores for {len(ids)} trajectories (missing ids {missing}, unknown {extra})")
+    verdicts = {}
+    for tid in ids:
+        entry = scores[tid]
+        score = entry.get("score") if isinstance(entry, dict) else None
+        if not is_finite_number(score):
+            raise InvalidAnswer(f"trajectory {tid} has no finite numeric score: {entry!r:.80}")
+        explanation = entry.get("explanation")
+        clamped = min(max(float(score), 0.0), 1.0)
+        verdicts[tid] = Verdict(
+            explanation=explanation.strip() if isinstance(explanation, str) else "",
+            score=clamped,
+            clamped=clamped != score,
+        )
+    return verdicts

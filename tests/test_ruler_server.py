@@ -1,0 +1,258 @@
+"""RULER against a real HTTP server on 127.0.0.1 that speaks OpenAI's chat completions API.
+
+The server replies from a script (valid answers, malformed JSON, wrong counts, out-of-range scores,
+429s, 5xx, slow replies), so these tests drive RULER's real LiteLLM call path, retries, validation
+and disk cache end to end, and count the requests that reached the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import ruler
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from ruler import JudgeFailedError, JudgeModel, RetryPolicy, RulerJudge
+
+FAST_RETRY = RetryPolicy(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05, jitter=0)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    content: str = ""
+    delay_s: float = 0.0
+
+
+def scores_json(**scores: float) -> str:
+    """A judge answer giving trajectory id `_N` (keyword `_1`, `_2`, ...) the score N."""
+    return json.dumps({"scores": {k.lstrip("_"): {"explanation": f"score {v}", "score": v} for k, v in scores.items()}})
+
+
+class FakeJudgeServer:
+    """`POST /v1/chat/completions` answered from `script`; every request body and header is recorded."""
+
+    def __init__(self) -> None:
+        self.script: deque[Reply] = deque()
+        self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                reply = server.script.popleft() if server.script else Reply(500, "the test script is exhausted")
+                time.sleep(reply.delay_s)
+                if reply.status == 200:
+                    payload = {
+                        "id": f"chatcmpl-{len(server.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                    }
+                else:
+                    payload = {"error": {"message": reply.content or f"status {reply.status}", "type": "test"}}
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._http.server_port}/v1"
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True)
+
+    def judge_model(self, **fields) -> JudgeModel:
+        return JudgeModel(model="fake-judge", base_url=self.base_url, **fields)
+
+    def __enter__(self) -> FakeJudgeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+@pytest.fixture
+def server():
+    with FakeJudgeServer() as fake:
+        yield fake
+
+
+def conversation(question: str, answer: str) -> list[dict]:
+    return [
+        {"role": "system", "content": "You are a careful calculator."},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": answer},
+    ]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_retries_clamps_and_serves_repeats_from_cache(server, tmp_path):
+    judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=tmp_path)
+    group_a = [conversation("2+2?", "4"), conversation("2+2?", "5"), conversation("2+2?", "4")]
+    group_b = [conversation("3*3?", "9"), conversation("3*3?", "6")]
+    group_c = [conversation("10-7?", "3"), conversation("10-7?", "I don't know")]
+    server.script.extend(
+        [
+            Reply(content=scores_json(_1=0.9, _2=0.2)),  # group A: valid at once
+            Reply(content='{"scores": {"1": {"explanation": "ok", "score": 0.8'),  # group B: malformed JSON
+            Reply(content=scores_json(_1=0.8)),  # group B: wrong count
+            Reply(content=scores_json(_1=7, _2=0.1)),  # group B: a score of 7, clamped to 1
+            Reply(status=429, content="rate limited"),  # group C: 429
+            Reply(content=scores_json(_1=1.0, _2=0.0)),  # group C: valid
+        ]
+    )
+
+    a = run(judge.score_group(group_a, rubric=ruler.DEFAULT_RUBRIC))
+    assert [s.score for s in a] == [0.9, 0.2, 0.9]  # the identical first and third share one verdict
+    assert [s.trajectory_id for s in a] == ["1", "2", "3"]
+    assert len(server.requests) == 1
+    prompt = server.requests[0]["messages"][1]["content"]
+    assert prompt.count('<trajectory id="') == 2  # identical trajectories are sent once
+    assert prompt.count("You are a careful calculator.") == 1  # the shared prefix is sent once
+    schema = server.requests[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["scores"]["required"] == ["1", "2"]
+
+    b = run(judge.score_group(group_b, rubric=ruler.DEFAULT_RUBRIC))
+    assert len(server.requests) == 4
+    assert [s.score for s in b] == [1.0, 0.1]
+    assert [s.metrics["ruler_clamped"] for s in b] == [1.0, 0.0]
+    assert b[0].metrics["ruler_attempts"] == 3
+    assert sum(s.metrics["ruler_prompt_tokens"] for s in b) == 300  # usage of all three attempts
+    assert sum(s.metrics["ruler_completion_tokens"] for s in b) == 60
+
+    c = run(judge.score_group(group_c, rubric=ruler.DEFAULT_RUBRIC))
+    assert len(server.requests) == 6
+    assert [s.score for s in c] == [1.0, 0.0]
+    assert c[0].metrics["ruler_attempts"] == 2
+
+    again_a = run(judge.score_group(group_a, rubric=ruler.DEFAULT_RUBRIC))
+    again_b = run(ruler.ruler(group_b, server.judge_model(), retry=FAST_RETRY, cache_dir=tmp_path))  # a new judge, same cache
+    assert len(server.requests) == 6  # both served from the disk cache
+    assert [s.score for s in again_a] == [0.9, 0.2, 0.9]
+    assert [s.score for s in again_b] == [1.0, 0.1]
+    assert again_b[0].metrics["ruler_clamped"] == 1.0
+    assert all(s.metrics["ruler_cache_hit"] == 1.0 and s.metrics["ruler_attempts"] == 0 for s in again_a + again_b)
+
+    server.script.append(Reply(content=scores_json(_1=0.5, _2=0.4)))
+    other_rubric = run(judge.score_group(group_a, rubric="Shorter is better."))
+    assert len(server.requests) == 7  # the rubric is part of the cache key
+    assert [s.score for s in other_rubric] == [0.5, 0.4, 0.5]
+
+
+def test_server_errors_and_timeouts_are_retried(server):
+    judge = RulerJudge(server.judge_model(timeout_s=0.3), retry=FAST_RETRY, cache_dir=None)
+    server.script.extend(
+        [
+            Reply(status=503, content="overloaded"),
+            Reply(content=scores_json(_1=0.5, _2=0.5), delay_s=1.0),  # arrives after the timeout
+            Reply(content=scores_json(_1=0.3, _2=0.6)),
+        ]
+    )
+    scores = run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
+    assert [s.score for s in scores] == [0.3, 0.6]
+    assert scores[0].metrics["ruler_attempts"] == 3
+    assert len(server.requests) == 3
+
+
+def test_gives_up_after_max_attempts_with_one_line_error(server):
+    judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
+    server.script.extend(Reply(content="not json at all") for _ in range(4))
+    with pytest.raises(JudgeFailedError, match="failed 4 times; last failure: InvalidAnswer: the answer is not JSON") as info:
+        run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
+    assert "\n" not in str(info.value)
+    assert len(server.requests) == 4
+
+
+def test_client_errors_are_not_retried(server):
+    judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
+    server.script.append(Reply(status=401, content="bad key"))
+    with pytest.raises(JudgeFailedError, match="will not be retried: AuthenticationError"):
+        run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
+    assert len(server.requests) == 1
+
+
+def test_api_key_reaches_the_server_but_not_the_cache_or_logs(server, tmp_path, monkeypatch, caplog):
+    secret = "sk-test-0123456789-secret"
+    monkeypatch.setenv("RULER_TEST_KEY", secret)
+    judge = RulerJudge(server.judge_model(api_key_env="RULER_TEST_KEY"), retry=FAST_RETRY, cache_dir=tmp_path)
+    server.script.extend([Reply(status=429), Reply(content=scores_json(_1=1, _2=0))])
+    with caplog.at_level(logging.DEBUG):
+        run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
+    assert server.headers[-1]["authorization"] == f"Bearer {secret}"
+    cached = [p.read_text() for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(cached) == 1 and secret not in cached[0]
+    assert "retrying" in caplog.text and secret not in caplog.text
+
+
+def test_without_api_key_env_no_provider_key_is_sent_to_an_endpoint(server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-stay-home")
+    server.script.append(Reply(content=scores_json(_1=1, _2=0)))
+    run(ruler.ruler([conversation("q", "a"), conversation("q", "b")], server.judge_model(), cache_dir=None))
+    assert server.headers[0]["authorization"] == "Bearer EMPTY"
+
+
+def test_cache_off_asks_every_time(server):
+    server.script.extend([Reply(content=scores_json(_1=1, _2=0)), Reply(content=scores_json(_1=0, _2=1))])
+    group = [conversation("q", "a"), conversation("q", "b")]
+    first = run(ruler.ruler(group, server.judge_model(), cache_dir=None))
+    second = run(ruler.ruler(group, server.judge_model(), cache_dir=None))
+    assert [s.score for s in first] == [1, 0] and [s.score for s in second] == [0, 1]
+    assert len(server.requests) == 2
+
+
+def test_ruler_score_group_rewards_logs_metrics_and_tools(server, tmp_path):
+    tool = {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}
+    group = TrajectoryGroup(
+        [
+            Trajectory(messages_and_choices=conversation("2+2?", "4"), tools=[tool], reward=0.25),
+            Trajectory(messages_and_choices=conversation("2+2?", "22"), tools=[tool], reward=0.75),
+        ],
+        metadata={"input": 7},
+    )
+    server.script.append(Reply(content=scores_json(_1=0.95, _2=0.05)))
+    scored = run(ruler.ruler_score_group(group, server.judge_model(), cache_dir=tmp_path))
+    assert [t.reward for t in scored] == [0.95, 0.05]
+    assert [t.metrics["independent_reward"] for t in scored] == [0.25, 0.75]
+    assert [t.metrics["ruler_score"] for t in scored] == [0.95, 0.05]
+    assert scored.trajectories[0].logs == ["ruler: score 0.95"]
+    assert scored.metadata == {"input": 7}
+    assert [t.reward for t in group] == [0.25, 0.75]  # the input group is left as it was
+    assert '"name": "calculator"' in server.requests[0]["messages"][1]["content"]  # the judge sees the tools
+
+
+def test_ruler_score_group_swallows_a_failed_judge(server, caplog):
+    server.script.extend(Reply(status=500) for _ in range(4))
+    group = TrajectoryGroup([Trajectory(messages_and_choices=conversation("q", a)) for a in "ab"])
+    with caplog.at_level(logging.WARNING, logger="ruler"):
+        judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
+        result = run(ruler.ruler_score_group(group, judge, swallow_exceptions=True))
+    assert result is None
+    assert "could not score a group of 2 trajectories" in caplog.text and "failed 4 times" in caplog.text

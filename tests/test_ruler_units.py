@@ -1,0 +1,304 @@
+"""RULER's parts without a model: prompt layout, answer validation, bad inputs, judge loading, custom judges, cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+
+import ruler
+from autorl.errors import AutoRLError
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from ruler import (
+    CombinedJudge,
+    FunctionJudge,
+    JudgeCache,
+    JudgeFailedError,
+    JudgeModel,
+    JudgeSpecError,
+    RetryPolicy,
+    RulerInputError,
+    RulerJudge,
+)
+from ruler.prompt import build_judge_prompt, common_prefix_length
+from ruler.scores import InvalidAnswer, parse_verdicts, response_format
+
+UNREACHABLE = "judge@http://127.0.0.1:9/v1"  # bad inputs must fail before any request is made
+
+
+def chat(*contents: str) -> list[dict]:
+    roles = ["system", "user"] + ["assistant", "user"] * len(contents)
+    return [{"role": role, "content": c} for role, c in zip(roles, contents, strict=False)]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# --- prompt layout -----------------------------------------------------------------------------
+
+
+def test_shared_prefix_is_sent_once_and_identical_trajectories_once():
+    lists = [chat("sys", "task", "answer A"), chat("sys", "task", "answer B"), chat("sys", "task", "answer A")]
+    prompt = build_judge_prompt(lists, "the rubric", tools=[{"type": "function", "function": {"name": "search"}}])
+    assert prompt.prefix_length == 2
+    assert prompt.ids == ["1", "2"] and prompt.id_of == ["1", "2", "1"]
+    system, user = (m["content"] for m in prompt.messages)
+    assert "the rubric" in system and "1, 2." in system
+    assert user.count('"content": "task"') == 1 and user.count("answer A") == 1
+    assert user.index("<tools>") < user.index("<context>") < user.index('<trajectory id="1">')
+
+
+def test_prefix_leaves_each_trajectory_a_message_of_its_own():
+    short, longer = chat("sys", "task", "done"), chat("sys", "task", "done", "more?", "yes")
+    assert common_prefix_length([short, longer]) == 2
+    assert common_prefix_length([chat("a", "b", "x"), chat("z", "b", "x")]) == 0
+
+
+def test_choices_are_judged_as_assistant_messages():
+    choice = Choice(index=0, finish_reason="stop", message=ChatCompletionMessage(role="assistant", content="42"))
+    lists = ruler.prompt.as_message_lists([[*chat("s", "q"), choice], chat("s", "q", "41")], min_trajectories=2)
+    prompt = build_judge_prompt(lists, "r")
+    assert '{"role": "assistant", "content": "42"}' in prompt.messages[1]["content"]
+
+
+# --- answer validation -------------------------------------------------------------------------
+
+
+def test_response_format_demands_exactly_the_ids():
+    schema = response_format(["1", "2"])["json_schema"]["schema"]["properties"]["scores"]
+    assert schema["required"] == ["1", "2"] and schema["additionalProperties"] is False
+
+
+def answer(scores: dict) -> str:
+    return json.dumps({"scores": {k: {"explanation": "e", "score": v} for k, v in scores.items()}})
+
+
+def test_scores_are_clamped_and_flagged():
+    verdicts = parse_verdicts(answer({"1": -0.5, "2": 3, "3": 0.4}), ["1", "2", "3"])
+    assert [(v.score, v.clamped) for v in verdicts.values()] == [(0.0, True), (1.0, True), (0.4, False)]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "not JSON"),
+        ('{"verdict": 1}', 'no "scores" object'),
+        (answer({"1": 0.5}), r"1 scores for 2 trajectories \(missing ids \['2'\]"),
+        (answer({"1": 0.5, "2": 0.5, "3": 0.1}), r"unknown \['3'\]"),
+        ('{"scores": {"1": {"explanation": "e", "score": 1}, "1": {"explanation": "e", "score": 0}, "2": {}}}', "duplicate"),
+        ('{"scores": {"1": {"explanation": "e", "score": NaN}, "2": {"explanation": "e", "score": 1}}}', "finite numeric"),
+        (answer({"1": True, "2": 0.5}), "finite numeric"),
+        (answer({"1": "0.9", "2": 0.5}), "finite numeric"),
+    ],
+)
+def test_invalid_answers_are_rejected(text, message):
+    with pytest.raises(InvalidAnswer, match=message):
+        parse_verdicts(text, ["1", "2"])
+
+
+def test_backoff_doubles_up_to_the_cap():
+    policy = RetryPolicy(initial_backoff_s=1, max_backoff_s=5, jitter=0)
+    assert [policy.backoff_s(n) for n in range(1, 6)] == [1, 2, 4, 5, 5]
+    jittered = RetryPolicy(initial_backoff_s=1, jitter=0.5)
+    assert all(1 <= jittered.backoff_s(1) <= 1.5 for _ in range(50))
+
+
+# --- bad input: one clear error each -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lists, message",
+    [
+        ([], "empty group"),
+        ([chat("s", "q", "a")], "at least 2 per group, got 1"),
+        ([chat("s", "q", "a"), chat("s", "q")], "trajectory 2 has no assistant message"),
+        ([chat("s", "q", "a"), ["not a message"]], "trajectory 2 holds an item that is not a chat message"),
+    ],
+)
+def test_bad_groups_fail_with_one_line(lists, message):
+    with pytest.raises(RulerInputError, match=message) as info:
+        run(ruler.ruler(lists, UNREACHABLE, cache_dir=None))
+    assert isinstance(info.value, AutoRLError) and "\n" not in str(info.value)
+
+
+def test_empty_trajectory_group_fails_for_any_judge():
+    with pytest.raises(RulerInputError, match="empty group"):
+        run(ruler.ruler_score_group(TrajectoryGroup([]), FunctionJudge(len)))
+
+
+@pytest.mark.parametrize("spec", ["nosuchprovider/some-model", "gpt-nonsense-without-provider"])
+def test_unknown_provider_is_one_clear_error(spec):
+    with pytest.raises(JudgeSpecError, match=f"judge '{spec}' names no known LiteLLM provider") as info:
+        ruler.load_judge(spec)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["", "@http://127.0.0.1:8000/v1"])
+def test_an_empty_model_name_is_one_clear_error(spec):
+    with pytest.raises(JudgeSpecError, match="at least 1 character"):
+        ruler.load_judge(spec)
+
+
+def test_credentials_are_refused_in_extra_params():
+    with pytest.raises(ValueError, match="may not carry credentials"):
+        JudgeModel(model="openai/gpt-4.1-mini", extra_params={"api_key": "sk-x"})
+    assert JudgeModel(model="m", extra_params={"max_completion_tokens": 9}).extra_params
+
+
+# --- judge specs -------------------------------------------------------------------------------
+
+
+def test_model_specs_become_ruler_judges_without_starting_anything():
+    assert ruler.load_judge("openai/gpt-4.1-mini").model.model == "openai/gpt-4.1-mini"
+    assert ruler.load_judge("ollama/llama3:8b").model.model == "ollama/llama3:8b"  # a colon, yet no module
+    embedded = ruler.load_judge("embedded")
+    assert isinstance(embedded, RulerJudge) and embedded.model.model == "embedded"
+    local = ruler.load_judge("Qwen/Qwen3-8B@http://127.0.0.1:8000/v1").model
+    assert (local.model, local.base_url) == ("Qwen/Qwen3-8B", "http://127.0.0.1:8000/v1")
+
+
+def test_cache_identity_ignores_endpoint_and_credentials():
+    a = JudgeModel(model="m", base_url="http://127.0.0.1:1/v1", api_key_env="A")
+    b = JudgeModel(model="m", base_url="http://127.0.0.1:2/v1", api_key_env="B")
+    assert a.identity() == b.identity() == {"model": "m", "temperature": None, "max_tokens": None, "extra_params": {}}
+
+
+USER_JUDGES = """
+from ruler import FunctionJudge, TrajectoryScore
+
+def short(messages):
+    return 1.0 / len(messages[-1]["content"])
+
+async def async_short(messages):
+    return short(messages)
+
+class Constant:
+    name = "constant"
+    async def score_group(self, message_lists, *, rubric, tools):
+        return [TrajectoryScore(trajectory_id=str(i), explanation="c", score=0.5) for i, _ in enumerate(message_lists, 1)]
+
+constant = Constant()
+not_a_judge = 42
+"""
+
+
+@pytest.fixture
+def judges_file(tmp_path):
+    path = tmp_path / "my_judges.py"
+    path.write_text(USER_JUDGES)
+    return path
+
+
+def test_module_attribute_specs_load_user_judges(judges_file, monkeypatch):
+    lists = [chat("s", "q", "ab"), chat("s", "q", "abcd")]
+    expectations = {"short": [0.5, 0.25], "async_short": [0.5, 0.25], "constant": [0.5, 0.5], "Constant": [0.5, 0.5]}
+    for attribute, expected in expectations.items():
+        judge = ruler.load_judge(f"{judges_file}:{attribute}")
+        assert [s.score for s in run(judge.score_group(lists, rubric="", tools=None))] == expected
+    monkeypatch.chdir(judges_file.parent)  # `module:attribute` finds modules in the working directory
+    assert ruler.load_judge("my_judges:constant").name == "constant"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("{file}:missing", "has no attribute 'missing'"),
+        ("{file}:not_a_judge", "is a int, not a judge"),
+        ("{dir}/absent.py:judge", "absent.py does not exist"),
+        ("no_such_module_for_ruler:judge", "no module named 'no_such_module_for_ruler'"),
+    ],
+)
+def test_bad_module_attribute_specs_fail_with_one_line(judges_file, spec, message):
+    with pytest.raises(JudgeSpecError, match=message) as info:
+        ruler.load_judge(spec.format(file=judges_file, dir=judges_file.parent))
+    assert "\n" not in str(info.value)
+
+
+def test_a_judge_file_that_raises_is_reported(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(JudgeSpecError, match="failed to load: RuntimeError: boom"):
+        ruler.load_judge(f"{broken}:judge")
+
+
+# --- custom judges -----------------------------------------------------------------------------
+
+
+def test_function_judge_scores_a_group_of_one_and_rejects_non_numbers():
+    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", "hello"), reward=3.0)])
+    scored = run(ruler.ruler_score_group(group, FunctionJudge(lambda m: len(m[-1]["content"]), name="length")))
+    assert scored.trajectories[0].reward == 5 and scored.trajectories[0].metrics["independent_reward"] == 3.0
+    assert scored.trajectories[0].logs == ["length: length = 5"]
+    with pytest.raises(JudgeFailedError, match="gave trajectory 1 the score None"):
+        run(FunctionJudge(lambda m: None).score_group([chat("s", "q", "a")]))
+
+
+def test_combined_judge_weights_and_namespaces_metrics():
+    class Fixed:
+        name = "fixed"
+
+        async def score_group(self, message_lists, *, rubric, tools):
+            return [
+                ruler.TrajectoryScore(trajectory_id=str(i), explanation="f", score=1.0, metrics={"calls": 1.0})
+                for i in range(1, len(message_lists) + 1)
+            ]
+
+    length = FunctionJudge(lambda m: len(m[-1]["content"]) / 10, name="length")
+    judge = CombinedJudge([Fixed(), length, length], weights=[0.5, 0.25, 0.25])
+    scores = run(judge.score_group([chat("s", "q", "ab"), chat("s", "q", "abcd")], rubric="r"))
+    assert [s.score for s in scores] == pytest.approx([0.5 + 0.5 * 0.2, 0.5 + 0.5 * 0.4])
+    assert scores[0].metrics == {"fixed_score": 1.0, "fixed/calls": 1.0, "length_score": 0.2, "length_2_score": 0.2}
+    assert scores[1].explanation == "fixed: f; length: length = 0.4; length_2: length = 0.4"
+    assert [s.score for s in run(CombinedJudge([length, Fixed()]).score_group([chat("s", "q", "ab")], rubric="r"))] == [0.6]
+
+
+def test_a_judge_returning_the_wrong_number_of_scores_is_an_error(caplog):
+    class Lazy:
+        async def score_group(self, message_lists, *, rubric, tools):
+            return []
+
+    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", a)) for a in "ab"])
+    with pytest.raises(JudgeFailedError, match="judge Lazy returned 0 scores for 2 trajectories"):
+        run(ruler.ruler_score_group(group, Lazy()))
+    assert run(ruler.ruler_score_group(group, Lazy(), swallow_exceptions=True)) is None
+
+
+def test_swallowed_bad_group_is_logged_and_dropped(caplog):
+    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", "a"))])
+    with caplog.at_level("WARNING", logger="ruler"):
+        assert run(ruler.ruler_score_group(group, UNREACHABLE, swallow_exceptions=True, cache_dir=None)) is None
+    assert "could not score a group of 1 trajectories: RulerInputError: RULER ranks trajectories" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(([],), "at least one judge"), (([42],), "not judges"), (([FunctionJudge(len)], [1, 2]), "one finite weight per judge")],
+)
+def test_combined_judge_rejects_bad_construction(args, message):
+    with pytest.raises(JudgeSpecError, match=message):
+        CombinedJudge(*args)
+
+
+# --- cache -------------------------------------------------------------------------------------
+
+
+def test_cache_round_trip_is_atomic_and_survives_corruption(tmp_path):
+    cache = JudgeCache(tmp_path)
+    key = ruler.cache.cache_key({"judge": {"model": "m"}, "messages": []})
+    assert cache.get(key) is None
+    cache.put(key, {"verdicts": {"1": {"explanation": "e", "score": 1.0, "clamped": False}}})
+    assert cache.get(key)["verdicts"]["1"]["score"] == 1.0
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [f"{key}.json"]  # no temporary file left
+    (tmp_path / key[:2] / f"{key}.json").write_text("{truncated")
+    assert cache.get(key) is None
+
+
+def test_default_cache_dir_follows_autorl_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTORL_HOME", str(tmp_path))
+    assert ruler.default_cache_dir() == tmp_path / "cache" / "ruler"
+    monkeypatch.delenv("AUTORL_HOME")
+    assert str(ruler.default_cache_dir()) == ".autorl/cache/ruler"
