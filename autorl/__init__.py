@@ -1,25 +1,39 @@
 """autorl: train LLM agents with reinforcement learning from a plain-text task description.
 
 The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``.
+Names are imported on first use, so ``import autorl`` (and the `ruler` library on top of it) does not
+load torch until a trainer is needed.
 """
 
-from .backend import LocalBackend
-from .config import TrainConfig, TrainerConfig
-from .errors import AutoRLError
-from .gather import gather_trajectory_groups
-from .model import Model, TrainableModel
-from .trajectories import Trajectory, TrajectoryGroup
-from .vllm_server import ServerConfig
+import importlib
+import os
 
-__all__ = [
-    "AutoRLError",
-    "LocalBackend",
-    "Model",
-    "ServerConfig",
-    "TrainConfig",
-    "TrainableModel",
-    "TrainerConfig",
-    "Trajectory",
-    "TrajectoryGroup",
-    "gather_trajectory_groups",
-]
+# LiteLLM (under DSPy and RULER) would download its model price map at import; use the bundled one so
+# nothing reaches the network unasked. Set LITELLM_LOCAL_MODEL_COST_MAP=False to opt back in.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+_EXPORTS = {
+    "AutoRLError": "errors",
+    "LocalBackend": "backend",
+    "Model": "model",
+    "ServerConfig": "vllm_server",
+    "TrainConfig": "config",
+    "TrainableModel": "model",
+    "TrainerConfig": "config",
+    "Trajectory": "trajectories",
+    "TrajectoryGroup": "trajectories",
+    "gather_trajectory_groups": "gather",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autorl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

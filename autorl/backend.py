@@ -69,7 +69,11 @@ class LocalBackend:
                 f"{self.server_config.max_lora_rank}; raise ServerConfig.max_lora_rank"
             )
         server = VLLMServer(model_dir, model.base_model, run_dir / "logs" / "vllm.log", self.server_config)
-        await asyncio.to_thread(server.start)
+        try:
+            await asyncio.to_thread(server.start)
+        except asyncio.CancelledError:  # Ctrl-C during start-up: stopping ends the start thread's wait
+            server.stop()
+            raise
         state = _ModelState(run_dir, model_dir, server)
         self._models[model.name] = state
         _reconcile_history(run_dir)

@@ -143,6 +143,8 @@ class VLLMServer:
         deadline = time.monotonic() + self.config.startup_timeout_s
         health = self.base_url.removesuffix("/v1") + "/health"
         while time.monotonic() < deadline:
+            if self._process is None:
+                raise ServerStartError("vLLM server stopped during start-up")
             if not self.running:
                 self.stop()
                 raise ServerStartError(f"vLLM server exited during start-up; last log lines:\n{self.log_tail()}")

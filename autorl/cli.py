@@ -1,0 +1,119 @@
+"""The `autorl` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from .dedup import DEFAULT_VAL_FRACTION
+from .errors import AutoRLError
+
+app = typer.Typer(
+    help="Train LLM agents with reinforcement learning from a plain-text task description.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+
+def fail(message: str) -> None:
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command("run")
+def run_command(
+    task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
+    steps: Annotated[int, typer.Option(help="Training steps (a rerun resumes until this many exist).")] = 10,
+    group_size: Annotated[int, typer.Option(help="Rollouts per input; GRPO compares them (at least 2).")] = 4,
+    groups_per_step: Annotated[int, typer.Option(help="Inputs per training step.")] = 2,
+    inputs: Annotated[int | None, typer.Option(help="Inputs to generate (train + validation); default: the task's.")] = None,
+    model: Annotated[str, typer.Option(help="Base model: embedded:smollm2-135m or a local HF directory.")] = "embedded:smollm2-135m",
+    judge: Annotated[str, typer.Option(help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute.")] = "embedded",
+    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string).")] = "embedded",
+    learning_rate: Annotated[float, typer.Option("--learning-rate", "--lr", help="AdamW learning rate of the LoRA.")] = 2e-5,
+    max_tokens: Annotated[int, typer.Option(help="Completion token cap per policy answer.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
+    name: Annotated[str | None, typer.Option(help="Run name; default derived from the task and model.")] = None,
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+    port: Annotated[int | None, typer.Option(help="Port of the local vLLM server; default: a free one.")] = None,
+) -> None:
+    """Generate inputs for TASK, then train a LoRA on them with GRPO and a judge."""
+    from pydantic import ValidationError
+
+    from autorl.rollout import RolloutConfig
+    from autorl.task import load_task
+    from autorl.vllm_server import ServerConfig
+    from pipelines.run import RunConfig, run
+
+    try:
+        spec = load_task(task)
+        config = RunConfig(
+            model=model, judge=judge, generator=generator, steps=steps, group_size=group_size,
+            groups_per_step=groups_per_step, num_inputs=inputs, learning_rate=learning_rate, seed=seed,
+            rollout=RolloutConfig(max_tokens=max_tokens), home=home, name=name, server=ServerConfig(port=port),
+        )  # fmt: skip
+        asyncio.run(run(spec, config))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}")
+    except AutoRLError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; rerun the same command to resume from the last checkpoint")
+
+
+@app.command("inputs")
+def inputs_command(
+    task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
+    num_inputs: Annotated[int | None, typer.Option("--num-inputs", "-n", help="Inputs to generate (train + validation); default: the task's.")] = None,
+    out: Annotated[Path, typer.Option(help="JSONL file to write, one input per line; the system prompt goes beside it.")] = Path("inputs.jsonl"),
+    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")] = "embedded",
+    seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
+    val_fraction: Annotated[float, typer.Option(min=0.0, max=0.95, help="Share of the inputs held out for validation.")] = DEFAULT_VAL_FRACTION,
+) -> None:
+    """Generate a system prompt and N deduplicated train/validation inputs for TASK; print and write them."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    from autorl.inputs import GenerationConfig, generate_inputs, write_inputs_jsonl
+    from autorl.task import load_task
+
+    try:
+        config = GenerationConfig(val_fraction=val_fraction)
+        result = generate_inputs(load_task(task), num_inputs, generator, seed, config)
+    except AutoRLError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted")
+    write_inputs_jsonl(result.inputs, out)
+    prompt_path = out.with_suffix(".system_prompt.txt")
+    prompt_path.write_text(result.system_prompt + "\n", encoding="utf-8")
+    console = Console()
+    console.print(Panel(Text(result.system_prompt), title="system prompt"))
+    table = Table("#", "split", "difficulty", "input", show_lines=True)
+    for number, row in enumerate(result.inputs, 1):
+        table.add_row(str(number), row.split, row.difficulty, Text(row.input))
+    console.print(table)
+    stats = result.stats
+    console.print(
+        f"{len(result.train)} train + {len(result.val)} val inputs from {stats.calls} generator calls "
+        f"({stats.unique_per_call:.1f} unique per call, {stats.duplicate_rate:.0%} duplicates before dedup); "
+        f"wrote {out} and {prompt_path}",
+        highlight=False,
+    )
+
+
+if __name__ == "__main__":
+    app()

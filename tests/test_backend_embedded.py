@@ -1,0 +1,96 @@
+"""Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served."""
+
+import asyncio
+
+import httpx
+import pytest
+
+import autorl as art
+
+pytestmark = pytest.mark.slow
+
+
+def test_art_style_rollouts_train_step_and_lora_reload(tmp_path):
+    async def scenario():
+        backend = art.LocalBackend(tmp_path)
+        model = art.TrainableModel(name="agent", project="it")
+        await model.register(backend)
+        try:
+            client = model.openai_client()
+            assert model.get_inference_name() == "embedded:smollm2-135m"
+            assert await model.get_step() == 0
+
+            async def rollout(i: int) -> art.Trajectory:
+                messages = [{"role": "user", "content": f"Count from 1 to {i + 3}."}]
+                response = await client.chat.completions.create(
+                    model=model.get_inference_name(), messages=messages, max_tokens=24, logprobs=True, temperature=1.0
+                )
+                choice = response.choices[0]
+                assert choice.logprobs.content[0].token.startswith("token_id:")
+                return art.Trajectory(messages_and_choices=[*messages, choice], reward=len(choice.message.content or ""))
+
+            groups = await art.gather_trajectory_groups(
+                [art.TrajectoryGroup(rollout(i) for i in range(4))], pbar_desc=None
+            )
+            assert len(groups[0]) == 4
+
+            # a request sent while the step trains waits for it, then reaches the new LoRA
+            order = []
+            training = asyncio.create_task(model.train(groups, config=art.TrainConfig(learning_rate=1e-4)))
+            training.add_done_callback(lambda _: order.append("train"))
+            await asyncio.sleep(0)  # the step has started and holds the gate
+            waiting = asyncio.create_task(client.models.list())
+            waiting.add_done_callback(lambda _: order.append("request"))
+            metrics = await training
+            served = {m.id for m in (await waiting).data}
+            assert order == ["train", "request"]
+
+            assert metrics["step"] == 1 and metrics["trained_tokens"] > 0
+            assert await model.get_step() == 1
+            assert model.get_inference_name() == "agent@0001"
+            assert "agent@0001" in served
+            reply = await client.chat.completions.create(
+                model=model.get_inference_name(), messages=[{"role": "user", "content": "Hi"}], max_tokens=8
+            )
+            assert reply.choices[0].message.content is not None
+            run_dir = tmp_path / "it" / "agent"
+            assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
+            assert len((run_dir / "history.jsonl").read_text().splitlines()) == 1
+            return model.inference_base_url
+        finally:
+            backend.close()
+
+    base_url = asyncio.run(scenario())
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(base_url.removesuffix("/v1") + "/health", timeout=2)
+
+
+def test_a_restarted_backend_resumes_at_the_newest_checkpoint(tmp_path):
+    async def scenario():
+        model = art.TrainableModel(name="agent", project="it")
+        backend = art.LocalBackend(tmp_path)
+        await model.register(backend)
+        try:
+            client = model.openai_client()
+
+            async def rollout(reward: float) -> art.Trajectory:
+                messages = [{"role": "user", "content": "Say yes."}]
+                response = await client.chat.completions.create(
+                    model=model.get_inference_name(), messages=messages, max_tokens=8, logprobs=True
+                )
+                return art.Trajectory(messages_and_choices=[*messages, response.choices[0]], reward=reward)
+
+            group = await art.TrajectoryGroup(rollout(r) for r in (0.0, 1.0))
+            await model.train([group])
+        finally:
+            backend.close()
+        again = art.TrainableModel(name="agent", project="it")
+        backend = art.LocalBackend(tmp_path)
+        await again.register(backend)
+        try:
+            assert await again.get_step() == 1
+            assert again.get_inference_name() == "agent@0001"
+        finally:
+            backend.close()
+
+    asyncio.run(scenario())

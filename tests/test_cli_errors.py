@@ -1,0 +1,63 @@
+"""A user's mistake ends in one clear error line and a non-zero exit, before anything is half-written."""
+
+import json
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from autorl.cli import app
+
+TASK = "Reply to a customer asking for a refund, politely, in two sentences"
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(app, ["run", *args])
+
+
+def error_line(result) -> str:
+    """The run's single error line; it must be the last thing printed."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and result.output.rstrip().endswith(errors[0]), result.output
+    return errors[0]
+
+
+def test_empty_task(tmp_path):
+    assert "task is empty" in error_line(run_cli("   ", "--home", str(tmp_path)))
+
+
+def test_unknown_model(tmp_path):
+    line = error_line(run_cli(TASK, "--model", "embedded:gpt-17", "--home", str(tmp_path)))
+    assert "unknown embedded model 'embedded:gpt-17'" in line
+    line = error_line(run_cli(TASK, "--model", str(tmp_path / "missing"), "--home", str(tmp_path)))
+    assert "neither an embedded model" in line
+
+
+def test_unwritable_run_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert "is not writable" in error_line(run_cli(TASK, "--home", str(blocker)))
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert f"port {port} on 127.0.0.1 is in use" in error_line(run_cli(TASK, "--home", str(tmp_path), "--port", str(port)))
+
+
+def test_group_size_one_gives_no_signal(tmp_path):
+    assert "--group-size" in error_line(run_cli(TASK, "--group-size", "1", "--home", str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_vllm_failing_to_start_shows_its_log(tmp_path):
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["NoSuchArch"]}))
+    result = run_cli(TASK, "--model", str(broken), "--home", str(tmp_path / "home"))
+    assert result.exit_code == 1
+    assert "vLLM server exited during start-up; last log lines:" in result.output
+    assert not list((tmp_path / "home").rglob("checkpoints/*")), "no checkpoint written"
