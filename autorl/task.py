@@ -1,0 +1,121 @@
+"""The task a user trains an agent for: a plain-text description, or a TOML task file.
+
+A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
+tables), and a key that is not a field is an error that names it. `docs/inputs.md` documents the
+fields with an example; `pipelines/tasks/` holds ready-made task files.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import AutoRLError
+
+
+class ToolSpec(BaseModel):
+    """A function the agent may call, described the way the OpenAI tools API expects."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    """Function name the model calls (letters, digits, `_` and `-`, at most 64 characters)."""
+    description: str = ""
+    """What the function does, shown to the model and to the judge."""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema of the arguments: an object schema (`type = "object"`, `properties = {...}`)."""
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('must be a JSON schema with type = "object"')
+        return value
+
+    def to_openai(self) -> dict[str, Any]:
+        """This tool as an entry of the OpenAI `tools` request parameter."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class TaskSpec(BaseModel):
+    """Everything the pipeline knows about a task; only `description` is required."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    description: str
+    """What the agent must do, in plain text, including the answer format you expect. The generator
+    writes the system prompt and the inputs from it, and the judge reads it."""
+    generator_instructions: str = ""
+    """Extra instructions for the input generator only: topics to cover, style, language, edge cases."""
+    seed_examples: list[str] = Field(default_factory=list)
+    """A few example inputs that show the generator the expected style. They are not part of the data
+    set: generated copies and near-copies of them are dropped as duplicates."""
+    num_inputs: int = Field(32, gt=0)
+    """How many unique inputs to generate, train and validation together."""
+    rubric: str = ""
+    """What the judge rewards, in plain text; empty uses the judge's default rubric."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    """Functions the agent may call during a rollout (`[[tools]]` tables)."""
+
+    @field_validator("description")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+
+def load_task(source: str | Path) -> TaskSpec:
+    """A task from a TOML task file (a Path, or a string ending in `.toml`) or from a plain description.
+
+    Raises AutoRLError with one line naming the file, the field and the problem.
+    """
+    if isinstance(source, Path):
+        return _load_task_file(source)
+    if not source.strip():
+        raise AutoRLError("the task is empty: give a plain-text description or the path of a .toml task file")
+    if source.strip().endswith(".toml"):
+        return _load_task_file(Path(source.strip()))
+    return _validated({"description": source}, "task")
+
+
+def _load_task_file(path: Path) -> TaskSpec:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AutoRLError(f"task file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutoRLError(f"task file {path} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise AutoRLError(f"task file {path} is not valid TOML: {exc}") from None
+    return _validated(data, f"task file {path}")
+
+
+def _validated(data: dict[str, Any], where: str) -> TaskSpec:
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise AutoRLError(f"{where}: {problems}") from None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """One validation error as `field 'tools[0].name': <why>`."""
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
+    if error["type"] == "extra_forbidden":
+        model = ToolSpec if error["loc"][0] == "tools" else TaskSpec
+        return f"unknown field '{field}' (known fields: {', '.join(model.model_fields)})"
+    if error["type"] == "missing":
+        return f"field '{field}' is required"
+    why = error["msg"].removeprefix("Value error, ")
+    return f"field '{field}': {why} (got {_shorten(repr(error['input']))})"
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,228 @@
+"""Input generation against a tiny fake OpenAI-compatible server on 127.0.0.1 (no model, seconds)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pandas as pd
+import pytest
+
+from autorl.errors import AutoRLError
+from autorl.inputs import (
+    GeneratedInputs,
+    GenerationConfig,
+    InputGenerationError,
+    generate_inputs,
+    generator_lm,
+    read_inputs_jsonl,
+    write_inputs_jsonl,
+)
+from autorl.task import TaskSpec
+
+TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
+SYSTEM_PROMPT = "You solve math word problems step by step and end with 'Answer: <number>'."
+WORDS = "apple river tiger violin copper meadow lantern pepper glacier orbit saddle thimble walnut ember".split()
+
+Reply = Callable[[dict], str]
+"""Maps a chat-completions request body to the assistant message content."""
+
+
+class FakeOpenAIServer:
+    """`POST /v1/chat/completions` answered by `reply`; records every request body."""
+
+    def __init__(self, reply: Reply):
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                message = {"role": "assistant", "content": reply(body)}
+                completion = {
+                    "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }  # fmt: skip
+                data = json.dumps(completion).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def input_requests(self) -> list[dict]:
+        return [r for r in self.requests if r["response_format"]["json_schema"]["name"] == "inputs"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[[Reply], FakeOpenAIServer]]:
+    servers: list[FakeOpenAIServer] = []
+
+    def start(reply: Reply) -> FakeOpenAIServer:
+        servers.append(FakeOpenAIServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def scripted(batches: list[list[str] | str]) -> Reply:
+    """System prompt requests get SYSTEM_PROMPT; input requests get the next batch (a str is sent raw)."""
+    queue = iter(batches)
+
+    def reply(body: dict) -> str:
+        if body["response_format"]["json_schema"]["name"] == "system_prompt":
+            return json.dumps({"system_prompt": SYSTEM_PROMPT})
+        batch = next(queue)
+        return batch if isinstance(batch, str) else json.dumps({"new_inputs": batch})
+
+    return reply
+
+
+def random_words(body: dict) -> str:
+    """Inputs of random words drawn from the request's seed: distinct, and the same for the same seed."""
+    if body["response_format"]["json_schema"]["name"] == "system_prompt":
+        return json.dumps({"system_prompt": SYSTEM_PROMPT})
+    rng = random.Random(body["seed"])
+    size = body["response_format"]["json_schema"]["schema"]["properties"]["new_inputs"]["maxItems"]
+    return json.dumps({"new_inputs": [" ".join(rng.sample(WORDS, 6)) + "?" for _ in range(size)]})
+
+
+def generate(server: FakeOpenAIServer, n: int, seed: int = 0, task: TaskSpec = TASK, **config) -> GeneratedInputs:
+    generator = f"fake-model@{server.base_url}"
+    return generate_inputs(task, n, generator=generator, seed=seed, config=GenerationConfig(**config))
+
+
+def test_filters_dedups_splits_and_records_metadata(fake_server, tmp_path):
+    server = fake_server(
+        scripted([
+            ["How many legs do three spiders have?", "how many legs do THREE spiders have", "short", "x" * 80],
+            "Sorry, I can't help with that.",
+            [
+                "A train leaves at 3pm and travels 120 km at 60 km/h. When does it arrive?",
+                "A train leaves at 4pm and travels 120 km at 60 km/h. When does it arrive?",
+                "Write the number seven hundred and two in digits.",
+                "Is 91 a prime number?",
+            ],
+            ["What is 15% of 80?", "Sort these numbers: 5, 3, 9, 1.", "Is 91 a prime number?", "how many wheels do 4 bicycles have"],
+        ])
+    )  # fmt: skip
+    task = TASK.model_copy(update={"seed_examples": ["How many wheels do 4 bicycles have?"]})
+    result = generate(server, n=5, task=task, batch_size=4, concurrency=1, max_chars=80, val_fraction=0.2)
+
+    assert result.system_prompt == SYSTEM_PROMPT
+    assert [row.input for row in result.inputs] == [
+        "How many legs do three spiders have?",
+        "A train leaves at 3pm and travels 120 km at 60 km/h. When does it arrive?",
+        "Write the number seven hundred and two in digits.",
+        "Is 91 a prime number?",
+        "What is 15% of 80?",
+    ]
+    stats = result.stats
+    assert (stats.calls, stats.unusable_calls, stats.raw, stats.rejected) == (4, 1, 12, 2)
+    assert (stats.duplicates, stats.unique) == (4, 6)  # the last one copies the seed example
+    assert stats.duplicate_rate == pytest.approx(4 / 10)
+    assert [row.attempt for row in result.inputs] == [1, 3, 3, 3, 4]
+    assert [row.difficulty for row in result.inputs] == ["easy", "hard", "hard", "hard", "easy"]
+    assert {row.generator for row in result.inputs} == {"fake-model"}
+    assert result.inputs[1].prompt_hash == result.inputs[2].prompt_hash != result.inputs[0].prompt_hash
+    assert [row.split for row in result.inputs].count("val") == 1
+    assert sorted(result.train + result.val) == sorted(row.input for row in result.inputs)
+
+    # Every input call sent the bounded JSON schema and its own seed; later calls list kept inputs to avoid.
+    calls = server.input_requests()
+    schema = calls[0]["response_format"]["json_schema"]["schema"]["properties"]["new_inputs"]
+    assert (schema["minItems"], schema["maxItems"], schema["items"]["maxLength"]) == (4, 4, 80)
+    assert len({call["seed"] for call in calls}) == 4
+    assert "three spiders" in calls[2]["messages"][-1]["content"]
+
+    path = write_inputs_jsonl(result.inputs, tmp_path / "out" / "inputs.jsonl")
+    frame = pd.read_json(path, lines=True)
+    assert list(frame.columns) == ["input", "split", "difficulty", "generator", "prompt_hash", "attempt"]
+    assert frame["input"].tolist() == [row.input for row in result.inputs]
+    assert read_inputs_jsonl(path) == result.inputs
+
+
+def test_same_seed_same_inputs_and_split(fake_server):
+    server = fake_server(random_words)
+    first, again = generate(server, n=12, seed=7), generate(server, n=12, seed=7)
+    other = generate(server, n=12, seed=8)
+    assert first.inputs == again.inputs
+    assert [row.input for row in first.inputs] != [row.input for row in other.inputs]
+    assert len(first.train) == 10 and len(first.val) == 2
+    assert not set(first.train) & set(first.val)
+
+
+def test_generator_with_nothing_usable_fails_after_the_call_cap(fake_server):
+    server = fake_server(scripted(["I am a language model."] * 10))
+    with pytest.raises(InputGenerationError, match=r"only 0 of 5 unique inputs after 3 generator calls \(3 unparseable"):
+        generate(server, n=5, max_calls=3, concurrency=2)
+    assert len(server.input_requests()) == 3
+
+
+def test_generator_repeating_itself_fails_after_the_call_cap(fake_server):
+    server = fake_server(scripted([["What is two plus two?"] * 5] * 10))
+    with pytest.raises(InputGenerationError, match=r"only 1 of 3 unique inputs after 4 generator calls.*19 duplicates"):
+        generate(server, n=3, max_calls=4)
+
+
+def test_unusable_system_prompt_is_one_clear_error(fake_server):
+    server = fake_server(lambda body: "no json here")
+    with pytest.raises(InputGenerationError, match="no usable system prompt in 3 calls"):
+        generate(server, n=5)
+
+
+@pytest.mark.parametrize("n", [0, -3])
+def test_non_positive_n_is_rejected(n):
+    with pytest.raises(AutoRLError, match=f"at least 1, got {n}"):
+        generate_inputs(TASK, n, generator="never-called")
+
+
+def test_generator_forms():
+    lm, name = generator_lm("Qwen/Qwen3-8B@http://127.0.0.1:8000/v1")
+    assert (lm.model, lm.kwargs["api_base"], name) == ("openai/Qwen/Qwen3-8B", "http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
+    lm, name = generator_lm("openai/gpt-4.1-mini")
+    assert (lm.model, name) == ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini")
+    with pytest.raises(AutoRLError, match="names no model"):
+        generator_lm("@http://127.0.0.1:8000/v1")
+
+
+def test_default_call_cap_scales_with_n():
+    config = GenerationConfig(batch_size=5)
+    assert config.calls_allowed(5) == 8
+    assert config.calls_allowed(100) == 80
+    assert GenerationConfig(max_calls=3).calls_allowed(100) == 3
+
+
+def test_cli_prints_a_table_and_writes_the_inputs(fake_server, tmp_path):
+    from typer.testing import CliRunner
+
+    from autorl.cli import app
+
+    server = fake_server(random_words)
+    out = tmp_path / "inputs.jsonl"
+    command = ["inputs", TASK.description, "-n", "6", "--out", str(out), "--generator", f"fake@{server.base_url}"]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert "system prompt" in result.output and "difficulty" in result.output
+    frame = pd.read_json(out, lines=True)
+    assert len(frame) == 6 and set(frame["split"]) == {"train", "val"}
+    assert out.with_suffix(".system_prompt.txt").read_text().strip() == SYSTEM_PROMPT
+    assert frame["input"].iloc[0].split()[0] in result.output

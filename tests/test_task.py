@@ -1,0 +1,110 @@
+"""Task descriptions and TOML task files, and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autorl.errors import AutoRLError
+from autorl.task import TaskSpec, ToolSpec, load_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+FULL = '''
+description = """Answer questions about converting units; call `convert` for every conversion."""
+generator_instructions = "Mix metric and imperial units."
+seed_examples = ["How many km is 3 miles?", "What is 20 C in F?"]
+num_inputs = 12
+rubric = "Correct result with its unit scores highest."
+
+[[tools]]
+name = "convert"
+description = "Convert a value between units."
+parameters = { type = "object", properties = { value = { type = "number" } }, required = ["value"] }
+'''
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "task.toml"
+    path.write_text(text)
+    return path
+
+
+def test_plain_string_is_a_description():
+    task = load_task("  Summarize news articles in one sentence.  ")
+    assert task == TaskSpec(description="Summarize news articles in one sentence.")
+    assert (task.num_inputs, task.seed_examples, task.tools, task.rubric) == (32, [], [], "")
+
+
+def test_full_task_file(tmp_path):
+    path = write(tmp_path, FULL)
+    task = load_task(path)
+    assert load_task(str(path)) == task
+    assert task.description.startswith("Answer questions about converting units")
+    assert task.generator_instructions == "Mix metric and imperial units."
+    assert task.seed_examples == ["How many km is 3 miles?", "What is 20 C in F?"]
+    assert task.num_inputs == 12
+    assert task.tools[0].to_openai() == {
+        "type": "function",
+        "function": {
+            "name": "convert",
+            "description": "Convert a value between units.",
+            "parameters": {"type": "object", "properties": {"value": {"type": "number"}}, "required": ["value"]},
+        },
+    }
+
+
+def test_tool_parameters_default_to_an_empty_object_schema():
+    assert ToolSpec(name="now").parameters == {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "pipelines" / "tasks").glob("*.toml")), ids=lambda p: p.name)
+def test_ready_made_task_files_load(path):
+    assert load_task(path).description
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('description = "x"\nnum_input = 3', r"unknown field 'num_input' \(known fields: description, .*tools\)"),
+        ('description = "x"\nnum_inputs = "many"', r"field 'num_inputs': Input should be a valid integer.*'many'"),
+        ('description = "x"\nnum_inputs = 0', r"field 'num_inputs': Input should be greater than 0"),
+        ('description = "x"\nseed_examples = "one"', r"field 'seed_examples': Input should be a valid list"),
+        ("num_inputs = 3", r"field 'description' is required"),
+        ('description = "   "', r"field 'description': must not be empty"),
+        ('description = "x"\n[[tools]]\nname = "a b"', r"field 'tools\[0\]\.name': String should match pattern"),
+        ('description = "x"\n[[tools]]\nname = "t"\nargs = 1', r"unknown field 'tools\[0\]\.args' \(known fields: name,"),
+        (
+            'description = "x"\n[[tools]]\nname = "t"\nparameters = { type = "string" }',
+            r"field 'tools\[0\]\.parameters': must be a JSON schema with type = \"object\"",
+        ),
+        ("description = x", r"is not valid TOML: .*line 1"),
+    ],
+)
+def test_malformed_task_file_names_the_field(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(AutoRLError, match=message) as error:
+        load_task(path)
+    assert str(error.value).startswith(f"task file {path}")
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("task", ["", "   \n"])
+def test_empty_task_is_rejected(task):
+    with pytest.raises(AutoRLError, match="the task is empty"):
+        load_task(task)
+
+
+def test_missing_task_file_is_reported(tmp_path):
+    with pytest.raises(AutoRLError, match="task file not found: .*nope.toml"):
+        load_task(str(tmp_path / "nope.toml"))
+
+
+def test_docs_describe_every_field_and_their_example_loads(tmp_path):
+    docs = (REPO / "docs" / "inputs.md").read_text()
+    for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:
+        assert f"`{field}`" in docs, field
+    example = docs.split("```toml\n")[1].split("```")[0]
+    task = load_task(write(tmp_path, example))
+    assert set(task.model_fields_set) == set(TaskSpec.model_fields)
