@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .config import TrainConfig
 from .embedded import resolve_base_model
 from .errors import AutoRLError
-from .trainer import METRICS_FILE, GRPOTrainer, checkpoint_name, latest_checkpoint
+from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .trajectories import TrajectoryGroup
 from .vllm_server import ServerConfig, VLLMServer
 
@@ -36,8 +36,11 @@ class _ModelState:
         self.run_dir = run_dir
         self.model_dir = model_dir
         self.server = server
-        self.trainer: GRPOTrainer | None = None
+        self.trainer = None
+        """The GRPOTrainer, created at the first training step."""
         self.lock = asyncio.Lock()
+        self.loaded: set[str] = set()
+        """LoRA names loaded into the server."""
 
 
 class LocalBackend:
@@ -61,7 +64,7 @@ class LocalBackend:
         if model.name in self._models:
             return
         run_dir = self.run_dir(model)
-        _ensure_writable(run_dir)
+        ensure_writable(run_dir)
         model_dir = resolve_base_model(model.base_model)
         if self.server_config.max_lora_rank < model.trainer.lora_rank:
             raise AutoRLError(
@@ -82,7 +85,7 @@ class LocalBackend:
         model.inference_model_name = model.base_model
         latest = latest_checkpoint(run_dir / "checkpoints")
         if latest is not None:
-            await self._serve_checkpoint(model, state, *latest)
+            model.inference_model_name = await self.serve_checkpoint(model, latest[0])
 
     async def get_step(self, model: TrainableModel) -> int:
         latest = latest_checkpoint(self.run_dir(model) / "checkpoints")
@@ -95,6 +98,8 @@ class LocalBackend:
             model._gate.close()
             try:
                 if state.trainer is None:
+                    from .trainer import GRPOTrainer  # torch, transformers and peft load only to train
+
                     state.trainer = await asyncio.to_thread(
                         GRPOTrainer, state.model_dir, state.run_dir / "checkpoints", model.trainer
                     )
@@ -106,20 +111,30 @@ class LocalBackend:
                         step,
                         metrics["groups"],
                     )
-                checkpoint = await asyncio.to_thread(state.trainer.save, step, metrics)
+                await asyncio.to_thread(state.trainer.save, step, metrics)
                 _append_history(state.run_dir, {"step": step, **metrics})
-                await self._serve_checkpoint(model, state, step, checkpoint)
+                previous = model.inference_model_name
+                model.inference_model_name = await self.serve_checkpoint(model, step)
+                if previous in state.loaded:  # only the newest LoRA stays resident
+                    await asyncio.to_thread(state.server.unload_lora, previous)
+                    state.loaded.discard(previous)
             finally:
                 model._gate.open()
         return {"step": step, **metrics}
 
-    async def _serve_checkpoint(self, model: TrainableModel, state: _ModelState, step: int, path: Path) -> None:
-        previous = model.inference_model_name
+    async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
+        """The name under which the server serves checkpoint `step` (0: the base model), loading it if needed."""
+        state = self._state(model)
+        if step == 0:
+            return model.base_model
         name = inference_name(model.name, step)
-        await asyncio.to_thread(state.server.load_lora, name, path)
-        model.inference_model_name = name
-        if previous and previous != model.base_model:
-            await asyncio.to_thread(state.server.unload_lora, previous)
+        if name not in state.loaded:
+            path = state.run_dir / "checkpoints" / checkpoint_name(step)
+            if not (path / METRICS_FILE).is_file():
+                raise AutoRLError(f"model {model.name!r} has no checkpoint {checkpoint_name(step)}")
+            await asyncio.to_thread(state.server.load_lora, name, path)
+            state.loaded.add(name)
+        return name
 
     def _state(self, model: TrainableModel) -> _ModelState:
         if model.name not in self._models:
@@ -139,7 +154,8 @@ class LocalBackend:
         self.close()
 
 
-def _ensure_writable(run_dir: Path) -> None:
+def ensure_writable(run_dir: Path) -> None:
+    """Create `run_dir` and prove it takes files; one clear error line if it does not."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write-test"

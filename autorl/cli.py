@@ -34,36 +34,46 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debu
 @app.command("run")
 def run_command(
     task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
-    steps: Annotated[int, typer.Option(help="Training steps (a rerun resumes until this many exist).")] = 10,
+    steps: Annotated[int, typer.Option(help="Training steps (a rerun continues until this many exist).")] = 10,
     group_size: Annotated[int, typer.Option(help="Rollouts per input; GRPO compares them (at least 2).")] = 4,
-    groups_per_step: Annotated[int, typer.Option(help="Inputs per training step.")] = 2,
+    groups_per_step: Annotated[int, typer.Option(help="Inputs (groups) per training step.")] = 2,
     inputs: Annotated[int | None, typer.Option(help="Inputs to generate (train + validation); default: the task's.")] = None,
+    eval_samples: Annotated[int, typer.Option(help="Answers per validation input and variant in baseline/evaluate (at least 2).")] = 2,
     model: Annotated[str, typer.Option(help="Base model: embedded:smollm2-135m or a local HF directory.")] = "embedded:smollm2-135m",
     judge: Annotated[str, typer.Option(help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute.")] = "embedded",
-    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string).")] = "embedded",
+    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")] = "embedded",
     learning_rate: Annotated[float, typer.Option("--learning-rate", "--lr", help="AdamW learning rate of the LoRA.")] = 2e-5,
     max_tokens: Annotated[int, typer.Option(help="Completion token cap per policy answer.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
     name: Annotated[str | None, typer.Option(help="Run name; default derived from the task and model.")] = None,
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(".autorl"),
     port: Annotated[int | None, typer.Option(help="Port of the local vLLM server; default: a free one.")] = None,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log steps to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
+    force: Annotated[list[str] | None, typer.Option(help="Recompute STAGE and the stages after it (repeatable; 'all' for every stage).", metavar="STAGE")] = None,
+    resume: Annotated[bool, typer.Option(help="Reuse an existing run name even if its task differs.")] = False,
 ) -> None:
-    """Generate inputs for TASK, then train a LoRA on them with GRPO and a judge."""
+    """Run the pipeline for TASK: inputs, system prompt, baseline, GRPO training, evaluation, report.
+
+    Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
+    run continues from its last checkpoint.
+    """
     from pydantic import ValidationError
 
     from autorl.rollout import RolloutConfig
     from autorl.task import load_task
     from autorl.vllm_server import ServerConfig
-    from pipelines.run import RunConfig, run
+    from pipelines.config import RunConfig
+    from pipelines.pipeline import run_pipeline
 
     try:
         spec = load_task(task)
         config = RunConfig(
             model=model, judge=judge, generator=generator, steps=steps, group_size=group_size,
-            groups_per_step=groups_per_step, num_inputs=inputs, learning_rate=learning_rate, seed=seed,
-            rollout=RolloutConfig(max_tokens=max_tokens), home=home, name=name, server=ServerConfig(port=port),
+            groups_per_step=groups_per_step, num_inputs=inputs, eval_samples=eval_samples,
+            learning_rate=learning_rate, seed=seed, rollout=RolloutConfig(max_tokens=max_tokens), home=home,
+            name=name, wandb=wandb, force=force or [], resume=resume, server=ServerConfig(port=port),
         )  # fmt: skip
-        asyncio.run(run(spec, config))
+        asyncio.run(run_pipeline(spec, config, err))
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}")
@@ -71,6 +81,30 @@ def run_command(
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted; rerun the same command to resume from the last checkpoint")
+
+
+@app.command("runs")
+def runs_command(
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+) -> None:
+    """List runs with their status, steps and validation rewards."""
+    from pipelines.runs import runs_table
+
+    Console().print(runs_table(home))
+
+
+@app.command("show")
+def show_command(
+    run: Annotated[str, typer.Argument(help="Run name (see `autorl runs`).")],
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+) -> None:
+    """Print a run's stages: cache key, whether cached, time, model calls and figures."""
+    from pipelines.runs import show_table
+
+    try:
+        Console(width=200).print(show_table(home, run))
+    except AutoRLError as exc:
+        fail(str(exc))
 
 
 @app.command("inputs")

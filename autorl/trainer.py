@@ -15,27 +15,13 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
 from .grpo import clipped_policy_loss, group_advantages, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
 from .trajectories import TrajectoryGroup
 
 OPTIMIZER_FILE = "optimizer.pt"
-METRICS_FILE = "metrics.json"
-
-
-def checkpoint_name(step: int) -> str:
-    return f"{step:04d}"
-
-
-def latest_checkpoint(checkpoints: Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint (adapter and metrics written) under `checkpoints`."""
-    done = [
-        (int(p.name), p)
-        for p in checkpoints.glob("[0-9][0-9][0-9][0-9]")
-        if (p / "adapter_model.safetensors").is_file() and (p / METRICS_FILE).is_file()
-    ]
-    return max(done) if done else None
 
 
 class GRPOTrainer:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 MessageOrChoice = dict[str, Any] | Choice
 
@@ -43,6 +43,17 @@ class Trajectory(BaseModel):
     """Free-form data about the rollout (input id, scenario, ...)."""
     logs: list[str] = Field(default_factory=list)
     """Human-readable notes, e.g. the judge's explanation."""
+
+    @field_validator("messages_and_choices", mode="before")
+    @classmethod
+    def _revive_choices(cls, items: Any) -> Any:
+        """Saved trajectories (JSON) come back with their `Choice`s as `Choice` objects."""
+        if not isinstance(items, list):
+            return items
+        return [
+            Choice.model_validate(m) if isinstance(m, dict) and {"message", "finish_reason"} <= m.keys() else m
+            for m in items
+        ]
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
@@ -75,7 +86,8 @@ class TrajectoryGroup(BaseModel):
         exceptions: Iterable[BaseException | str] = (),
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        items = list(trajectories)
+        # dicts arrive when pydantic validates saved JSON (it calls this __init__)
+        items = [Trajectory.model_validate(t) if isinstance(t, dict) else t for t in trajectories]
         done = [t for t in items if isinstance(t, Trajectory)]
         errors = [repr(e) if isinstance(e, BaseException) else e for e in exceptions]
         errors += [repr(e) for e in items if isinstance(e, BaseException)]

@@ -39,7 +39,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path):
             training = asyncio.create_task(model.train(groups, config=art.TrainConfig(learning_rate=1e-4)))
             training.add_done_callback(lambda _: order.append("train"))
             await asyncio.sleep(0)  # the step has started and holds the gate
-            waiting = asyncio.create_task(client.models.list())
+            waiting = asyncio.ensure_future(client.models.list())  # an awaitable paginator
             waiting.add_done_callback(lambda _: order.append("request"))
             metrics = await training
             served = {m.id for m in (await waiting).data}

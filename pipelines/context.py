@@ -1,0 +1,90 @@
+"""What every stage gets: the task, the run config, the artifact store, the policy server, counters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from autorl import LocalBackend, TrainableModel
+from autorl.rollout import single_turn_rollout
+from autorl.task import TaskSpec
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
+
+from .artifacts import ArtifactStore
+from .config import RunConfig
+from .tracking import Tracker
+
+TRAIN_PROJECT = "train"
+
+
+class Policy:
+    """The policy model on a local vLLM server, started on first use (a fully cached run starts none)."""
+
+    def __init__(self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter):
+        self.backend = LocalBackend(artifacts, server=config.server)
+        self.model = TrainableModel(name=train_key, project=TRAIN_PROJECT, base_model=config.model)
+        self._calls = calls
+        self._client = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def run_dir(self) -> Path:
+        """Where training writes checkpoints and history (the train stage's artifact directory)."""
+        return self.backend.run_dir(self.model)
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._client is None:
+                await self.model.register(self.backend)
+                self._client = self.model.openai_client()
+
+    async def answer(self, system_prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
+        """One answer of the policy (the newest LoRA, or the model served as `name`)."""
+        await self.start()
+        self._calls["policy"] += 1
+        return await single_turn_rollout(
+            self._client, name or self.model.get_inference_name(), system_prompt, text, config.rollout, {"input": text}
+        )
+
+    async def serve_step(self, step: int) -> str:
+        """The served name of checkpoint `step` (the base model for 0), loading it if needed."""
+        await self.start()
+        return await self.backend.serve_checkpoint(self.model, step)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+@dataclass
+class StageContext:
+    task: TaskSpec
+    config: RunConfig
+    store: ArtifactStore
+    keys: dict[str, str]
+    policy: Policy
+    judge: Judge
+    tracker: Tracker
+    run_dir: Path
+    console: Console
+    calls: Counter = field(default_factory=Counter)
+    """Model calls made by this process, by kind (policy, judge, generator)."""
+
+    def artifact(self, stage: str) -> Path:
+        """The directory of an upstream stage's artifact."""
+        return self.store.path(stage, self.keys[stage])
+
+    @property
+    def rubric(self) -> str:
+        return self.task.rubric or DEFAULT_RUBRIC
+
+    async def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
+        """The group scored by the run's judge; None (logged) when the judge cannot score it."""
+        scored = await ruler_score_group(group, self.judge, self.rubric, swallow_exceptions=True)
+        if scored is not None and scored.trajectories:  # RULER counts its requests (0 when cached)
+            self.calls["judge"] += int(scored.trajectories[0].metrics.get("ruler_attempts", 0))
+        return scored

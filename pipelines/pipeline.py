@@ -1,0 +1,158 @@
+"""Run the stages in order, reusing every cached artifact; record the run in `<home>/runs/<name>/`.
+
+The run directory holds `run.json` (task, config, stage keys, status, figures per stage), links to
+the training directory's `checkpoints/`, `history.jsonl` and `trajectories/`, the report
+(`report.md`, `reward_curve.png`) and the W&B offline files (`wandb/`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from autorl.backend import ensure_writable
+from autorl.errors import AutoRLError
+from autorl.task import TaskSpec
+from ruler.loading import load_judge
+
+from .artifacts import ArtifactStore, code_version, stage_key, write_json
+from .config import STAGES, RunConfig
+from .context import Policy, StageContext
+from .stages import STAGE_MODULES
+from .tracking import Tracker
+
+RUN_FILE = "run.json"
+LINKS = ("checkpoints", "history.jsonl", "trajectories")
+
+
+def default_run_name(task: TaskSpec, model: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", task.description.lower()).strip("-")[:40].rstrip("-")
+    digest = hashlib.sha256(f"{task.description}\n{model}".encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def stage_keys(task: TaskSpec, config: RunConfig) -> dict[str, str]:
+    """Every stage's key, from settings and upstream keys alone: computable before anything runs."""
+    keys: dict[str, str] = {}
+    for name in STAGES:
+        module = STAGE_MODULES[name]
+        upstream = {u: keys[u] for u in module.UPSTREAM}
+        keys[name] = stage_key(name, module.settings(task, config), code_version(module), upstream)
+    return keys
+
+
+def forced_stages(force: list[str]) -> set[str]:
+    """The stages `--force` recomputes: each named stage and every stage after it."""
+    unknown = [f for f in force if f not in (*STAGES, "all")]
+    if unknown:
+        raise AutoRLError(f"--force {unknown[0]}: no such stage; stages are {', '.join(STAGES)} (or all)")
+    if "all" in force:
+        return set(STAGES)
+    first = min((STAGES.index(f) for f in force), default=len(STAGES))
+    return set(STAGES[first:])
+
+
+def _is_done(ctx: StageContext, name: str) -> bool:
+    module = STAGE_MODULES[name]
+    if hasattr(module, "is_done"):
+        return module.is_done(ctx)
+    return ctx.store.exists(name, ctx.keys[name])
+
+
+async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run (or reuse) every stage for `task`; returns the run record (also in run.json)."""
+    console = console or Console(stderr=True)
+    name = config.name or default_run_name(task, config.model)
+    run_dir = config.home / "runs" / name
+    record = _open_record(run_dir, name, task, config)
+    forced = forced_stages(config.force)
+    judge = load_judge(config.judge)  # a bad judge spec fails before any server starts
+    keys = stage_keys(task, config)
+    store = ArtifactStore(config.home / "artifacts")
+    calls: Counter = Counter()
+    policy = Policy(config, store.root, keys["train"], calls)
+    tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
+    ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
+    record.update(keys=keys, status="running", stages={})
+    _link_training(run_dir, policy.run_dir)
+    write_json(run_dir / RUN_FILE, record)
+    console.print(f"run [bold]{name}[/bold] in {run_dir}")
+    try:
+        for stage in STAGES:
+            if stage in forced:
+                store.remove(stage, keys[stage])
+            started, before = time.monotonic(), sum(calls.values())
+            if _is_done(ctx, stage):
+                entry = {"cached": True, "summary": _cached_summary(store, stage, keys[stage])}
+                console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
+            else:
+                console.print(f"[bold]{stage}[/bold] ({keys[stage]})")
+                summary = await STAGE_MODULES[stage].run(ctx)
+                store.path(stage, keys[stage]).mkdir(parents=True, exist_ok=True)
+                write_json(store.path(stage, keys[stage]) / "summary.json", summary)
+                entry = {"cached": False, "summary": summary}
+            entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
+            record["stages"][stage] = entry
+            write_json(run_dir / RUN_FILE, record)
+        _copy_report(store.path("report", keys["report"]), run_dir)
+        record.update(status="done", model_calls=dict(calls))
+    except BaseException as exc:
+        record.update(status="interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed")
+        record["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise
+    finally:
+        record["updated"] = time.time()
+        write_json(run_dir / RUN_FILE, record)
+        tracker.finish()
+        policy.close()
+    console.print(f"done: report in {run_dir / 'report.md'}; model calls this run: {sum(calls.values())}")
+    return record
+
+
+def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """The run's record; refuses a run name that exists with a different task unless resuming or forcing."""
+    ensure_writable(run_dir)
+    path = run_dir / RUN_FILE
+    task_json = task.model_dump(mode="json")
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("task") != task_json and not (config.resume or config.force):
+            raise AutoRLError(
+                f"run {name!r} exists with a different task; choose another --name, or pass --resume to replace its task"
+            )
+        return {**old, "task": task_json, "config": config.model_dump(mode="json")}
+    wandb_id = hashlib.sha256(f"{name}{time.time()}".encode()).hexdigest()[:12]
+    return {"name": name, "task": task_json, "config": config.model_dump(mode="json"), "wandb_id": wandb_id}
+
+
+def _cached_summary(store: ArtifactStore, stage: str, key: str) -> dict[str, Any]:
+    path = store.path(stage, key) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _link_training(run_dir: Path, train_dir: Path) -> None:
+    """Point the run directory's checkpoints/history/trajectories at the current training directory."""
+    for name in LINKS:
+        link = run_dir / name
+        target = Path(os.path.relpath(train_dir / name, run_dir))
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and Path(os.readlink(link)) == target:
+                continue
+            link.unlink() if link.is_symlink() or link.is_file() else shutil.rmtree(link)
+        link.symlink_to(target)
+
+
+def _copy_report(report_dir: Path, run_dir: Path) -> None:
+    from .stages.report import CURVE, REPORT
+
+    for name in (REPORT, CURVE):
+        shutil.copyfile(report_dir / name, run_dir / name)

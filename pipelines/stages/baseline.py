@@ -1,0 +1,33 @@
+"""Stage `baseline`: the base model answers the validation inputs, and the judge scores them."""
+
+from __future__ import annotations
+
+from .. import evaluation
+from . import inputs, system_prompt
+
+NAME = "baseline"
+UPSTREAM = ("inputs", "system_prompt")
+VARIANT = "base"
+
+
+def settings(task, config) -> dict:
+    return {
+        "model": config.model,
+        "judge": config.judge,
+        "rubric": task.rubric,
+        "eval_samples": config.eval_samples,
+        "rollout": config.rollout.model_dump(),
+    }
+
+
+async def run(ctx) -> dict:
+    prompt = system_prompt.load(ctx)
+    base = await ctx.policy.serve_step(0)
+    items = [
+        [evaluation.tagged(ctx.policy.answer(prompt, text, ctx.config, base), VARIANT) for _ in range(ctx.config.eval_samples)]
+        for text in inputs.load(ctx, "val")
+    ]
+    groups = await evaluation.judged_groups(ctx, items, "baseline")
+    with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
+        frame = evaluation.save(out, groups)
+    return evaluation.summarize(frame).get(VARIANT, {})

@@ -1,0 +1,109 @@
+"""Stage `report`: `report.md` and `reward_curve.png` for the run."""
+
+from __future__ import annotations
+
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .. import evaluation  # noqa: E402
+from . import evaluate, inputs, system_prompt, train  # noqa: E402
+
+NAME = "report"
+UPSTREAM = ("inputs", "system_prompt", "baseline", "train", "evaluate")
+REPORT, CURVE = "report.md", "reward_curve.png"
+SHOWN = 3
+
+
+def settings(task, config) -> dict:
+    return {"task": task.model_dump(mode="json"), "steps": config.steps}
+
+
+async def run(ctx) -> dict:
+    history = train.history_frame(ctx)
+    frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
+    summary = evaluation.summarize(frame)
+    with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
+        _plot(history, summary, out / CURVE)
+        (out / REPORT).write_text(_markdown(ctx, history, frame, summary))
+    return {variant: round(s["mean"], 4) for variant, s in summary.items()}
+
+
+def _plot(history: pd.DataFrame, summary: dict, path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(history["step"], history["reward"], marker="o", label="train reward (mean of rollouts)")
+    ax.fill_between(
+        history["step"], history["reward"] - history["reward_std"], history["reward"] + history["reward_std"], alpha=0.2
+    )
+    for variant, style in (("base", ":"), ("latest", "--"), ("best", "-.")):
+        if variant in summary:
+            ax.axhline(summary[variant]["mean"], linestyle=style, color="gray", label=f"validation: {variant}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title("Reward per training step")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
+    train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
+    lines = [
+        f"# autorl run `{ctx.run_dir.name}`",
+        "",
+        "## Task",
+        "",
+        ctx.task.description,
+        "",
+        "## System prompt",
+        "",
+        *[f"> {line}" for line in system_prompt.load(ctx).splitlines()],
+        "",
+        f"## Inputs ({len(train_inputs)} train, {len(val_inputs)} validation; a sample)",
+        "",
+        *[f"- {text}" for text in train_inputs[:5]],
+        "",
+        "## Validation reward",
+        "",
+        "Each validation input's answers from every variant were judged together (head to head); the",
+        "mean is over inputs, with a 95% bootstrap confidence interval.",
+        "",
+        "| variant | step | mean reward | 95% CI | inputs |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {variant} | {s.get('step', 0) if variant != 'base' else 0} | {s['mean']:.3f} | "
+            f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}] | {s['inputs']} |"
+            for variant, s in summary.items()
+        ],
+        "",
+        "## Training",
+        "",
+        f"![reward curve]({CURVE})",
+        "",
+        "| step | reward | std | loss | groups trained | step time (s) |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {int(h.step)} | {h.reward:.3f} | {h.reward_std:.3f} | {h.loss:+.4f} | "
+            f"{int(h.groups_trained)}/{int(h.groups)} | {h.step_time_s:.1f} |"
+            for h in history.itertuples()
+        ],
+    ]
+    trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
+    for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
+        lines += ["", f"## {title} validation answers of the trained model", ""]
+        for row in rows.itertuples():
+            lines += [
+                f"**Input:** {row.input}",
+                "",
+                f"**Answer ({row.variant}, reward {row.reward:.2f}):** {row.answer}",
+                "",
+                f"**Judge:** {row.explanation}",
+                "",
+            ]
+    return "\n".join(lines) + "\n"
+
+

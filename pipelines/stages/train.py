@@ -1,0 +1,105 @@
+"""Stage `train`: GRPO steps until `steps` checkpoints exist.
+
+Per step: the policy answers the step's training inputs `group_size` times each, the judge scores
+each group as soon as its answers are in (each scored group is saved at once), then one GRPO update
+writes checkpoint NNNN and its history line. The stage's artifact directory is the training
+directory itself (checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written
+when the asked-for steps exist, and a later run asking for more steps continues it. A killed run
+resumes after the newest checkpoint and reuses the scored groups of the step it was in.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from autorl import TrainConfig, gather_trajectory_groups
+from autorl.backend import read_history
+from autorl.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.trajectories import TrajectoryGroup
+
+from ..artifacts import MANIFEST, atomic_file, canonical_json
+from ..evaluation import scores_frame
+from . import inputs, system_prompt
+
+NAME = "train"
+UPSTREAM = ("inputs", "system_prompt")
+
+
+def settings(task, config) -> dict:
+    # `steps` is not part of the key: asking for more steps continues the same training
+    return {
+        "model": config.model,
+        "judge": config.judge,
+        "rubric": task.rubric,
+        "group_size": config.group_size,
+        "groups_per_step": config.groups_per_step,
+        "learning_rate": config.learning_rate,
+        "rollout": config.rollout.model_dump(),
+    }
+
+
+def steps_done(ctx) -> int:
+    latest = latest_checkpoint(ctx.policy.run_dir / "checkpoints")
+    return latest[0] if latest else 0
+
+
+def is_done(ctx) -> bool:
+    return ctx.store.exists(NAME, ctx.keys[NAME]) and steps_done(ctx) >= ctx.config.steps
+
+
+async def run(ctx) -> dict:
+    config, work = ctx.config, ctx.policy.run_dir
+    prompt = system_prompt.load(ctx)
+    train_inputs = inputs.load(ctx, "train")
+    step = steps_done(ctx)
+    while step < config.steps:
+        step += 1
+        step_dir = work / "steps" / checkpoint_name(step)
+        step_dir.mkdir(parents=True, exist_ok=True)
+        groups = []
+        for index in range(config.groups_per_step):
+            text = train_inputs[((step - 1) * config.groups_per_step + index) % len(train_inputs)]
+            saved = step_dir / f"group_{index:02d}.json"
+            if saved.exists():  # scored before a crash: reuse
+                groups.append(TrajectoryGroup.model_validate_json(saved.read_text()))
+            else:
+                answers = (ctx.policy.answer(prompt, text, config) for _ in range(config.group_size))
+                groups.append(TrajectoryGroup(answers, metadata={"file": saved.name}))
+
+        async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
+            if "file" not in group.metadata:
+                return group
+            scored = await ctx.score(group)
+            if scored is not None:
+                atomic_file(step_dir / scored.metadata.pop("file"), lambda tmp: tmp.write_text(scored.model_dump_json()))
+            return scored
+
+        await ctx.policy.start()
+        scored = await gather_trajectory_groups(
+            groups, pbar_desc=f"step {step}/{config.steps}", max_exceptions=0.25, after_each=score_and_save
+        )
+        metrics = await ctx.policy.model.train(scored, config=TrainConfig(learning_rate=config.learning_rate))
+        frame = scores_frame(scored).assign(step=step)
+        (work / "trajectories").mkdir(exist_ok=True)
+        atomic_file(work / "trajectories" / f"{checkpoint_name(step)}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
+        ctx.tracker.log(metrics, step)
+        ctx.console.print(
+            f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
+            f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}  "
+            f"train {metrics['step_time_s']:.1f}s"
+        )
+    history = read_history(work)[: config.steps]
+    summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
+    atomic_file(work / MANIFEST, lambda tmp: tmp.write_text(canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary})))
+    return summary
+
+
+def best_step(ctx) -> int:
+    """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
+    history = read_history(ctx.policy.run_dir)[: ctx.config.steps]
+    return max(history, key=lambda h: (h["reward"], h["step"]))["step"]
+
+
+def history_frame(ctx) -> pd.DataFrame:
+    return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])
+

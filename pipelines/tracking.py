@@ -1,0 +1,39 @@
+"""Weights & Biases logging of training steps: offline unless the user configured W&B (WANDB_MODE)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+class Tracker:
+    """Logs each step's metrics to a W&B run under `<run dir>/wandb` (or does nothing when disabled)."""
+
+    def __init__(self, enabled: bool, run_dir: Path, name: str, run_id: str, config: dict[str, Any]):
+        self.enabled, self.run_dir, self.name, self.run_id, self.config = enabled, run_dir, name, run_id, config
+        self._run = None
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if not self.enabled:
+            return
+        if self._run is None:
+            os.environ.setdefault("WANDB_SILENT", "true")
+            import wandb  # imported on first use: a cached run never loads it
+
+            self._run = wandb.init(
+                project="autorl",
+                name=self.name,
+                id=self.run_id,
+                resume="allow",
+                dir=self.run_dir,
+                mode=os.environ.get("WANDB_MODE", "offline"),
+                config=self.config,
+                settings=wandb.Settings(silent=True, console="off"),
+            )
+        self._run.log({f"train/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None

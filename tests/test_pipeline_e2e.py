@@ -1,0 +1,174 @@
+"""End to end: `autorl run` on the embedded model through a real vLLM server, as a user runs it.
+
+The runs share one home, so later runs reuse the inputs and system prompt the first one generated.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+TASK = "Reply to a customer asking for a refund, politely, in two sentences"
+SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+def autorl(home: Path, name: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autorl.cli", "run", TASK, "--home", str(home), "--name", name, *SMALL, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=1800)
+    assert process.returncode == 0, output
+    return output
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    return {p for p in pids if running(p)}
+
+
+def wait_gone(pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive(pids)
+
+
+def wait_until(process: subprocess.Popen, condition, timeout: float = 1200) -> set[int]:
+    """Wait for `condition()` while the run is alive; returns the run's processes at that moment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return descendants(process.pid)
+        assert process.poll() is None, process.stdout.read()
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+def server_running(process: subprocess.Popen):
+    return lambda: any(b"vllm" in Path(f"/proc/{p}/cmdline").read_bytes() for p in alive(descendants(process.pid)))
+
+
+def record(home: Path, name: str) -> dict:
+    return json.loads((home / "runs" / name / "run.json").read_text())
+
+
+def steps_in_history(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+
+def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
+    started = time.monotonic()
+    process = autorl(home, "first", "--steps", "2")
+    children = wait_until(process, server_running(process))
+    output = finish(process)
+    first_seconds = time.monotonic() - started
+    run_dir = home / "runs" / "first"
+    assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
+    assert (run_dir / "checkpoints" / "0002" / "adapter_model.safetensors").is_file()
+    assert steps_in_history(run_dir) == [1, 2]
+    assert "step 2/2" in output
+    assert not wait_gone(children, 10), "vLLM processes outlived the run"
+
+    # the report renders, with the reward curve, and W&B wrote an offline run with the step metrics
+    report = (run_dir / "report.md").read_text()
+    for section in ("## Task", "## System prompt", "## Validation reward", "| base |", "## Best", "## Worst"):
+        assert section in report
+    assert (run_dir / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
+    summary = json.loads(next((run_dir / "wandb").glob("offline-run-*/files/wandb-summary.json")).read_text())
+    assert "train/reward" in summary and summary["_step"] == 2
+
+    # the same command again: every stage cached, no model call, no server started
+    started = time.monotonic()
+    rerun = autorl(home, "first", "--steps", "2")
+    saw_server = server_running(rerun)
+    seen = False
+    while rerun.poll() is None:
+        seen = seen or saw_server()
+        time.sleep(0.2)
+    output = finish(rerun)
+    rerun_seconds = time.monotonic() - started
+    again = record(home, "first")
+    assert all(stage["cached"] for stage in again["stages"].values())
+    assert sum(stage["model_calls"] for stage in again["stages"].values()) == 0
+    assert "model calls this run: 0" in output
+    assert not seen, "a fully cached rerun started a vLLM server"
+    print(f"\nrerun/first run time: {rerun_seconds:.1f}s / {first_seconds:.1f}s = {rerun_seconds / first_seconds:.3f}")
+
+    # only the learning rate changes: inputs, system prompt and baseline are reused, training reruns
+    finish(autorl(home, "first", "--steps", "1", "--lr", "5e-5", "--no-wandb"))
+    stages = record(home, "first")["stages"]
+    assert stages["inputs"]["cached"] and stages["system_prompt"]["cached"] and stages["baseline"]["cached"]
+    assert not stages["train"]["cached"] and not stages["evaluate"]["cached"]
+    assert steps_in_history(run_dir) == [1]  # the run now points at the new training
+
+
+def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
+    process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb")
+
+    def in_step_two() -> bool:  # step 2's first group is scored and saved, its update not yet done
+        run_file = home / "runs" / "killed" / "run.json"
+        keys = json.loads(run_file.read_text()).get("keys") if run_file.exists() else None
+        return bool(keys) and (home / "artifacts" / "train" / keys["train"] / "steps/0002/group_00.json").exists()
+
+    children = wait_until(process, in_step_two)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert not wait_gone(children, 90), "vLLM processes outlived a SIGKILLed run"
+    work = home / "artifacts" / "train" / record(home, "killed")["keys"]["train"]
+    assert not (work / "checkpoints" / "0002").exists()
+
+    finish(autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb"))
+    run_dir = home / "runs" / "killed"
+    assert steps_in_history(run_dir) == [1, 2, 3]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
+    assert record(home, "killed")["stages"]["train"]["cached"] is False
+
+
+def test_ctrl_c_stops_the_run_and_its_server(home):
+    process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb")
+    children = wait_until(process, server_running(process))
+    os.kill(process.pid, signal.SIGINT)
+    output, _ = process.communicate(timeout=180)
+    assert process.returncode == 1
+    assert "interrupted; rerun the same command to resume" in output
+    assert not wait_gone(children, 90), "vLLM processes outlived Ctrl-C"
+    assert record(home, "interrupted")["status"] == "interrupted"
