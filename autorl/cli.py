@@ -18,11 +18,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # long lines (paths) stay whole in logs
 
 
 def fail(message: str) -> None:
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False)
     raise typer.Exit(1)
 
 

@@ -128,7 +128,8 @@ class GenerationStats(BaseModel):
 class GeneratedInputs(BaseModel):
     """What `generate_inputs` returns."""
 
-    system_prompt: str
+    system_prompt: str | None
+    """None when generated with `write_system_prompt=False`."""
     inputs: list[GeneratedInput]
     stats: GenerationStats
 
@@ -303,8 +304,12 @@ def generate_inputs(
     generator: str = "embedded",
     seed: int = 0,
     config: GenerationConfig | None = None,
+    *,
+    write_system_prompt: bool = True,
 ) -> GeneratedInputs:
     """A system prompt and `n` (default `task.num_inputs`) unique inputs split into train and val.
+
+    write_system_prompt: False skips the system prompt (the pipeline makes it in a stage of its own).
 
     Deterministic for a given generator, seed and config when the generator honours `seed` (vLLM does).
     Raises InputGenerationError if the generator fails, or if `n` unique inputs are not reached within
@@ -318,9 +323,11 @@ def generate_inputs(
     writer = _InputWriter(task, lm, seed, config)
     budget = config.calls_allowed(n)
     with Progress(transient=True) as progress, ThreadPoolExecutor(config.concurrency) as pool:
-        spinner = progress.add_task(f"Writing the system prompt with {model_name}", total=None)
-        system_prompt = generate_system_prompt(task, lm, seed)
-        progress.remove_task(spinner)
+        system_prompt = None
+        if write_system_prompt:
+            spinner = progress.add_task(f"Writing the system prompt with {model_name}", total=None)
+            system_prompt = generate_system_prompt(task, lm, seed)
+            progress.remove_task(spinner)
         bar = progress.add_task(f"Generating {n} inputs with {model_name}", total=n)
         while len(writer.index) < n and writer.stats.calls < budget:
             wanted = math.ceil((n - len(writer.index)) / config.batch_size)

@@ -50,7 +50,8 @@ def response_format(ids: Sequence[str]) -> dict[str, Any]:
     """The OpenAI `response_format` asking for exactly one score per id."""
     entry = {
         "type": "object",
-        "properties": {"explanation": {"type": "string"}, "score": {"type": "number"}},
+        # the range lets guided decoding (vLLM) keep even a small judge inside [0, 1]
+        "properties": {"explanation": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1}},
         "required": ["explanation", "score"],
         "additionalProperties": False,
     }

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -113,8 +114,9 @@ def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
     for section in ("## Task", "## System prompt", "## Validation reward", "| base |", "## Best", "## Worst"):
         assert section in report
     assert (run_dir / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
-    summary = json.loads(next((run_dir / "wandb").glob("offline-run-*/files/wandb-summary.json")).read_text())
-    assert "train/reward" in summary and summary["_step"] == 2
+    logged = wandb_history(next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")))
+    assert [row["_step"] for row in logged] == [1, 2]
+    assert all({"train/reward", "train/loss", "train/grad_norm"} <= row.keys() for row in logged)
 
     # the same command again: every stage cached, no model call, no server started
     started = time.monotonic()
@@ -144,10 +146,10 @@ def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb")
 
-    def in_step_two() -> bool:  # step 2's first group is scored and saved, its update not yet done
+    def in_step_two() -> bool:  # step 1 is checkpointed: step 2's rollouts are under way
         run_file = home / "runs" / "killed" / "run.json"
         keys = json.loads(run_file.read_text()).get("keys") if run_file.exists() else None
-        return bool(keys) and (home / "artifacts" / "train" / keys["train"] / "steps/0002/group_00.json").exists()
+        return bool(keys) and (home / "artifacts" / "train" / keys["train"] / "checkpoints/0001").exists()
 
     children = wait_until(process, in_step_two)
     os.kill(process.pid, signal.SIGKILL)

@@ -1,11 +1,11 @@
-"""The custom-judge example in docs/ruler.md runs as written and prints what it says."""
+"""The custom-judge example in the README runs as written and prints what it says."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ruler.md"
+DOC = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_custom_judge_example_runs(capsys):

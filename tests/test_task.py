@@ -102,7 +102,7 @@ def test_missing_task_file_is_reported(tmp_path):
 
 
 def test_docs_describe_every_field_and_their_example_loads(tmp_path):
-    docs = (REPO / "docs" / "inputs.md").read_text()
+    docs = (REPO / "README.md").read_text()
     for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:
         assert f"`{field}`" in docs, field
     example = docs.split("```toml\n")[1].split("```")[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from autorl.inputs import GenerationConfig, generate_inputs, read_inputs_jsonl, write_inputs_jsonl
 
@@ -27,7 +28,9 @@ async def run(ctx) -> dict:
     n = ctx.config.num_inputs or ctx.task.num_inputs
     if ctx.config.generator == "embedded":
         await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
-    generated = await asyncio.to_thread(generate_inputs, ctx.task, n, ctx.config.generator, ctx.config.seed)
+    generated = await asyncio.to_thread(
+        partial(generate_inputs, ctx.task, n, ctx.config.generator, ctx.config.seed, write_system_prompt=False)
+    )
     ctx.calls["generator"] += generated.stats.calls
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         write_inputs_jsonl(generated.inputs, out / FILE)
