@@ -7,6 +7,7 @@ the training directory's `checkpoints/`, `history.jsonl` and `trajectories/`, th
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -106,7 +107,8 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
         _copy_report(store.path("report", keys["report"]), run_dir)
         record.update(status="done", model_calls=dict(calls))
     except BaseException as exc:
-        record.update(status="interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit) else "failed")
+        interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError)  # Ctrl-C cancels
+        record.update(status="interrupted" if interrupted else "failed")
         record["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise
     finally:
