@@ -149,5 +149,43 @@ def inputs_command(
     )
 
 
+@app.command("benchmark")
+def benchmark_command(
+    run: Annotated[str, typer.Argument(help="Run whose base model, checkpoints, system prompt, validation inputs and judge are used.")],
+    variants: Annotated[str | None, typer.Option(help="Comma-separated: base, RUN@latest, RUN@best, RUN@NNNN, provider/model, name@http://host:port/v1; append +prompt=FILE for another system prompt. Default: base,RUN@latest.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Directory for results.md/.csv, winrates.csv, scores.csv, scores.png; default HOME/runs/RUN/benchmark.")] = None,
+    inputs: Annotated[Path | None, typer.Option(help="JSONL file whose rows' `input` fields are the inputs; default: the run's validation split.")] = None,
+    judge: Annotated[str | None, typer.Option(help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute; default: the run's judge.")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="Answers per variant and input (averaged per input).")] = 1,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Completion token cap per answer; default: the run's.")] = None,
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(".autorl"),
+) -> None:
+    """Compare agent variants on the same held-out inputs: mean score with 95% CI, win rates, a bar chart.
+
+    Every variant answers every input; a RULER judge scores each input's answers side by side. Answers
+    and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
+    is reported as failed and the others finish.
+    """
+    from benchmarks.head_to_head import BenchmarkConfig, check_finished, run_benchmark
+    from benchmarks.scoreboard import RESULTS, markdown_table
+
+    try:
+        config = BenchmarkConfig(
+            run=run, variants=variants.split(",") if variants else [], out=out, inputs=inputs, judge=judge,
+            samples=samples, max_tokens=max_tokens, home=home,
+        )  # fmt: skip
+        result = asyncio.run(run_benchmark(config, err))
+    except AutoRLError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; rerun the same command to reuse the answers already made")
+    Console(width=200).print(markdown_table(result.results), highlight=False, markup=False)
+    err.print(f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}", highlight=False)
+    try:
+        check_finished(result)
+    except AutoRLError as exc:
+        fail(str(exc))
+
+
 if __name__ == "__main__":
     app()

@@ -50,12 +50,17 @@ def runs_table(home: Path) -> Table:
     return table
 
 
-def show_table(home: Path, name: str) -> Table:
+def load_run(home: Path, name: str) -> dict[str, Any]:
+    """The record (run.json) of run `name`; one error line naming the runs that exist when there is none."""
     path = home / "runs" / name / RUN_FILE
     if not path.exists():
         known = ", ".join(r["name"] for r in load_runs(home)) or "none"
         raise AutoRLError(f"no run named {name!r} in {home / 'runs'} (runs: {known})")
-    record = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+def show_table(home: Path, name: str) -> Table:
+    record = load_run(home, name)
     table = Table(title=f"{name}: {record.get('status', '?')} — {record['task']['description'][:60]}")
     for column in ("stage", "key", "cached", "seconds", "model calls", "figures"):
         table.add_column(column)
