@@ -107,8 +107,9 @@ class LocalBackend:
                 metrics = await asyncio.to_thread(state.trainer.step, groups, config)
                 if metrics["groups_trained"] == 0:
                     log.warning(
-                        "step %d: all %d groups had tied rewards; the LoRA is unchanged (no training signal)",
+                        "step %d: no training signal (%d of %d groups had tied rewards); the LoRA is unchanged",
                         step,
+                        metrics["groups_skipped_tied"],
                         metrics["groups"],
                     )
                 await asyncio.to_thread(state.trainer.save, step, metrics)
