@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .. import evaluation  # noqa: E402
 from . import evaluate, inputs, system_prompt, train  # noqa: E402
@@ -26,6 +27,8 @@ async def run(ctx) -> dict:
     history = train.history_frame(ctx)
     frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
     summary = evaluation.summarize(frame)
+    for variant, step in ctx.store.manifest(evaluate.NAME, ctx.keys[evaluate.NAME])["steps"].items():
+        summary[variant]["step"] = step
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         _plot(history, summary, out / CURVE)
         (out / REPORT).write_text(_markdown(ctx, history, frame, summary))
@@ -41,6 +44,7 @@ def _plot(history: pd.DataFrame, summary: dict, path) -> None:
     for variant, style in (("base", ":"), ("latest", "--"), ("best", "-.")):
         if variant in summary:
             ax.axhline(summary[variant]["mean"], linestyle=style, color="gray", label=f"validation: {variant}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.set_title("Reward per training step")
@@ -75,7 +79,7 @@ def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) ->
         "| variant | step | mean reward | 95% CI | inputs |",
         "|---|---|---|---|---|",
         *[
-            f"| {variant} | {s.get('step', 0) if variant != 'base' else 0} | {s['mean']:.3f} | "
+            f"| {variant} | {s.get('step', 0)} | {s['mean']:.3f} | "
             f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}] | {s['inputs']} |"
             for variant, s in summary.items()
         ],
