@@ -24,6 +24,48 @@ from .trajectories import TrajectoryGroup
 OPTIMIZER_FILE = "optimizer.pt"
 
 
+MIN_SHARED_PREFIX = 16
+"""Shared prefixes shorter than this (tokens) are not worth an extra forward pass."""
+
+
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags under which bf16 matmuls run natively (and beat fp32) in torch's CPU kernels."""
+
+
+def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype of the frozen base weights for `TrainerConfig.dtype` on `device` ("auto" resolved)."""
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if device.type == "cpu" and _cpu_flags() & set(BF16_CPU_FLAGS) else torch.float32
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux: no flags known, so float32
+        return set()
+    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def _prompt(sequence: Sequence) -> list[int]:
+    """The tokens before the first trained token."""
+    return sequence.input_ids[: sequence.mask.index(1)]
+
+
+def _shared_prefix_length(input_ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many leading tokens every row shares, stopping before the last untrained one.
+
+    The logits at position t score token t + 1, so a prefix of `split` tokens may only cover tokens
+    whose successors (up to token `split`) are all untrained context.
+    """
+    same = (input_ids == input_ids[:1]).all(dim=0)
+    common = int(same.long().cumprod(0).sum())
+    first_trained = int(mask.float().argmax(dim=1).min())  # every row has a trained token
+    return max(0, min(common, first_trained - 1))
+
+
 class GRPOTrainer:
     """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update."""
 
@@ -33,7 +75,8 @@ class GRPOTrainer:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, config.dtype)).to(self.device)
+        self.dtype = training_dtype(config.dtype, self.device)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device)
         latest = latest_checkpoint(checkpoints)
         if latest is None:
             lora = LoraConfig(
@@ -93,13 +136,15 @@ class GRPOTrainer:
         total_tokens = sum(sum(s.mask) for s, _ in batch)
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
         loss_sum = clipped = ratio_sum = 0.0
-        batch = sorted(batch, key=lambda item: len(item[0].input_ids))  # less padding per micro-batch
+        if self.config.share_prompt_prefix:  # a group's sequences side by side; less padding within a prompt
+            batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
+        else:  # less padding per micro-batch
+            batch = sorted(batch, key=lambda item: len(item[0].input_ids))
         for start in range(0, len(batch), config.micro_batch_size):
             micro = batch[start : start + config.micro_batch_size]
             input_ids, attention, mask, old = self._pad([s for s, _ in micro])
             advantages = torch.tensor([a for _, a in micro], device=self.device)
-            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
-            logprobs = token_logprobs(logits, input_ids)
+            logprobs = self._token_logprobs(input_ids, attention, mask)
             loss, stats = clipped_policy_loss(
                 logprobs, old[:, 1:], advantages, mask[:, 1:], config.epsilon, epsilon_high
             )
@@ -119,6 +164,22 @@ class GRPOTrainer:
             "clip_fraction": clipped / total_tokens,
             "ratio_mean": ratio_sum / total_tokens,
         }
+
+    def _token_logprobs(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Logprob of each token given the ones before it ([batch, tokens - 1], as `grpo.token_logprobs`).
+
+        With `share_prompt_prefix`, the context tokens that every row of the micro-batch starts with
+        run through the model once, and the rows continue from that KV cache (gradients flow back
+        through it); positions inside the shared prefix score no trained token and get 0.
+        """
+        split = _shared_prefix_length(input_ids, mask) if self.config.share_prompt_prefix else 0
+        if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
+            return token_logprobs(self.model(input_ids=input_ids, attention_mask=attention).logits, input_ids)
+        cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(input_ids.shape[0])
+        logits = self.model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache).logits
+        shared = torch.zeros(input_ids.shape[0], split, device=self.device)
+        return torch.cat([shared, token_logprobs(logits, input_ids[:, split:])], dim=1)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

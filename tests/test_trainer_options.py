@@ -1,0 +1,93 @@
+"""The trainer's speed options: a group's prompt shared in the forward pass gives the same update as
+running every sequence whole; dtype "auto" picks bf16 only where the hardware runs it natively."""
+
+import random
+
+import pytest
+import torch
+from tiny import choice
+
+from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+import autorl.trainer
+from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, training_dtype
+
+PROMPT = [
+    {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly, please."},
+    {"role": "user", "content": "Reply to a customer asking for a refund, politely, in two sentences."},
+]
+
+
+def groups(tokenizer, prompts: int = 2, size: int = 4) -> list[TrajectoryGroup]:
+    rng = random.Random(0)
+    result = []
+    for p in range(prompts):
+        messages = [PROMPT[0], {"role": "user", "content": PROMPT[1]["content"] + " yes" * p}]
+        trajectories = []
+        for i in range(size):
+            ids = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(3, 9))]
+            logprobs = [-rng.uniform(1, 6) for _ in ids]
+            trajectories.append(
+                Trajectory(messages_and_choices=[*messages, choice(tokenizer.decode(ids), ids, logprobs)], reward=i)
+            )
+        result.append(TrajectoryGroup(trajectories))
+    return result
+
+
+def record_gradients(trainer: GRPOTrainer) -> list[dict[str, torch.Tensor]]:
+    """The LoRA gradients of every optimizer step (compared rather than weights: Adam's g / sqrt(v)
+    turns float rounding of a near-zero gradient into a full-size update)."""
+    recorded, step = [], trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        recorded.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.requires_grad})
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step
+    return recorded
+
+
+@pytest.mark.parametrize("micro_batch_size", [4, 3])
+def test_sharing_the_prompt_gives_the_same_update(tiny_model, tmp_path, micro_batch_size):
+    config = TrainConfig(learning_rate=1e-2, micro_batch_size=micro_batch_size)
+    results = {}
+    for share in (False, True):
+        trainer = GRPOTrainer(tiny_model, tmp_path / str(share), TrainerConfig(seed=0, dtype="float32", share_prompt_prefix=share))
+        data = groups(trainer.tokenizer)
+        gradients = record_gradients(trainer)
+        forward, continued = trainer.model.forward, []
+
+        def counting_forward(*args, **kwargs):
+            continued.append(kwargs.get("past_key_values") is not None)
+            return forward(*args, **kwargs)
+
+        trainer.model.forward = counting_forward
+        metrics = [trainer.step(data, config) for _ in range(2)]
+        assert any(continued) == share  # the shared path ran (and only when asked for)
+        results[share] = (metrics, gradients)
+    (plain_metrics, plain_grads), (shared_metrics, shared_grads) = results[False], results[True]
+    for plain, shared in zip(plain_metrics, shared_metrics, strict=True):
+        assert shared["trained_tokens"] == plain["trained_tokens"]
+        assert shared["loss"] == pytest.approx(plain["loss"], rel=1e-4, abs=1e-6)
+        assert shared["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+        assert shared["ratio_mean"] == pytest.approx(plain["ratio_mean"], rel=1e-5)
+    for plain, shared in zip(plain_grads, shared_grads, strict=True):
+        for name, grad in plain.items():
+            torch.testing.assert_close(shared[name], grad, rtol=1e-4, atol=1e-7)
+
+
+def test_the_shared_prefix_stops_before_the_first_trained_token_and_at_the_first_difference(tokenizer):
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 11, 12], [5, 6, 7, 8, 9, 0]])
+    mask = torch.tensor([[0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 1]])
+    assert _shared_prefix_length(ids, mask) == 3  # token 4 is trained in row 2: logits at 3 must stay per row
+    mask[1] = torch.tensor([0, 0, 0, 0, 0, 1])
+    assert _shared_prefix_length(ids, mask) == 4  # rows differ from token 4 on
+    assert MIN_SHARED_PREFIX > 1
+
+
+def test_auto_dtype_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(autorl.trainer, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    assert training_dtype("auto", cpu) == torch.bfloat16
+    monkeypatch.setattr(autorl.trainer, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    assert training_dtype("auto", cpu) == torch.float32
+    assert training_dtype("bfloat16", cpu) == torch.bfloat16

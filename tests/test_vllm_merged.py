@@ -1,0 +1,45 @@
+"""Integration: a real vLLM server in merged mode reloads merged LoRA weights in place, and back."""
+
+import httpx
+import pytest
+from test_merge import random_lora
+
+from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.vllm_server import ServerConfig, VLLMServer
+
+pytestmark = pytest.mark.slow
+PROMPTS = ["What is the capital of France?", "List three fruits."]
+
+
+def greedy(server: VLLMServer) -> list[str]:
+    replies = []
+    for prompt in PROMPTS:
+        response = httpx.post(
+            server.base_url + "/chat/completions",
+            json={
+                "model": server.served_name,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 16,
+                "temperature": 0,
+            },
+            timeout=300,
+        )
+        response.raise_for_status()
+        replies.append(response.json()["choices"][0]["message"]["content"])
+    return replies
+
+
+def test_merged_server_serves_a_merged_lora_and_returns_to_the_base_weights(tmp_path):
+    model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
+    adapter = random_lora(model_dir, tmp_path / "lora", r=8, lora_alpha=16)
+    server = VLLMServer(model_dir, "policy", tmp_path / "vllm.log", ServerConfig(lora_serving="merged"))
+    with server:
+        base = greedy(server)
+        server.load_merged(adapter)
+        merged = greedy(server)
+        assert merged != base  # the prefix cache from the base weights was not reused either
+        own_dir = server._merged_dir
+        assert (own_dir / "model.safetensors").is_file()
+        server.load_merged(None)
+        assert greedy(server) == base
+    assert not own_dir.exists()  # the temporary merged weights go with the server
