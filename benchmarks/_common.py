@@ -7,12 +7,14 @@ reports medians; it writes `benchmarks/results/<name>.json` with a `ratios` list
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -143,3 +145,21 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
         if i == 0:
             print("  ".join("-" * width for width in widths))
+
+
+class Loop:
+    """One event loop in a thread, so sync code (TRL's callbacks, timing loops) runs coroutines on the
+    same loop as the model's client; its executor's threads outlive the servers they start (a server is
+    SIGTERMed when its starting thread exits)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()

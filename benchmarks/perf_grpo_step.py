@@ -38,13 +38,12 @@ import logging
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, ratio_entry, summary, write_result  # noqa: E402
+from _common import Loop, print_table, ratio_entry, summary, write_result  # noqa: E402
 
 import autorl as art  # noqa: E402
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model  # noqa: E402
@@ -65,23 +64,6 @@ def e_share(text: str) -> float:
 
 def train_config(**overrides) -> art.TrainConfig:
     return art.TrainConfig(learning_rate=LEARNING_RATE, epsilon=0.2, epsilon_high=0.28, **overrides)
-
-
-class Loop:
-    """One event loop in a thread: TRL's callbacks (sync) run our async steps on it; its executor's
-    threads outlive the servers they start (a server is SIGTERMed when its starting thread exits)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
 
 
 class Side:

@@ -32,13 +32,12 @@ import asyncio
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, process_group_cpu_s, ratio_entry, summary, write_result  # noqa: E402
+from _common import Loop, print_table, process_group_cpu_s, ratio_entry, summary, write_result  # noqa: E402
 
 import autorl as art  # noqa: E402
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model  # noqa: E402
@@ -122,22 +121,6 @@ def hf_tokens_per_s(model, tokenizer, prompts: list, batch: int, tokens: int, se
             )
         generated += (out.shape[1] - encoded["input_ids"].shape[1]) * out.shape[0]
     return generated / (time.perf_counter() - started)
-
-
-class Loop:
-    """One event loop in a thread, so sync code can run coroutines on the same loop (the model's client)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
 
 
 def main() -> None:
