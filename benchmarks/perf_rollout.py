@@ -228,7 +228,8 @@ def main() -> None:
     med = {name: {c: statistics.median(v) for c, v in per.items()} for name, per in results.items()}
     conditions = (
         f"{{c}} concurrent requests, {args.tokens} completion tokens each, SmolLM2-135M + trained LoRA r8, "
-        f"temperature 1, median of {args.reps}; vLLM bf16 (its CPU default) on 1 worker thread (auto binding), "
+        f"temperature 1, median of {args.reps}; vLLM bf16 (its CPU default), model "
+        f"{'in the engine process (cpu_in_process)' if server._in_process() else 'in a worker process'}, "
         f"HF on {torch.get_num_threads()} threads"
     )
     ratios = []

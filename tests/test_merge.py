@@ -1,4 +1,4 @@
-"""Merging a PEFT LoRA into the base weights (for `ServerConfig(lora_serving="merged")`), and that mode's server."""
+"""Merging a PEFT LoRA into the base weights (for `ServerConfig(lora_serving="merged")`)."""
 
 import json
 
@@ -10,7 +10,6 @@ from transformers import AutoModelForCausalLM
 
 from autorl.errors import AutoRLError
 from autorl.merge import MERGED_FILE, merged_state_dict, write_merged
-from autorl.vllm_server import ServerConfig, VLLMServer
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -60,16 +59,3 @@ def test_an_adapter_that_is_not_plain_lora_is_refused(tiny_model, tmp_path):
     (adapter / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     with pytest.raises(AutoRLError, match="only plain LoRA"):
         merged_state_dict(tiny_model, adapter)
-
-
-def test_merged_mode_starts_vllm_without_lora_support_and_only_on_loopback(tmp_path):
-    server = VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="merged"))
-    server.port = 8000
-    assert "--enable-lora" not in server.command()
-    adapter = VLLMServer(tmp_path, "m", tmp_path / "log")
-    adapter.port = 8000
-    assert "--enable-lora" in adapter.command()
-    with pytest.raises(AutoRLError, match="loopback"):
-        VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="merged", host="0.0.0.0")).start()
-    with pytest.raises(AutoRLError, match="lora_serving"):
-        adapter.load_merged(None)
