@@ -40,7 +40,9 @@ class _ModelState:
         """The GRPOTrainer, created at the first training step."""
         self.lock = asyncio.Lock()
         self.loaded: set[str] = set()
-        """LoRA names loaded into the server."""
+        """LoRA names loaded into the server (adapter serving)."""
+        self.resident = 0
+        """The step whose weights the server holds (merged serving; 0: the base model)."""
 
 
 class LocalBackend:
@@ -48,7 +50,12 @@ class LocalBackend:
 
     path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
         `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
-    server: how the vLLM server is started (port, memory, context length, ...).
+    server: how the vLLM server is started (port, memory, context length, how LoRAs are served, ...).
+
+    How a trained LoRA reaches the server follows `ServerConfig.lora_serving`. Adapter serving (the
+    default on CUDA): each checkpoint is a vLLM LoRA served as `<name>@NNNN`, the base model under its
+    own name. Merged serving (the default on CPU, 3x the rollout tokens/s there): the server holds one
+    checkpoint's weights at a time, served as `<name>`; `serve_checkpoint` swaps them in.
     """
 
     def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):
@@ -66,12 +73,14 @@ class LocalBackend:
         run_dir = self.run_dir(model)
         ensure_writable(run_dir)
         model_dir = resolve_base_model(model.base_model)
-        if self.server_config.max_lora_rank < model.trainer.lora_rank:
+        merged = self.server_config.serves_merged()
+        if not merged and self.server_config.max_lora_rank < model.trainer.lora_rank:
             raise AutoRLError(
                 f"LoRA rank {model.trainer.lora_rank} exceeds the server's max_lora_rank "
                 f"{self.server_config.max_lora_rank}; raise ServerConfig.max_lora_rank"
             )
-        server = VLLMServer(model_dir, model.base_model, run_dir / "logs" / "vllm.log", self.server_config)
+        served_name = model.name if merged else model.base_model
+        server = VLLMServer(model_dir, served_name, run_dir / "logs" / "vllm.log", self.server_config)
         try:
             await asyncio.to_thread(server.start)
         except asyncio.CancelledError:  # Ctrl-C during start-up: stopping ends the start thread's wait
@@ -82,7 +91,7 @@ class LocalBackend:
         _reconcile_history(run_dir)
         model.inference_base_url = server.base_url
         model.inference_api_key = LOCAL_API_KEY
-        model.inference_model_name = model.base_model
+        model.inference_model_name = served_name
         latest = latest_checkpoint(run_dir / "checkpoints")
         if latest is not None:
             model.inference_model_name = await self.serve_checkpoint(model, latest[0])
@@ -124,15 +133,27 @@ class LocalBackend:
         return {"step": step, **metrics}
 
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
-        """The name under which the server serves checkpoint `step` (0: the base model), loading it if needed."""
+        """The name under which the server serves checkpoint `step` (0: the base model), loading it if needed.
+
+        With merged serving the server holds one checkpoint at a time: serving another step swaps the
+        weights for every request after the swap (requests in flight finish on the old ones), so answer
+        with one checkpoint after the other.
+        """
         state = self._state(model)
-        if step == 0:
-            return model.base_model
-        name = inference_name(model.name, step)
-        if name not in state.loaded:
+        path = None
+        if step > 0:
             path = state.run_dir / "checkpoints" / checkpoint_name(step)
             if not (path / METRICS_FILE).is_file():
                 raise AutoRLError(f"model {model.name!r} has no checkpoint {checkpoint_name(step)}")
+        if state.server.merged:
+            if state.resident != step:
+                await asyncio.to_thread(state.server.load_merged, path)
+                state.resident = step
+            return state.server.served_name
+        if path is None:
+            return model.base_model
+        name = inference_name(model.name, step)
+        if name not in state.loaded:
             await asyncio.to_thread(state.server.load_lora, name, path)
             state.loaded.add(name)
         return name

@@ -48,6 +48,7 @@ def run_command(
     name: Annotated[str | None, typer.Option(help="Run name; default derived from the task and model.")] = None,
     home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(".autorl"),
     port: Annotated[int | None, typer.Option(help="Port of the local vLLM server; default: a free one.")] = None,
+    lora_serving: Annotated[str, typer.Option(help="How the server serves the trained LoRA: merged (into the weights, fast on CPU), adapter (vLLM LoRA), auto (merged on CPU, adapter on CUDA).")] = "auto",
     wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log steps to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
     force: Annotated[list[str] | None, typer.Option(help="Recompute STAGE and the stages after it (repeatable; 'all' for every stage).", metavar="STAGE")] = None,
     resume: Annotated[bool, typer.Option(help="Reuse an existing run name even if its task differs.")] = False,
@@ -71,7 +72,7 @@ def run_command(
             model=model, judge=judge, generator=generator, steps=steps, group_size=group_size,
             groups_per_step=groups_per_step, num_inputs=inputs, eval_samples=eval_samples,
             learning_rate=learning_rate, seed=seed, rollout=RolloutConfig(max_tokens=max_tokens), home=home,
-            name=name, wandb=wandb, force=force or [], resume=resume, server=ServerConfig(port=port),
+            name=name, wandb=wandb, force=force or [], resume=resume, server=ServerConfig(port=port, lora_serving=lora_serving),
         )  # fmt: skip
         asyncio.run(run_pipeline(spec, config, err))
     except ValidationError as exc:

@@ -38,6 +38,8 @@ def clipped_policy_loss(
     logprobs, old_logprobs, mask: [batch, tokens]; advantages: [batch]. Old logprobs that are NaN
     (unknown) are taken from the current policy, detached, so those tokens have ratio 1. Divide
     the returned sum by the number of masked tokens of the whole update for the token-level mean.
+    The stats also sum |logprob - old logprob| over the masked tokens whose old logprob is known: how
+    far the policy being trained is from the one that sampled (the inference server's numerics).
     """
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
     ratio = torch.exp(logprobs - old)
@@ -47,8 +49,11 @@ def clipped_policy_loss(
     per_token = -torch.minimum(unclipped, clipped)
     mask = mask.to(per_token.dtype)
     with torch.no_grad():
+        known = mask * ~torch.isnan(old_logprobs)
         stats = {
             "clipped_tokens": float(((clipped < unclipped).float() * mask).sum()),
             "ratio_sum": float((ratio * mask).sum()),
+            "sampler_gap_sum": float(((logprobs - old).abs() * known).sum()),
+            "sampler_known_tokens": float(known.sum()),
         }
     return (per_token * mask).sum(), stats

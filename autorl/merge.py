@@ -56,29 +56,36 @@ def read_adapter(adapter_dir: Path) -> tuple[dict, dict[str, tuple[torch.Tensor,
 
 
 class LoraMerger:
-    """One base model's weights, held in memory, into which LoRA checkpoints are merged one at a time."""
+    """One base model's weights, held in memory, into which LoRA checkpoints are merged one at a time.
+
+    dtype: the dtype of the merged tensors (default: as stored), e.g. the dtype a server runs in, so
+        that it loads them as they are. Each merged weight is computed from the stored base weight in
+        float32 and rounded to `dtype` once.
+    """
 
     def __init__(self, base_dir: Path, dtype: torch.dtype | None = None):
         files = sorted(Path(base_dir).glob("*.safetensors"))
         if not files:
             raise AutoRLError(f"no safetensors weights in {base_dir}")
         self.base: dict[str, torch.Tensor] = {}
-        """The base model's tensors by checkpoint name, in `dtype` (default: as stored)."""
+        """The base model's tensors by checkpoint name, as stored."""
         for file in files:
             for key, tensor in load_file(file).items():
-                self.base[key] = tensor.to(dtype) if dtype is not None else tensor.clone()  # off the file's mmap
+                self.base[key] = tensor.clone()  # off the file's mmap
+        self.dtype = dtype
+        self._out = {k: v.to(dtype) for k, v in self.base.items()} if dtype is not None else self.base
 
     def merged(self, adapter_dir: Path) -> dict[str, torch.Tensor]:
         """The base tensors with the LoRA deltas of `adapter_dir` added (untouched tensors are shared, not copied)."""
         config, lora = read_adapter(adapter_dir)
-        merged = dict(self.base)
+        merged = dict(self._out)
         for module, (a, b) in lora.items():
             key = f"{module}.weight"
             if key not in merged:
                 raise AutoRLError(f"cannot merge {adapter_dir}: no base weight {key}")
-            weight = merged[key]
+            weight = self.base[key]
             delta = torch.addmm(weight.float(), b.float(), a.float(), alpha=lora_scale(config, module))
-            merged[key] = delta.to(weight.dtype)
+            merged[key] = delta.to(merged[key].dtype)
         return merged
 
     def write(self, adapter_dir: Path, out_dir: Path) -> Path:

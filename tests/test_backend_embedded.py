@@ -10,15 +10,32 @@ import autorl as art
 pytestmark = pytest.mark.slow
 
 
-def test_art_style_rollouts_train_step_and_lora_reload(tmp_path):
+# How each serving mode names what it serves: (before training, after step 1).
+NAMES = {"adapter": ("embedded:smollm2-135m", "agent@0001"), "merged": ("agent", "agent")}
+
+
+@pytest.mark.parametrize("serving", ["merged", "adapter"])
+def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def scenario():
-        backend = art.LocalBackend(tmp_path)
+        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving))
         model = art.TrainableModel(name="agent", project="it")
         await model.register(backend)
         try:
             client = model.openai_client()
-            assert model.get_inference_name() == "embedded:smollm2-135m"
+            assert model.get_inference_name() == NAMES[serving][0]
             assert await model.get_step() == 0
+
+            async def greedy_logprobs() -> list[float]:
+                reply = await client.chat.completions.create(
+                    model=model.get_inference_name(),
+                    messages=[{"role": "user", "content": "Name a colour."}],
+                    max_tokens=4,
+                    temperature=0,
+                    logprobs=True,
+                )
+                return [t.logprob for t in reply.choices[0].logprobs.content]
+
+            before = await greedy_logprobs()
 
             async def rollout(i: int) -> art.Trajectory:
                 messages = [{"role": "user", "content": f"Count from 1 to {i + 3}."}]
@@ -36,7 +53,8 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path):
 
             # a request sent while the step trains waits for it, then reaches the new LoRA
             order = []
-            training = asyncio.create_task(model.train(groups, config=art.TrainConfig(learning_rate=1e-4)))
+            # a large learning rate, so that the step visibly moves the served weights
+            training = asyncio.create_task(model.train(groups, config=art.TrainConfig(learning_rate=1e-2)))
             training.add_done_callback(lambda _: order.append("train"))
             await asyncio.sleep(0)  # the step has started and holds the gate
             waiting = asyncio.ensure_future(client.models.list())  # an awaitable paginator
@@ -47,8 +65,9 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path):
 
             assert metrics["step"] == 1 and metrics["trained_tokens"] > 0
             assert await model.get_step() == 1
-            assert model.get_inference_name() == "agent@0001"
-            assert "agent@0001" in served
+            assert model.get_inference_name() == NAMES[serving][1]
+            assert NAMES[serving][1] in served
+            assert await greedy_logprobs() != before  # the server answers with the trained LoRA
             reply = await client.chat.completions.create(
                 model=model.get_inference_name(), messages=[{"role": "user", "content": "Hi"}], max_tokens=8
             )
@@ -89,7 +108,10 @@ def test_a_restarted_backend_resumes_at_the_newest_checkpoint(tmp_path):
         await again.register(backend)
         try:
             assert await again.get_step() == 1
-            assert again.get_inference_name() == "agent@0001"
+            if backend.server_config.serves_merged():  # the default on CPU
+                assert again.get_inference_name() == "agent" and backend._state(again).resident == 1
+            else:
+                assert again.get_inference_name() == "agent@0001"
         finally:
             backend.close()
 

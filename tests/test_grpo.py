@@ -35,6 +35,9 @@ def test_clipped_loss_matches_hand_computation():
     expected = -(1.28 + 1.0) - (-2.0 - 2 * math.exp(0.7) - 2.0)
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert stats["clipped_tokens"] == 1.0  # only seq 0's first token uses the clipped term
+    # |logprob - old| over masked tokens with a known old logprob: 0.5, 0, 0, 0.7 (seq 1's NaN is unknown)
+    assert stats["sampler_known_tokens"] == 4.0
+    assert stats["sampler_gap_sum"] == pytest.approx(1.2, rel=1e-5)
 
 
 def test_token_logprobs_gathers_next_token():

@@ -23,10 +23,7 @@ def settings(task, config) -> dict:
 async def run(ctx) -> dict:
     prompt = system_prompt.load(ctx)
     base = await ctx.policy.serve_step(0)
-    items = [
-        [evaluation.tagged(ctx.policy.answer(prompt, text, ctx.config, base), VARIANT) for _ in range(ctx.config.eval_samples)]
-        for text in inputs.load(ctx, "val")
-    ]
+    items = [evaluation.answers(ctx, prompt, text, base, VARIANT) for text in inputs.load(ctx, "val")]
     groups = await evaluation.judged_groups(ctx, items, "baseline")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         frame = evaluation.save(out, groups)

@@ -4,6 +4,9 @@ so the comparison is relative, as RULER is."""
 
 from __future__ import annotations
 
+from autorl import gather_trajectory_groups
+from autorl.trajectories import TrajectoryGroup
+
 from .. import evaluation
 from . import baseline, inputs, system_prompt, train
 
@@ -20,20 +23,24 @@ async def run(ctx) -> dict:
     steps = {"latest": ctx.config.steps, "best": train.best_step(ctx)}
     if steps["best"] == steps["latest"]:
         del steps["best"]
-    served = {variant: await ctx.policy.serve_step(step) for variant, step in steps.items()}
-    base_answers: dict[str, list] = {}
+    texts = inputs.load(ctx, "val")
+    answers: dict[str, list] = {text: [] for text in texts}
     for group in evaluation.load_groups(ctx.artifact(baseline.NAME)):
         for trajectory in group.trajectories:
-            base_answers.setdefault(trajectory.metadata["input"], []).append(trajectory)
-    items = []
-    for text in inputs.load(ctx, "val"):
-        answers = list(base_answers.get(text, []))
-        for variant, name in served.items():
-            answers += [
-                evaluation.tagged(ctx.policy.answer(prompt, text, ctx.config, name), variant)
-                for _ in range(ctx.config.eval_samples)
-            ]
-        items.append(answers)
+            answers.setdefault(trajectory.metadata["input"], []).append(trajectory)
+    # One checkpoint after the other (merged serving holds one at a time); the last one's answers are
+    # judged as each input's complete, the others' are gathered first.
+    *earlier, (last, last_step) = steps.items()
+    for variant, step in earlier:
+        name = await ctx.policy.serve_step(step)
+        groups = [
+            TrajectoryGroup(evaluation.answers(ctx, prompt, text, name, variant), metadata={"input": text})
+            for text in texts
+        ]
+        for group in await gather_trajectory_groups(groups, pbar_desc=f"answers {variant}", max_exceptions=0.25):
+            answers[group.metadata["input"]] += group.trajectories
+    name = await ctx.policy.serve_step(last_step)
+    items = [answers[text] + evaluation.answers(ctx, prompt, text, name, last) for text in texts]
     groups = await evaluation.judged_groups(ctx, items, "evaluate")
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
         frame = evaluation.save(out, groups)
