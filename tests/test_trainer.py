@@ -22,13 +22,13 @@ def sample_groups(trainer: GRPOTrainer, target: range, group_size: int, generato
     groups = []
     for messages in PROMPTS:
         prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        ids = prompt["input_ids"].repeat(group_size, 1)
+        ids = prompt["input_ids"].repeat(group_size, 1).to(trainer.device)  # CUDA when there is one
         with torch.no_grad():
             completion, logprobs = [], []
             for _ in range(COMPLETION_TOKENS):  # plain ancestral sampling, as an inference server does
                 logits = model(input_ids=torch.cat([ids, *completion], dim=1) if completion else ids).logits[:, -1]
                 dist = torch.log_softmax(logits.float(), -1)
-                nxt = torch.multinomial(dist.exp(), 1, generator=generator)
+                nxt = torch.multinomial(dist.exp().cpu(), 1, generator=generator).to(dist.device)
                 completion.append(nxt)
                 logprobs.append(dist.gather(-1, nxt))
         sampled = torch.cat(completion, 1).tolist()
@@ -89,6 +89,6 @@ def test_checkpoint_is_peft_format_and_training_resumes_from_it(tiny_model, tmp_
     lora = {n: p for n, p in trainer.model.named_parameters() if "lora_" in n}
     for name, param in loaded.named_parameters():
         if "lora_" in name:
-            assert torch.allclose(param, lora[name])
+            assert torch.allclose(param, lora[name].cpu())
     assert resumed.optimizer.state_dict()["state"], "optimizer state restored"
     assert not list(checkpoints.glob(".*")), "no temporary directory left behind"
