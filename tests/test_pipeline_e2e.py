@@ -24,12 +24,20 @@ def home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("home")
 
 
+def _foreground_signals() -> None:
+    """In the child: take Ctrl-C as a terminal's foreground job does, also when pytest was started in
+    the background (`cmd &` in a script ignores SIGINT and SIGQUIT, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def autorl(home: Path, name: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "autorl.cli", "run", TASK, "--home", str(home), "--name", name, *SMALL, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_foreground_signals,
     )
 
 
