@@ -72,8 +72,10 @@ class LoraMerger:
         for file in files:
             for key, tensor in load_file(file).items():
                 self.base[key] = tensor.clone()  # off the file's mmap
-        self.dtype = dtype
         self._out = {k: v.to(dtype) for k, v in self.base.items()} if dtype is not None else self.base
+        """What `merged` starts from: the base tensors in the output dtype."""
+        self.nbytes = sum(t.numel() * t.element_size() for t in self._out.values())
+        """Size of the merged tensors (what `write` puts on disk, plus a small header)."""
 
     def merged(self, adapter_dir: Path) -> dict[str, torch.Tensor]:
         """The base tensors with the LoRA deltas of `adapter_dir` added (untouched tensors are shared, not copied)."""

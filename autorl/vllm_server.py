@@ -15,6 +15,7 @@ import atexit
 import ctypes
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,10 +117,16 @@ def _port_in_use(host: str, port: int) -> bool:
         return False
 
 
-def _memory_dir() -> str | None:
-    """/dev/shm (RAM) when writable, so merged weights never touch the disk (0.4 s less per reload for
-    SmolLM2-135M); else the default temporary directory."""
-    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+def _memory_dir(nbytes: int) -> str | None:
+    """/dev/shm (RAM) when it is writable and has room for `nbytes` with a margin, so merged weights never
+    touch the disk (0.4 s less per reload for SmolLM2-135M); else the default temporary directory
+    (containers often mount a 64 MB /dev/shm)."""
+    shm = "/dev/shm"
+    try:
+        roomy = shutil.disk_usage(shm).free > 1.25 * nbytes
+    except OSError:
+        return None
+    return shm if roomy and os.access(shm, os.W_OK) else None
 
 
 def _die_with_parent() -> None:
@@ -268,7 +275,7 @@ class VLLMServer:
             from .merge import LoraMerger  # torch + safetensors: only needed here
 
             self._merger = LoraMerger(self.model_dir, self._served_dtype())
-        with tempfile.TemporaryDirectory(prefix="autorl-merged-", dir=_memory_dir()) as out:
+        with tempfile.TemporaryDirectory(prefix="autorl-merged-", dir=_memory_dir(self._merger.nbytes)) as out:
             self._reload_weights(self._merger.write(Path(path), Path(out)))
 
     def _served_dtype(self):

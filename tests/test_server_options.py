@@ -63,3 +63,7 @@ def test_a_judge_reuses_only_servers_whose_served_name_stays_the_base_weights(tm
         vllm_server._shared_servers.pop(tmp_path.resolve(), None)
         for server in servers.values():
             server.stop()
+
+
+def test_merged_weights_go_to_dev_shm_only_when_it_has_room():
+    assert vllm_server._memory_dir(10**15) is None  # a petabyte: the default temporary directory instead

@@ -8,7 +8,7 @@ import pytest
 from test_merge import random_lora
 
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.vllm_server import ServerConfig, VLLMServer, _memory_dir
+from autorl.vllm_server import ServerConfig, VLLMServer
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["What is the capital of France?", "List three fruits."]
@@ -36,13 +36,15 @@ def test_merged_server_serves_a_merged_lora_and_returns_to_the_base_weights(tmp_
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     adapter = random_lora(model_dir, tmp_path / "lora", r=8, lora_alpha=16)
     server = VLLMServer(model_dir, "policy", tmp_path / "vllm.log", ServerConfig(lora_serving="merged"))
-    scratch = Path(_memory_dir() or tempfile.gettempdir())
-    left = set(scratch.glob("autorl-merged-*"))
+    def merged_dirs() -> set[Path]:  # where load_merged may write: /dev/shm, or the temporary directory
+        return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}
+
+    left = merged_dirs()
     with server:
         base = greedy(server)
         server.load_merged(adapter)
         merged = greedy(server)
         assert merged != base  # the prefix cache from the base weights was not reused either
-        assert set(scratch.glob("autorl-merged-*")) == left  # the server holds its own copy; no file stays
+        assert merged_dirs() == left  # the server holds its own copy; no file stays
         server.load_merged(None)
         assert greedy(server) == base
