@@ -74,7 +74,7 @@ class ServerConfig(BaseModel):
     loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
     the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
     server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
-    requests, for one merge + reload of under 2 s per checkpoint (benchmarks/perf_rollout.py). The
+    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf_rollout.py). The
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
