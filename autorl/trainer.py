@@ -41,6 +41,17 @@ def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cpu" and _cpu_flags() & set(BF16_CPU_FLAGS) else torch.float32
 
 
+def lora_config(config: TrainerConfig) -> LoraConfig:
+    """The PEFT LoRA that `TrainerConfig` describes (rank, alpha, dropout, target modules)."""
+    return LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
 def _cpu_flags() -> set[str]:
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
@@ -79,14 +90,7 @@ class GRPOTrainer:
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device)
         latest = latest_checkpoint(checkpoints)
         if latest is None:
-            lora = LoraConfig(
-                r=config.lora_rank,
-                lora_alpha=config.lora_alpha,
-                lora_dropout=config.lora_dropout,
-                target_modules=config.target_modules,
-                task_type="CAUSAL_LM",
-            )
-            self.model = get_peft_model(base, lora)
+            self.model = get_peft_model(base, lora_config(config))
         else:
             self.model = PeftModel.from_pretrained(base, latest[1], is_trainable=True)
         self._keep_lora_fp32()

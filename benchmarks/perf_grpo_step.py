@@ -134,10 +134,10 @@ class Ours(Side):
 def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callback):
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    target = art.TrainerConfig()
+    from autorl.trainer import lora_config
+
     config = GRPOConfig(
         output_dir=str(output_dir),
         per_device_train_batch_size=GROUP_SIZE,
@@ -169,13 +169,6 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    lora = LoraConfig(
-        r=target.lora_rank,
-        lora_alpha=target.lora_alpha,
-        lora_dropout=target.lora_dropout,
-        target_modules=target.target_modules,
-        task_type="CAUSAL_LM",
-    )
 
     def e_share_reward(prompts, completions, **kwargs) -> list[float]:
         return [e_share(c[0]["content"] if isinstance(c, list) else c) for c in completions]
@@ -186,7 +179,7 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
         reward_funcs=[e_share_reward],
         args=config,
         train_dataset=dataset,
-        peft_config=lora,
+        peft_config=lora_config(art.TrainerConfig()),  # the LoRA our trainer builds
         callbacks=[callback],
     )
 
@@ -195,9 +188,7 @@ def trainer_ablation(model_dir: Path, home: Path, groups, reps: int) -> dict[str
     """Our trainer's update on the same groups, before and after each speed option, interleaved."""
     import torch
 
-    from autorl.trainer import GRPOTrainer
-
-    from autorl.trainer import training_dtype
+    from autorl.trainer import GRPOTrainer, training_dtype
 
     defaults = art.TrainerConfig(), art.TrainConfig()
     resolved = str(training_dtype(defaults[0].dtype, torch.device("cpu"))).removeprefix("torch.")
