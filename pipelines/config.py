@@ -52,4 +52,7 @@ class RunConfig(BaseModel):
     resume: bool = False
     """Reuse an existing run name even if its task differs (its record is replaced)."""
     server: ServerConfig = Field(default_factory=ServerConfig)
-    """How the local vLLM server is started."""
+    """How the local vLLM server is started. On CPU its KV cache is sized for `max_num_seqs` (32 unless set)
+    sequences of `max_model_len` tokens: above a default run's largest batch (a training step's `group_size` x
+    `groups_per_step` = 8 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
+    larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""

@@ -1,6 +1,7 @@
-"""The vLLM server's speed options, as command lines: merged-LoRA serving and the in-process CPU model;
-and which running server an embedded judge may reuse."""
+"""The vLLM server's options, as command lines: merged-LoRA serving, the in-process CPU model, the KV cache
+sized in bytes; and which running server an embedded judge may reuse."""
 
+import json
 import subprocess
 
 import pytest
@@ -8,10 +9,19 @@ import torch
 
 from autorl import vllm_server
 from autorl.errors import AutoRLError
-from autorl.vllm_server import ServerConfig, VLLMServer, running_server_for
+from autorl.vllm_server import ServerConfig, VLLMServer, kv_bytes_per_token, kv_cache_bytes, running_server_for
+
+# SmolLM2-135M's shape: 30 layers x 3 KV heads x 64 (576 / 9) x 2 (K, V) x 2 (bf16) = 23040 bytes a token
+SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+
+
+def write_config(directory, config) -> None:
+    (directory / "config.json").write_text(json.dumps(config))
 
 
 def command(tmp_path, **config) -> list[str]:
+    if not (tmp_path / "config.json").exists():
+        write_config(tmp_path, SMOLLM2)
     server = VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(**config))
     server.port = 8000
     return server.command()
@@ -67,3 +77,74 @@ def test_a_judge_reuses_only_servers_whose_served_name_stays_the_base_weights(tm
 
 def test_merged_weights_go_to_dev_shm_only_when_it_has_room():
     assert vllm_server._memory_dir(10**15) is None  # a petabyte: the default temporary directory instead
+
+
+def test_kv_bytes_per_token_come_from_the_model_config(tiny_model, tmp_path):
+    # tiny Llama: 2 layers x 2 KV heads x 8 (32 / 4 heads) x 2 (K, V) x 2 bytes ("auto": vLLM serves bf16)
+    assert kv_bytes_per_token(tiny_model) == 128
+    assert kv_bytes_per_token(tiny_model, "float32") == 256
+    write_config(tmp_path, SMOLLM2)
+    assert kv_bytes_per_token(tmp_path) == 23040
+    write_config(tmp_path, {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512, "head_dim": 96})
+    assert kv_bytes_per_token(tmp_path, "bfloat16") == 4 * 8 * 96 * 2 * 2  # no KV heads given: one per head
+
+
+def test_kv_cache_holds_max_num_seqs_sequences_of_max_model_len_in_whole_blocks_plus_one(tiny_model, tmp_path):
+    # 300 tokens -> 3 blocks of 128, plus one: 512 tokens x 128 bytes = 65536 bytes a sequence
+    assert kv_cache_bytes(tiny_model, 4, 300, available_bytes=10**9) == 4 * 65536
+    write_config(tmp_path, SMOLLM2)  # the defaults: 32 x (16 + 1) x 128 tokens x 23040 bytes = 1.49 GiB
+    assert kv_cache_bytes(tmp_path, 32, 2048, available_bytes=10**12) == 32 * 17 * 128 * 23040 == 1_604_321_280
+
+
+def test_kv_cache_is_capped_by_the_memory_available_down_to_one_sequence(tiny_model):
+    assert kv_cache_bytes(tiny_model, 4, 300, available_bytes=100_000) == 100_000
+    assert kv_cache_bytes(tiny_model, 4, 300, available_bytes=65536) == 65536
+    with pytest.raises(AutoRLError, match=r"at least 0\.00 GiB .*max_model_len 300.*lower max_model_len") as error:
+        kv_cache_bytes(tiny_model, 4, 300, available_bytes=65535)
+    assert "\n" not in str(error.value)
+    with pytest.raises(AutoRLError, match="config.json"):
+        kv_cache_bytes(tiny_model / "missing", 4, 300, available_bytes=10**9)
+
+
+def test_a_config_without_the_sizes_asks_for_kv_cache_bytes(tmp_path):
+    write_config(tmp_path, {"n_layer": 12, "n_head": 12, "n_embd": 768})  # GPT-2's names
+    with pytest.raises(AutoRLError, match="num_attention_heads.*kv_cache_bytes"):
+        kv_bytes_per_token(tmp_path)
+
+
+def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_server, "cuda_available", lambda: False)
+    monkeypatch.setattr(vllm_server, "memory_available_for_kv", lambda model_dir: 10**12)
+    default = command(tmp_path)
+    assert default[default.index("--kv-cache-memory-bytes") :][:2] == ["--kv-cache-memory-bytes", "1604321280"]
+    assert default[default.index("--max-num-seqs") :][:2] == ["--max-num-seqs", "32"]
+    assert "--gpu-memory-utilization" not in default
+    small = command(tmp_path, max_num_seqs=2, max_model_len=256)  # 2 x (2 + 1) x 128 tokens x 23040 bytes
+    assert small[small.index("--kv-cache-memory-bytes") + 1] == str(2 * 3 * 128 * 23040)
+    assert small[small.index("--max-num-seqs") + 1] == "2"
+    explicit = command(tmp_path, kv_cache_bytes=123456789)
+    assert explicit[explicit.index("--kv-cache-memory-bytes") + 1] == "123456789"
+    monkeypatch.setattr(vllm_server, "memory_available_for_kv", lambda model_dir: 10**6)
+    with pytest.raises(AutoRLError, match="lower max_model_len"):
+        command(tmp_path)
+    with pytest.raises(AutoRLError, match="CUDA only"):
+        command(tmp_path, gpu_memory_utilization=0.5)
+
+
+def test_on_cuda_vllm_sizes_its_cache_from_gpu_memory_unless_told_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_server, "cuda_available", lambda: True)
+    default = command(tmp_path)
+    assert "--kv-cache-memory-bytes" not in default and "--max-num-seqs" not in default
+    chosen = command(tmp_path, gpu_memory_utilization=0.5, max_num_seqs=64)
+    assert chosen[chosen.index("--gpu-memory-utilization") + 1] == "0.5"
+    assert chosen[chosen.index("--max-num-seqs") + 1] == "64"
+    explicit = command(tmp_path, kv_cache_bytes=10**9)
+    assert explicit[explicit.index("--kv-cache-memory-bytes") + 1] == "1000000000"
+
+
+def test_meminfo_files_are_read_in_bytes(tmp_path):
+    (tmp_path / "node").write_text("Node 0 MemTotal:       13068500 kB\nNode 0 MemFree:  3888924 kB\n")
+    (tmp_path / "proc").write_text("MemTotal:       24684092 kB\nMemAvailable:   21736224 kB\nHugePages_Total: 0\n")
+    assert vllm_server._meminfo(str(tmp_path / "node")) == {"MemTotal": 13068500 * 1024, "MemFree": 3888924 * 1024}
+    assert vllm_server._meminfo(str(tmp_path / "proc"))["MemAvailable"] == 21736224 * 1024
+    assert vllm_server._meminfo(str(tmp_path / "proc"))["HugePages_Total"] == 0
