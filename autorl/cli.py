@@ -136,6 +136,8 @@ def inputs_command(
     prompt_path = out.with_suffix(".system_prompt.txt")
     prompt_path.write_text(result.system_prompt + "\n", encoding="utf-8")
     console = Console()
+    if result.system_prompt_fallback:
+        console.print(f"generated system prompt unusable ({result.system_prompt_fallback}); using the task description")
     console.print(Panel(Text(result.system_prompt), title="system prompt"))
     table = Table("#", "split", "difficulty", "input", show_lines=True)
     for number, row in enumerate(result.inputs, 1):
@@ -144,7 +146,8 @@ def inputs_command(
     stats = result.stats
     console.print(
         f"{len(result.train)} train + {len(result.val)} val inputs from {stats.calls} generator calls "
-        f"({stats.unique_per_call:.1f} unique per call, {stats.duplicate_rate:.0%} duplicates before dedup); "
+        f"({stats.unique_per_call:.1f} unique per call, {stats.rejected_junk} junk rejected, "
+        f"{stats.duplicate_rate:.0%} duplicates before dedup); "
         f"wrote {out} and {prompt_path}",
         highlight=False,
     )

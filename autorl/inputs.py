@@ -9,21 +9,26 @@ parses, even from a 135M model.
 
 Inputs are asked for in batches of `batch_size`; each call varies the requested difficulty and
 length and lists a few inputs already kept, which it must not repeat. Replies that do not parse,
-inputs that are empty or hit the length cap (cut off), and exact or near-duplicates (`autorl.dedup`)
-are dropped, until N unique inputs exist or `max_calls` calls were made (then InputGenerationError).
+inputs that are empty or hit the length cap (cut off), placeholder-like junk (template echoes, single
+identifiers, copies of the instructions: `autorl.input_checks.junk_reason`) and exact or
+near-duplicates (`autorl.dedup`) are dropped, until N unique inputs exist or `max_calls` calls were
+made (then InputGenerationError).
 The N inputs are split into train and validation by a seeded hash (`autorl.dedup.split_train_val`).
+A system prompt that fails `autorl.input_checks.system_prompt_problem` in every try is replaced by the
+task description (`WrittenSystemPrompt.fallback` says why).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import random
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import dspy
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +36,7 @@ from rich.progress import Progress
 
 from .dedup import DEFAULT_VAL_FRACTION, NEAR_DUPLICATE_THRESHOLD, DedupIndex, Split, split_train_val
 from .errors import AutoRLError
+from .input_checks import SYSTEM_PROMPT_CHARS, junk_reason, system_prompt_problem
 from .task import TaskSpec
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -41,10 +47,10 @@ DIFFICULTIES: dict[Difficulty, str] = {
     "hard": "hard: tricky, ambiguous or unusual requests and edge cases",
 }
 LENGTHS = ("short: one sentence", "medium: two to four sentences", "long: a detailed message with context")
-SYSTEM_PROMPT_CHARS = (40, 1500)
-"""Bounds of the system prompt's length in characters, enforced by the JSON schema."""
 SYSTEM_PROMPT_TRIES = 3
-"""Calls (with different seeds) for the system prompt before giving up."""
+"""Calls (with different seeds) for a system prompt that parses and passes the checks, before falling back."""
+
+logger = logging.getLogger(__name__)
 
 
 class InputGenerationError(AutoRLError):
@@ -109,6 +115,9 @@ class GenerationStats(BaseModel):
     """Inputs in parsed replies."""
     rejected: int = 0
     """Inputs dropped as too short or cut off at max_chars."""
+    rejected_junk: int = 0
+    """Inputs dropped as placeholder-like junk: template echoes, single identifiers, too few words, copies of
+    the instructions (`autorl.input_checks.junk_reason`)."""
     duplicates: int = 0
     """Inputs dropped as exact or near-duplicates of a kept one."""
     unique: int = 0
@@ -116,8 +125,8 @@ class GenerationStats(BaseModel):
 
     @property
     def duplicate_rate(self) -> float:
-        """Share of the length-valid inputs that were duplicates, before dedup."""
-        valid = self.raw - self.rejected
+        """Share of the length-valid, non-junk inputs that were duplicates, before dedup."""
+        valid = self.raw - self.rejected - self.rejected_junk
         return self.duplicates / valid if valid else 0.0
 
     @property
@@ -130,6 +139,8 @@ class GeneratedInputs(BaseModel):
 
     system_prompt: str | None
     """None when generated with `write_system_prompt=False`."""
+    system_prompt_fallback: str | None = None
+    """Why the generated system prompt was rejected and the task description used instead; None when it passed."""
     inputs: list[GeneratedInput]
     stats: GenerationStats
 
@@ -214,18 +225,42 @@ def _predict(
         raise InputGenerationError(f"generator call failed: {str(exc).splitlines()[0]}") from None
 
 
-def generate_system_prompt(task: TaskSpec, lm: dspy.LM, seed: int = 0) -> str:
-    """A system prompt for the policy, written by the generator from the task description."""
+class WrittenSystemPrompt(NamedTuple):
+    """What `generate_system_prompt` returns."""
+
+    text: str
+    """The system prompt to use: the generated one, or the task description when `fallback` is set."""
+    fallback: str | None
+    """Why the last generated prompt failed the checks (`autorl.input_checks.system_prompt_problem`) and the
+    task description is used instead; None when a generated prompt passed."""
+
+
+def generate_system_prompt(task: TaskSpec, lm: dspy.LM, seed: int = 0) -> WrittenSystemPrompt:
+    """A system prompt for the policy, written by the generator from the task description.
+
+    Up to SYSTEM_PROMPT_TRIES calls; the first prompt that passes the checks is used. When the replies
+    parse but none passes, the task description is the system prompt (logged as a warning, and
+    `fallback` names the reason). Raises InputGenerationError when no reply parses at all.
+    """
     low, high = SYSTEM_PROMPT_CHARS
     response_format = _response_format(
         "system_prompt", {"system_prompt": {"type": "string", "minLength": low, "maxLength": high}}
     )
+    problem = None
     for attempt in range(1, SYSTEM_PROMPT_TRIES + 1):
         seed_ = _call_seed(seed, "system_prompt", attempt)
         prediction = _predict(lm, WriteSystemPrompt, {"task": task.description}, response_format, seed_)
-        if prediction is not None and prediction.system_prompt.strip():
-            return prediction.system_prompt.strip()
-    raise InputGenerationError(f"the generator wrote no usable system prompt in {SYSTEM_PROMPT_TRIES} calls")
+        if prediction is None:
+            continue
+        prompt = str(prediction.system_prompt).strip()
+        problem = system_prompt_problem(prompt, task)
+        if problem is None:
+            return WrittenSystemPrompt(prompt, None)
+        logger.info("generated system prompt %d rejected: %s", attempt, problem)
+    if problem is None:
+        raise InputGenerationError(f"the generator wrote no usable system prompt in {SYSTEM_PROMPT_TRIES} calls")
+    logger.warning("the generated system prompt is unusable (%s); using the task description instead", problem)
+    return WrittenSystemPrompt(task.description, problem)
 
 
 class _Request(BaseModel):
@@ -246,8 +281,12 @@ class _Request(BaseModel):
 class _InputWriter:
     """Makes the WriteInputs calls for one task and keeps what survives the quality controls."""
 
-    def __init__(self, task: TaskSpec, lm: dspy.LM, seed: int, config: GenerationConfig):
+    def __init__(
+        self, task: TaskSpec, lm: dspy.LM, seed: int, config: GenerationConfig, system_prompt: str | None = None
+    ):
         self.task, self.lm, self.seed, self.config = task, lm, seed, config
+        self.instructions = [WriteInputs.instructions, *([system_prompt] if system_prompt else [])]
+        """Texts besides the task's that an input must not copy."""
         self.index = DedupIndex(config.similarity_threshold)
         for example in task.seed_examples:
             self.index.block(example)
@@ -291,6 +330,9 @@ class _InputWriter:
             text = text.strip()
             if not self.config.min_chars <= len(text) < self.config.max_chars:
                 self.stats.rejected += 1
+            elif reason := junk_reason(text, self.task, self.instructions):
+                self.stats.rejected_junk += 1
+                logger.debug("input %r rejected: %s", text, reason)
             elif self.index.add(text):
                 self.sources.append(request)
             else:
@@ -320,14 +362,14 @@ def generate_inputs(
     if n <= 0:
         raise AutoRLError(f"the number of inputs must be at least 1, got {n}")
     lm, model_name = generator_lm(generator, temperature=config.temperature, max_tokens=config.max_tokens)
-    writer = _InputWriter(task, lm, seed, config)
     budget = config.calls_allowed(n)
     with Progress(transient=True) as progress, ThreadPoolExecutor(config.concurrency) as pool:
-        system_prompt = None
+        written = None
         if write_system_prompt:
             spinner = progress.add_task(f"Writing the system prompt with {model_name}", total=None)
-            system_prompt = generate_system_prompt(task, lm, seed)
+            written = generate_system_prompt(task, lm, seed)
             progress.remove_task(spinner)
+        writer = _InputWriter(task, lm, seed, config, written.text if written else None)
         bar = progress.add_task(f"Generating {n} inputs with {model_name}", total=n)
         while len(writer.index) < n and writer.stats.calls < budget:
             wanted = math.ceil((n - len(writer.index)) / config.batch_size)
@@ -341,7 +383,8 @@ def generate_inputs(
     if len(writer.index) < n:
         raise InputGenerationError(
             f"only {stats.unique} of {n} unique inputs after {stats.calls} generator calls ({stats.unusable_calls} "
-            f"unparseable replies, {stats.rejected} empty or cut-off inputs, {stats.duplicates} duplicates); "
+            f"unparseable replies, {stats.rejected} empty or cut-off inputs, {stats.rejected_junk} junk inputs, "
+            f"{stats.duplicates} duplicates); "
             "use a stronger generator, ask for fewer inputs or allow more calls"
         )
     texts = writer.index.kept[:n]
@@ -356,7 +399,12 @@ def generate_inputs(
         )
         for text, split, request in zip(texts, split_train_val(texts, config.val_fraction, seed), writer.sources)
     ]
-    return GeneratedInputs(system_prompt=system_prompt, inputs=rows, stats=stats)
+    return GeneratedInputs(
+        system_prompt=written.text if written else None,
+        system_prompt_fallback=written.fallback if written else None,
+        inputs=rows,
+        stats=stats,
+    )
 
 
 def write_inputs_jsonl(rows: Iterable[GeneratedInput], path: str | Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,3 +227,113 @@ def test_cli_prints_a_table_and_writes_the_inputs(fake_server, tmp_path):
     assert len(frame) == 6 and set(frame["split"]) == {"train", "val"}
     assert out.with_suffix(".system_prompt.txt").read_text().strip() == SYSTEM_PROMPT
     assert frame["input"].iloc[0].split()[0] in result.output
+
+
+JUNK = ["example 1", "guidance", "new_input6", "customers_requested_urgent_requests", TASK.description, "<new input>"]
+REAL = ["Convert 5 km to miles", "hey can u send the report", "Is 91 a prime number?", "What is 15% of 80?"]
+
+
+def test_junk_inputs_are_rejected_and_counted(fake_server):
+    server = fake_server(scripted([JUNK[:3] + REAL[:2], JUNK[3:] + REAL[2:]]))
+    result = generate(server, n=4, batch_size=5, concurrency=1)
+    assert [row.input for row in result.inputs] == REAL
+    stats = result.stats
+    assert (stats.raw, stats.rejected, stats.rejected_junk, stats.duplicates, stats.unique) == (10, 0, 6, 0, 4)
+    assert stats.duplicate_rate == 0
+
+
+def test_only_junk_fails_with_the_junk_count(fake_server):
+    server = fake_server(scripted([["example 1", "example 2", "guidance"]] * 3))
+    with pytest.raises(InputGenerationError, match="9 junk inputs"):
+        generate(server, n=2, batch_size=3, max_calls=3)
+
+
+def system_prompts(*prompts: str) -> Reply:
+    """System prompt requests get `prompts` in turn (the last one repeated); input requests random words."""
+    queue = list(prompts)
+
+    def reply(body: dict) -> str:
+        if body["response_format"]["json_schema"]["name"] == "system_prompt":
+            return json.dumps({"system_prompt": queue.pop(0) if len(queue) > 1 else queue[0]})
+        return random_words(body)
+
+    return reply
+
+
+NOISE = "## ## system prompt prompt ## ## " * 50
+
+
+def test_unusable_system_prompt_falls_back_to_the_task_description(fake_server, caplog):
+    server = fake_server(system_prompts(NOISE[:1499]))
+    with caplog.at_level("WARNING", logger="autorl.inputs"):
+        result = generate(server, n=3)
+    assert result.system_prompt == TASK.description
+    assert result.system_prompt_fallback is not None and "repetition loop" in result.system_prompt_fallback
+    assert "using the task description" in caplog.text
+    assert len(server.requests) - len(server.input_requests()) == 3  # every try was made
+
+
+def test_a_later_try_that_passes_is_used(fake_server):
+    server = fake_server(system_prompts("You are a helpful assistant. Be polite and friendly to all.", SYSTEM_PROMPT))
+    result = generate(server, n=3)
+    assert (result.system_prompt, result.system_prompt_fallback) == (SYSTEM_PROMPT, None)
+
+
+def test_cli_reports_junk_and_a_fallback(fake_server, tmp_path):
+    from typer.testing import CliRunner
+
+    from autorl.cli import app
+
+    server = fake_server(system_prompts("You are a helpful assistant. Be polite and friendly to all."))
+    out = tmp_path / "inputs.jsonl"
+    command = ["inputs", TASK.description, "-n", "3", "--out", str(out), "--generator", f"fake@{server.base_url}"]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert "0 junk rejected" in " ".join(result.output.split())
+    assert "system prompt unusable (unrelated to the task" in " ".join(result.output.split())
+    assert out.with_suffix(".system_prompt.txt").read_text().strip() == TASK.description
+
+
+def stage_context(server: FakeOpenAIServer, tmp_path, **config):
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from pipelines.artifacts import ArtifactStore
+
+    console = Console(record=True, width=200)
+    run_config = SimpleNamespace(**{"generator": f"fake@{server.base_url}", "seed": 0, "num_inputs": None, **config})
+    keys = {"inputs": "k-inputs", "system_prompt": "k-prompt"}
+    return SimpleNamespace(
+        task=TASK, config=run_config, store=ArtifactStore(tmp_path), keys=keys, console=console, calls=Counter()
+    )
+
+
+def test_system_prompt_stage_records_the_fallback(fake_server, tmp_path):
+    import asyncio
+
+    from pipelines.stages import system_prompt as stage
+
+    ctx = stage_context(fake_server(system_prompts("Solve it.")), tmp_path)
+    ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
+    summary = asyncio.run(stage.run(ctx))
+    assert summary["fallback"].startswith("too short") and summary["generator_calls"] == 3
+    assert json.loads((ctx.artifact(stage.NAME) / stage.FILE).read_text())["fallback"] == summary["fallback"]
+    assert stage.load(ctx) == TASK.description
+    assert "using the task description" in ctx.console.export_text()
+
+    ctx = stage_context(fake_server(system_prompts(SYSTEM_PROMPT)), tmp_path / "ok")
+    ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
+    summary = asyncio.run(stage.run(ctx))
+    assert summary["fallback"] is None and stage.load(ctx) == SYSTEM_PROMPT
+    assert ctx.console.export_text() == ""
+
+
+def test_inputs_stage_summary_counts_junk(fake_server, tmp_path):
+    import asyncio
+
+    from pipelines.stages import inputs as stage
+
+    ctx = stage_context(fake_server(scripted([JUNK[:3] + REAL[:2], JUNK[3:] + REAL[2:]])), tmp_path, num_inputs=4)
+    summary = asyncio.run(stage.run(ctx))
+    assert summary["rejected_junk"] == 6 and summary["inputs"] == 4

@@ -42,6 +42,7 @@ async def run(ctx) -> dict:
         "generator_calls": stats.calls,
         "unique_per_call": round(stats.unique_per_call, 3),
         "duplicate_rate": round(stats.duplicate_rate, 3),
+        "rejected_junk": stats.rejected_junk,
     }
 
 

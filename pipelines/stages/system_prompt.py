@@ -1,11 +1,15 @@
-"""Stage `system_prompt`: the policy's system prompt, written by the generator from the task."""
+"""Stage `system_prompt`: the policy's system prompt, written by the generator from the task.
+
+A generated prompt that fails the checks (`autorl.input_checks.system_prompt_problem`) is replaced by the
+task description; the artifact and the summary then record the reason as `fallback` (null otherwise).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-from autorl.inputs import generate_system_prompt, generator_lm
+from autorl.inputs import WrittenSystemPrompt, generate_system_prompt, generator_lm
 
 NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ()
@@ -20,16 +24,18 @@ async def run(ctx) -> dict:
     if ctx.config.generator == "embedded":
         await ctx.policy.start()
 
-    def write() -> tuple[str, int]:
+    def write() -> tuple[WrittenSystemPrompt, int]:
         lm, _ = generator_lm(ctx.config.generator)
-        prompt = generate_system_prompt(ctx.task, lm, ctx.config.seed)
-        return prompt, len(lm.history)
+        written = generate_system_prompt(ctx.task, lm, ctx.config.seed)
+        return written, len(lm.history)
 
-    prompt, calls = await asyncio.to_thread(write)
+    written, calls = await asyncio.to_thread(write)
     ctx.calls["generator"] += calls
+    if written.fallback:
+        ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task description")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
-        (out / FILE).write_text(json.dumps({"system_prompt": prompt}))
-    return {"chars": len(prompt), "generator_calls": calls}
+        (out / FILE).write_text(json.dumps({"system_prompt": written.text, "fallback": written.fallback}))
+    return {"chars": len(written.text), "generator_calls": calls, "fallback": written.fallback}
 
 
 def load(ctx) -> str:
