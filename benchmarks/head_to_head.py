@@ -98,7 +98,8 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
                 f"[yellow]{single} inputs have a single answer; RULER compares answers, so they go unscored "
                 "(pass --samples 2)[/yellow]"
             )
-        scored = await judge_groups(groups, judge, judge_spec, main.rubric or DEFAULT_RUBRIC, store, calls)
+        task = (main.record.get("task") or {}).get("description")  # the judge is told the benchmarked run's task
+        scored = await judge_groups(groups, judge, judge_spec, main.rubric or DEFAULT_RUBRIC, store, calls, task)
     finally:
         for run in runs.values():
             run.policy.close()
@@ -139,14 +140,20 @@ def judge_identity(judge: Judge, judge_spec: str) -> dict[str, str]:
         return {"judge": judge_spec}
 
 
-def judge_key(group: TrajectoryGroup, judge: dict[str, str], rubric: str) -> str:
+def judge_key(group: TrajectoryGroup, judge: dict[str, str], rubric: str, task: str | None = None) -> str:
     conversations = hashlib.sha256(canonical_json([t.messages() for t in group.trajectories]).encode()).hexdigest()
-    config = {**judge, "rubric": rubric, "conversations": conversations}
+    config = {**judge, "rubric": rubric, "task": task, "conversations": conversations}
     return stage_key(STAGE, config, code_version(sys.modules[__name__]), {})
 
 
 async def judge_groups(
-    groups: list[TrajectoryGroup], judge: Judge, judge_spec: str, rubric: str, store: ArtifactStore, calls: Counter
+    groups: list[TrajectoryGroup],
+    judge: Judge,
+    judge_spec: str,
+    rubric: str,
+    store: ArtifactStore,
+    calls: Counter,
+    task: str | None = None,
 ) -> list[TrajectoryGroup]:
     """Each group scored by the judge, from the cache where it was scored before; a group the judge
     cannot score is left out (the judge logs why)."""
@@ -154,13 +161,13 @@ async def judge_groups(
     identity = judge_identity(judge, judge_spec)
 
     async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
-        key = judge_key(group, identity, rubric)
+        key = judge_key(group, identity, rubric, task)
         if store.exists(STAGE, key):
             scored = evaluation.load_groups(store.path(STAGE, key))[0]
             for cached, current in zip(scored.trajectories, group.trajectories, strict=True):
                 cached.metadata = current.metadata  # same answers; the variant labels may differ
         else:
-            scored = await ruler_score_group(group, judge, rubric, swallow_exceptions=True)
+            scored = await ruler_score_group(group, judge, rubric, swallow_exceptions=True, task=task)
             if scored is not None:
                 calls["judge"] += int(scored.trajectories[0].metrics.get("ruler_attempts", 0))
                 with store.write(STAGE, key, {"judge": judge_spec}) as out:

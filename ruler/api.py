@@ -10,7 +10,7 @@ from autorl.trajectories import TrajectoryGroup
 
 from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
 from .cache import CacheDir
-from .judges import Judge, check_score_count, judge_name
+from .judges import Judge, check_score_count, judge_name, score_group_of
 from .loading import as_judge
 from .prompt import Message, as_message_lists, canonical_json
 from .retry import RetryPolicy, describe
@@ -30,19 +30,21 @@ async def ruler(
     retry: RetryPolicy | None = None,
     cache_dir: CacheDir = "auto",
     debug: bool = False,
+    task: str | None = None,
 ) -> list[TrajectoryScore]:
     """Score the conversations of one group relative to each other with one judge request.
 
     message_lists: one chat conversation per trajectory, all answering the same input.
     judge_model: a LiteLLM model string, "embedded", "name@http://host:port/v1", or a `JudgeModel`.
     tools: the tool definitions the agent had, shown to the judge.
+    task: the user's description of the agent's task, stated in the judge's instructions beside the rubric.
     retry: attempts and backoff for invalid answers and transient failures.
     cache_dir: the judge cache directory; "auto" for `$AUTORL_HOME/cache/ruler` or `./.autorl/cache/ruler`; None: off.
     debug: print the judge prompt and answer.
     Returns one `TrajectoryScore` per conversation, in order.
     """
     judge = RulerJudge(judge_model, retry=retry, cache_dir=cache_dir, debug=debug)
-    return await judge.score_group(message_lists, rubric=rubric, tools=tools)
+    return await judge.score_group(message_lists, rubric=rubric, tools=tools, task=task)
 
 
 def group_tools(group: TrajectoryGroup) -> list[dict[str, Any]] | None:
@@ -60,6 +62,7 @@ async def ruler_score_group(
     retry: RetryPolicy | None = None,
     cache_dir: CacheDir = "auto",
     debug: bool = False,
+    task: str | None = None,
 ) -> TrajectoryGroup | None:
     """A copy of `group` whose rewards are the judge's scores.
 
@@ -67,6 +70,8 @@ async def ruler_score_group(
     `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs.
     `judge_model` may also be any judge, or a `module:attribute` spec (see `ruler.load_judge`); the
     tools of the group's trajectories are shown to the judge.
+    task: the user's description of the agent's task, shown to the judge; a custom judge whose
+        `score_group` has no `task` parameter (nor `**kwargs`) is called without it.
     swallow_exceptions: when scoring fails, log the reason and return None instead of raising. A judge
         spec that does not resolve always raises.
     """
@@ -74,7 +79,7 @@ async def ruler_score_group(
     name = judge_name(judge)
     try:
         message_lists = as_message_lists([t.messages() for t in group.trajectories], min_trajectories=1)
-        scores = await judge.score_group(message_lists, rubric=rubric, tools=group_tools(group))
+        scores = await score_group_of(judge, message_lists, rubric=rubric, tools=group_tools(group), task=task)
         check_score_count(scores, len(group), name)
     except Exception as exc:
         if not swallow_exceptions:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +42,13 @@ class JudgeModel(BaseModel):
     temperature: float | None = None
     """Sampling temperature; None: the provider's default."""
     max_tokens: int | None = Field(None, ge=1)
-    """Cap on the judge's answer length; None: the provider's default."""
+    """Cap on the judge's answer length. None: sized to the group (`ruler.scores.answer_tokens`) when the
+    context is known (`context_limit()`), else the provider's default (a thinking model's reasoning counts
+    against max_tokens, so RULER does not guess a cap for a judge it knows nothing about)."""
+    context_tokens: int | None = Field(None, ge=1)
+    """The judge's context window (prompt + answer), in tokens. When known, each request is fitted into
+    it: max_tokens is reserved for the answer and the longest messages are shortened until the prompt fits
+    the rest. None: the embedded judge's server `max_model_len`; unknown (no fitting) for other models."""
     timeout_s: float = Field(120.0, gt=0)
     """Seconds one judge request may take before it counts as failed (and is retried)."""
     extra_params: dict[str, Any] = Field(default_factory=dict)
@@ -75,6 +83,18 @@ class JudgeModel(BaseModel):
         """
         return self.model_dump(include={"model", "temperature", "max_tokens", "extra_params"})
 
+    def context_limit(self) -> int | None:
+        """`context_tokens`, else for the embedded judge its server's default `max_model_len`, else None."""
+        if self.context_tokens is not None:
+            return self.context_tokens
+        if self.model == EMBEDDED:
+            try:
+                from autorl.vllm_server import ServerConfig
+            except ImportError:
+                return None
+            return ServerConfig().max_model_len
+        return None
+
     def check_provider(self) -> None:
         """Raise `JudgeSpecError` unless LiteLLM knows the provider of a provider-routed model."""
         if self.model == EMBEDDED or self.base_url:
@@ -96,6 +116,26 @@ def import_litellm():
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+_STATED_CONTEXT = re.compile(r"maximum (?:context length|model length) (?:is|of) (\d+)", re.IGNORECASE)
+
+
+def is_context_overflow(exc: BaseException | None) -> bool:
+    """Whether a failed judge call says the prompt did not fit the model's context (LiteLLM's
+    `ContextWindowExceededError`, or a provider message naming the maximum context length)."""
+    if exc is None:
+        return False
+    litellm = sys.modules.get("litellm")
+    if litellm is not None and isinstance(exc, litellm.ContextWindowExceededError):
+        return True
+    return _STATED_CONTEXT.search(str(exc)) is not None
+
+
+def stated_context_tokens(exc: BaseException) -> int | None:
+    """The context length a context-overflow error states (vLLM and OpenAI state it), else None."""
+    match = _STATED_CONTEXT.search(str(exc))
+    return int(match[1]) if match else None
 
 
 @dataclass
@@ -156,12 +196,23 @@ class JudgeClient:
             raise JudgeSpecError(f"environment variable {name} (the judge's api_key_env) is not set")
         return os.environ[name]
 
-    async def complete(self, messages: list[dict[str, Any]], response_format: dict[str, Any], usage: Usage) -> str:
-        """One chat completion; adds its token usage to `usage` and returns the answer text."""
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        response_format: dict[str, Any],
+        usage: Usage,
+        max_tokens: int | None = None,
+    ) -> str:
+        """One chat completion; adds its token usage to `usage` and returns the answer text.
+
+        max_tokens: the answer cap for this request; None: the model's `max_tokens`. A cap in
+        `extra_params` (`max_tokens` or `max_completion_tokens`) wins over both.
+        """
         if self._target is None:
             self._target = await self._resolve()
         m, target = self.model, self._target
-        sampling = {"temperature": m.temperature, "max_tokens": m.max_tokens}
+        cap = None if {"max_tokens", "max_completion_tokens"} & set(m.extra_params) else (max_tokens or m.max_tokens)
+        sampling = {"temperature": m.temperature, "max_tokens": cap}
         response = await import_litellm().acompletion(
             model=target.model,
             messages=messages,

@@ -17,3 +17,6 @@ class JudgeSpecError(RulerError):
 
 class JudgeFailedError(RulerError):
     """The judge gave no valid answer within the retries, or the provider refused the request."""
+
+    attempts: int = 0
+    """The judge requests made before giving up (set by RULER's retry loop)."""

@@ -1,9 +1,14 @@
 """The judge protocol, and the judges built from Python: `FunctionJudge` and `CombinedJudge`.
 
 A judge is any object with
-    async def score_group(self, message_lists, *, rubric, tools) -> list[TrajectoryScore]
-returning one score per conversation, in order. `RulerJudge` (the LLM judge) is one; a user's own
-class is another. A judge may carry a `name` attribute, used in logs and metric names.
+    async def score_group(self, message_lists, *, rubric, tools, task=None) -> list[TrajectoryScore]
+returning one score per conversation, in order; `task` is the user's task description (None when
+unknown). `RulerJudge` (the LLM judge) is one; a user's own class is another. A judge may carry a
+`name` attribute, used in logs and metric names.
+
+A judge written before `task` existed (`score_group(self, message_lists, *, rubric, tools)`) still
+works: `score_group_of` passes `task` only to a `score_group` that declares a `task` parameter or
+`**kwargs`, and calls the others without it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,18 @@ ScoreFunction = Callable[[list[Message]], float | Awaitable[float]]
 
 @runtime_checkable
 class Judge(Protocol):
-    """Scores the conversations of one group; `rubric` and `tools` are there for judges that use them."""
+    """Scores the conversations of one group; `rubric`, `tools` and `task` are there for judges that use them.
+
+    `task` may be left out of a judge's signature: such a judge is called without it (see `score_group_of`).
+    """
 
     async def score_group(
-        self, message_lists: Sequence[Sequence[Message]], *, rubric: str, tools: list[dict[str, Any]] | None
+        self,
+        message_lists: Sequence[Sequence[Message]],
+        *,
+        rubric: str,
+        tools: list[dict[str, Any]] | None,
+        task: str | None = None,
     ) -> list[TrajectoryScore]: ...
 
 
@@ -38,6 +51,32 @@ def is_judge(obj: Any) -> bool:
 def judge_name(judge: Any) -> str:
     """The judge's `name` attribute, else its class name."""
     return getattr(judge, "name", None) or type(judge).__name__
+
+
+def takes_task(judge: Any) -> bool:
+    """Whether the judge's `score_group` declares a `task` parameter or `**kwargs`."""
+    try:
+        parameters = inspect.signature(judge.score_group).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        (p.name == "task" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)) or p.kind is p.VAR_KEYWORD
+        for p in parameters
+    )
+
+
+async def score_group_of(
+    judge: Judge,
+    message_lists: Sequence[Sequence[Message]],
+    *,
+    rubric: str,
+    tools: list[dict[str, Any]] | None,
+    task: str | None = None,
+) -> list[TrajectoryScore]:
+    """`judge.score_group(...)`, with `task` passed only when the judge's `score_group` takes it."""
+    if takes_task(judge):
+        return await judge.score_group(message_lists, rubric=rubric, tools=tools, task=task)
+    return await judge.score_group(message_lists, rubric=rubric, tools=tools)
 
 
 def check_score_count(scores: Sequence[TrajectoryScore], trajectories: int, judge: str) -> None:
@@ -64,8 +103,9 @@ class FunctionJudge:
         *,
         rubric: str = DEFAULT_RUBRIC,
         tools: list[dict[str, Any]] | None = None,
+        task: str | None = None,
     ) -> list[TrajectoryScore]:
-        """Score each conversation with the function; `rubric` and `tools` are not used."""
+        """Score each conversation with the function; `rubric`, `tools` and `task` are not used."""
 
         async def score(messages: list[Message]) -> float:
             result = self.fn(messages)
@@ -82,7 +122,7 @@ class FunctionJudge:
 
 
 class CombinedJudge:
-    """A weighted sum of judges' scores; the judges score each group concurrently.
+    """A weighted sum of judges' scores; the judges score each group concurrently, each given `task` if it takes it.
 
     Each trajectory's metrics get `<name>_score` for every judge, and every judge's own metrics as
     `<name>/<metric>`. Weights default to equal shares summing to 1.
@@ -107,8 +147,11 @@ class CombinedJudge:
         *,
         rubric: str = DEFAULT_RUBRIC,
         tools: list[dict[str, Any]] | None = None,
+        task: str | None = None,
     ) -> list[TrajectoryScore]:
-        results = await asyncio.gather(*(j.score_group(message_lists, rubric=rubric, tools=tools) for j in self.judges))
+        results = await asyncio.gather(
+            *(score_group_of(j, message_lists, rubric=rubric, tools=tools, task=task) for j in self.judges)
+        )
         for name, scores in zip(self.names, results, strict=True):
             check_score_count(scores, len(message_lists), name)
         combined = []

@@ -56,17 +56,23 @@ def describe(exc: BaseException) -> str:
 async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> tuple[T, int]:
     """Run `call` until it succeeds or fails for good; returns its result and the attempts it took.
 
-    Raises `JudgeFailedError` at once for a failure that is not retryable, or after `policy.max_attempts`.
+    Raises `JudgeFailedError` (with `.attempts`, its cause chained) at once for a failure that is not
+    retryable, or after `policy.max_attempts`.
     """
     attempt = 1
     while True:
         try:
             return await call(), attempt
         except Exception as exc:
-            if not is_retryable(exc):
-                raise JudgeFailedError(f"{what} failed and will not be retried: {describe(exc)}") from exc
-            if attempt == policy.max_attempts:
-                raise JudgeFailedError(f"{what} failed {attempt} times; last failure: {describe(exc)}") from exc
+            if not is_retryable(exc) or attempt == policy.max_attempts:
+                failure = (
+                    f"{what} failed and will not be retried: {describe(exc)}"
+                    if not is_retryable(exc)
+                    else f"{what} failed {attempt} times; last failure: {describe(exc)}"
+                )
+                error = JudgeFailedError(failure)
+                error.attempts = attempt
+                raise error from exc
             wait = policy.backoff_s(attempt)
             log.warning("%s: attempt %d failed (%s); retrying in %.2fs", what, attempt, describe(exc), wait)
             await asyncio.sleep(wait)

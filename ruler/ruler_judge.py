@@ -3,28 +3,54 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 
-from .backend import DEFAULT_JUDGE_MODEL, JudgeClient, JudgeModel, Usage
+from .backend import (
+    DEFAULT_JUDGE_MODEL,
+    JudgeClient,
+    JudgeModel,
+    Usage,
+    is_context_overflow,
+    stated_context_tokens,
+)
 from .cache import CacheDir, JudgeCache, cache_key
-from .prompt import JudgePrompt, Message, as_message_lists, build_judge_prompt
+from .errors import JudgeFailedError
+from .prompt import JudgePrompt, Message, as_message_lists, build_judge_prompt, canonical_json
 from .retry import RetryPolicy, call_with_retries
 from .rubric import DEFAULT_RUBRIC
-from .scores import TrajectoryScore, Verdict, parse_verdicts, response_format
+from .scores import TrajectoryScore, Verdict, answer_tokens, parse_verdicts, response_format
+
+log = logging.getLogger("ruler")
+
+PROMPT_MARGIN_TOKENS = 32
+"""Tokens of the context left unused by a fitted request, beyond the answer's reserve."""
+OVERFLOW_SHRINK = 0.7
+"""After the provider reports a context overflow, the prompt is fitted to this share of its previous size."""
 
 
 class RulerJudge:
     """The RULER judge: asks `judge_model` to score the group's trajectories from 0 to 1 in one request.
 
     Answers are validated (one score per trajectory, clamped into [0, 1]) and retried with backoff
-    when invalid or when the call fails transiently; valid answers are cached on disk. Each returned
-    score carries these metrics:
+    when invalid or when the call fails transiently; valid answers are cached on disk.
+
+    The judge's system message states the task (when given) and the rubric. When the judge's context is
+    known (`JudgeModel.context_limit()`: `context_tokens`, or the embedded server's `max_model_len`), each
+    request reserves `max_tokens` for the answer (`JudgeModel.max_tokens`, else `answer_tokens(ids)`) and the
+    prompt is fitted into the rest by shortening the longest message texts (`build_judge_prompt`); a group
+    that cannot fit even at the floor raises `RulerInputError`. A provider's context-overflow error (with a
+    known or unknown context) makes RULER fit the prompt to 70% of its size and ask once more.
+
+    Each returned score carries these metrics:
       ruler_attempts     judge requests made for the group (0 when served from the cache)
       ruler_cache_hit    1.0 when served from the cache
       ruler_clamped      1.0 when the judge's number for this trajectory lay outside [0, 1]
+      ruler_shortened    1.0 when a message of this trajectory (or the context it shares) was shortened
+                         to fit the judge's context
       ruler_prompt_tokens, ruler_completion_tokens, ruler_cost_usd
                          this trajectory's share of the group's judge usage over all attempts (summing
                          over the group gives the total); the cost only when the provider prices it
@@ -54,22 +80,50 @@ class RulerJudge:
         *,
         rubric: str = DEFAULT_RUBRIC,
         tools: list[dict[str, Any]] | None = None,
+        task: str | None = None,
     ) -> list[TrajectoryScore]:
+        """Score the group in one judge request; `task` (the user's task description) is shown to the judge.
+
+        The cache key covers the judge, the prompt (task, rubric, tools, trajectories) and the answer schema.
+        """
         lists = as_message_lists(message_lists, min_trajectories=2)
-        prompt = build_judge_prompt(lists, rubric, tools)
+        context = self.model.context_limit()
+        prompt, max_tokens = self._fit(lists, rubric, tools, task, context)
         answer_format = response_format(prompt.ids)
         identity = self.model.identity()
         key = cache_key({"judge": identity, "messages": prompt.messages, "response_format": answer_format})
         entry = self.cache.get(key) if self.cache else None
         usage, attempts = Usage(), 0
         if entry is None:
-            verdicts, attempts = await call_with_retries(
-                lambda: self._ask(prompt, answer_format, usage), self.retry, f"RULER judge {self.model.model}"
-            )
-            entry = {"judge": identity, "verdicts": {tid: dataclasses.asdict(v) for tid, v in verdicts.items()}}
+            what = f"RULER judge {self.model.model}"
+            try:
+                verdicts, attempts = await call_with_retries(
+                    lambda: self._ask(prompt, answer_format, usage, max_tokens), self.retry, what
+                )
+            except JudgeFailedError as exc:
+                if not is_context_overflow(exc.__cause__):
+                    raise
+                known = [c for c in (context, stated_context_tokens(exc.__cause__)) if c]
+                size = prompt.estimated_tokens
+                if known:  # the answer's reserve comes out of a known context
+                    size = min(size, min(known) - self._reserve(len(prompt.ids)) - PROMPT_MARGIN_TOKENS)
+                    max_tokens = max_tokens or self._reserve(len(prompt.ids))
+                log.warning("%s: the prompt overflowed the judge's context; shortening it and asking once more", what)
+                budget = int(OVERFLOW_SHRINK * size)
+                refitted = build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget)
+                verdicts, more = await call_with_retries(
+                    lambda: self._ask(refitted, answer_format, usage, max_tokens), self.retry, what
+                )
+                attempts, prompt = exc.attempts + more, refitted
+            entry = {
+                "judge": identity,
+                "verdicts": {tid: dataclasses.asdict(v) for tid, v in verdicts.items()},
+                "shortened": prompt.shortened,
+            }
             if self.cache:
                 self.cache.put(key, entry)
         verdicts = {tid: Verdict(**fields) for tid, fields in entry["verdicts"].items()}
+        shortened = entry.get("shortened", prompt.shortened)
 
         share = 1 / len(lists)
         group_metrics = {
@@ -85,17 +139,42 @@ class RulerJudge:
                 trajectory_id=str(i),
                 explanation=verdicts[tid].explanation,
                 score=verdicts[tid].score,
-                metrics={**group_metrics, "ruler_clamped": float(verdicts[tid].clamped)},
+                metrics={
+                    **group_metrics,
+                    "ruler_clamped": float(verdicts[tid].clamped),
+                    "ruler_shortened": float(cut),
+                },
             )
-            for i, tid in enumerate(prompt.id_of, start=1)
+            for i, (tid, cut) in enumerate(zip(prompt.id_of, shortened, strict=True), start=1)
         ]
 
-    async def _ask(self, prompt: JudgePrompt, answer_format: dict[str, Any], usage: Usage) -> dict[str, Verdict]:
+    def _reserve(self, count: int) -> int:
+        """The tokens kept free for an answer scoring `count` trajectories: the model's `max_tokens`, else sized."""
+        return self.model.max_tokens or answer_tokens(count)
+
+    def _fit(
+        self,
+        lists: list[list[Message]],
+        rubric: str,
+        tools: list[dict[str, Any]] | None,
+        task: str | None,
+        context: int | None,
+    ) -> tuple[JudgePrompt, int | None]:
+        """The prompt, fitted into `context` when known, and the `max_tokens` to send (None: the model's)."""
+        if context is None:
+            return build_judge_prompt(lists, rubric, tools, task=task), None
+        reserve = self._reserve(len({canonical_json(messages) for messages in lists}))
+        budget = context - reserve - PROMPT_MARGIN_TOKENS
+        return build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget), reserve
+
+    async def _ask(
+        self, prompt: JudgePrompt, answer_format: dict[str, Any], usage: Usage, max_tokens: int | None = None
+    ) -> dict[str, Verdict]:
         if self.debug:
             for message in prompt.messages:
                 self._console.rule(f"RULER prompt: {message['role']}")
                 self._console.print(message["content"], markup=False, highlight=False)
-        text = await self._client.complete(prompt.messages, answer_format, usage)
+        text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
         if self.debug:
             self._console.rule("RULER answer")
             self._console.print(text, markup=False, highlight=False)

@@ -2,8 +2,10 @@
 
 The judge answers `{"scores": {"<id>": {"explanation": str, "score": number}, ...}}`. Keying scores by
 trajectory id lets the JSON schema itself demand exactly one entry per id (all ids required, no
-others allowed), which structured output enforces even on a small local judge. Validation checks it
-again, because not every provider enforces schemas, and clamps scores into [0, 1].
+others allowed), which structured output enforces even on a small local judge. The schema also bounds
+each explanation to `EXPLANATION_MAX_CHARS` (`maxLength`; vLLM's xgrammar and guidance backends enforce
+it), so a weak judge cannot ramble until `max_tokens` cuts its JSON. Validation checks the answer again,
+because not every provider enforces schemas, and clamps scores into [0, 1].
 """
 
 from __future__ import annotations
@@ -46,12 +48,27 @@ class Verdict:
     """Whether the judge's number lay outside [0, 1]."""
 
 
+EXPLANATION_MAX_CHARS = 120
+"""Longest explanation the answer schema allows (one short sentence). xgrammar's compile time grows with it
+(about 2 s of CPU at 120 characters, 4 s at 160, once per schema and server)."""
+
+
+def answer_tokens(count: int) -> int:
+    """A `max_tokens` for an answer scoring `count` trajectories, with margin.
+
+    Per id: the explanation at `EXPLANATION_MAX_CHARS` counted at 2 characters a token (English runs
+    near 4), plus 24 tokens for the id, keys, score and punctuation; then 25% and 32 tokens on top.
+    """
+    return int(count * (EXPLANATION_MAX_CHARS // 2 + 24) * 1.25) + 32
+
+
 def response_format(ids: Sequence[str]) -> dict[str, Any]:
-    """The OpenAI `response_format` asking for exactly one score per id."""
+    """The OpenAI `response_format` asking for exactly one score per id, each explanation bounded."""
+    explanation = {"type": "string", "maxLength": EXPLANATION_MAX_CHARS}
     entry = {
         "type": "object",
-        # the range lets guided decoding (vLLM) keep even a small judge inside [0, 1]
-        "properties": {"explanation": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1}},
+        # the bounds let guided decoding (vLLM) keep even a small judge short and inside [0, 1]
+        "properties": {"explanation": explanation, "score": {"type": "number", "minimum": 0, "maximum": 1}},
         "required": ["explanation", "score"],
         "additionalProperties": False,
     }

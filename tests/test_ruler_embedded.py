@@ -27,7 +27,8 @@ def test_embedded_judge_scores_a_group_through_vllm(tmp_path):
         return Trajectory(messages_and_choices=messages, reward=0.5)
 
     group = TrajectoryGroup([rollout("42"), rollout("48"), rollout("The product is 42."), rollout("42")])
-    scored = asyncio.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path))
+    task = "Answer arithmetic questions for school children."
+    scored = asyncio.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path, task=task))
 
     assert len(scored) == 4
     for trajectory in scored:
@@ -36,9 +37,10 @@ def test_embedded_judge_scores_a_group_through_vllm(tmp_path):
         assert trajectory.metrics["independent_reward"] == 0.5
         assert trajectory.metrics["ruler_attempts"] >= 1
         assert trajectory.metrics["ruler_prompt_tokens"] > 0
+        assert trajectory.metrics["ruler_shortened"] == 0.0  # a short group fits the 2,048-token context
         assert trajectory.logs and trajectory.logs[0].startswith("ruler: ")
     assert scored.trajectories[0].reward == scored.trajectories[3].reward  # identical rollouts, one verdict
 
-    again = asyncio.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path))
+    again = asyncio.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path, task=task))
     assert [t.reward for t in again] == [t.reward for t in scored]
     assert all(t.metrics["ruler_cache_hit"] == 1.0 for t in again)

@@ -256,3 +256,39 @@ def test_ruler_score_group_swallows_a_failed_judge(server, caplog):
         result = run(ruler.ruler_score_group(group, judge, swallow_exceptions=True))
     assert result is None
     assert "could not score a group of 2 trajectories" in caplog.text and "failed 4 times" in caplog.text
+
+
+def test_the_request_states_the_task_bounds_the_answer_and_fits_the_context(server):
+    task = "Answer arithmetic questions for school children."
+    judge = RulerJudge(server.judge_model(context_tokens=2048), retry=FAST_RETRY, cache_dir=None)
+    server.script.append(Reply(content=scores_json(_1=1, _2=0)))
+    long_answer = "Let me think about this step by step. " * 150
+    scores = run(judge.score_group([conversation("2+2?", "4"), conversation("2+2?", long_answer)], task=task))
+    body = server.requests[0]
+    assert task in body["messages"][0]["content"] and task not in body["messages"][1]["content"]
+    entry = body["response_format"]["json_schema"]["schema"]["properties"]["scores"]["properties"]["1"]
+    assert entry["properties"]["explanation"]["maxLength"] == ruler.scores.EXPLANATION_MAX_CHARS
+    assert body["max_tokens"] == ruler.scores.answer_tokens(2)
+    assert "…[shortened " in body["messages"][1]["content"]
+    assert [s.metrics["ruler_shortened"] for s in scores] == [0.0, 1.0]
+
+
+def test_a_context_overflow_is_shortened_further_and_asked_once_more(server, tmp_path, caplog):
+    judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=tmp_path)  # context unknown: no fitting
+    overflow = (
+        "This model's maximum context length is 1024 tokens. However, your prompt contains 2100 input tokens, "
+        "which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
+    )
+    server.script.extend([Reply(status=400, content=overflow), Reply(content=scores_json(_1=0.2, _2=0.9))])
+    group = [conversation("2+2?", "It is 4. " * 400), conversation("2+2?", "4")]
+    with caplog.at_level(logging.WARNING, logger="ruler"):
+        scores = run(judge.score_group(group, rubric="r"))
+    assert len(server.requests) == 2 and "overflowed the judge's context" in caplog.text
+    retry_prompt = server.requests[1]["messages"]
+    assert "…[shortened " in retry_prompt[1]["content"]
+    assert "[shortened" not in server.requests[0]["messages"][1]["content"]
+    assert ruler.prompt.estimate_prompt_tokens(retry_prompt) <= 1024 - server.requests[1]["max_tokens"]
+    assert [s.score for s in scores] == [0.2, 0.9]
+    assert [s.metrics["ruler_shortened"] for s in scores] == [1.0, 0.0] and scores[0].metrics["ruler_attempts"] == 2
+    again = run(judge.score_group(group, rubric="r"))  # cached under the first prompt's key, with what was cut
+    assert len(server.requests) == 2 and [s.metrics["ruler_shortened"] for s in again] == [1.0, 0.0]

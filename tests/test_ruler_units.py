@@ -302,3 +302,136 @@ def test_default_cache_dir_follows_autorl_home(monkeypatch, tmp_path):
     assert ruler.default_cache_dir() == tmp_path / "cache" / "ruler"
     monkeypatch.delenv("AUTORL_HOME")
     assert str(ruler.default_cache_dir()) == ".autorl/cache/ruler"
+
+
+# --- the task, answer bounds and fitting into a small context ----------------------------------
+
+TASK = "Help customers of ShopCo get refunds for damaged orders, following the refund policy."
+
+
+class StubClient:
+    """Stands in for `JudgeClient`: records each request and answers every id with 0.5."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+
+    async def complete(self, messages, response_format, usage, max_tokens=None):
+        self.requests.append({"messages": messages, "response_format": response_format, "max_tokens": max_tokens})
+        ids = response_format["json_schema"]["schema"]["properties"]["scores"]["required"]
+        return answer(dict.fromkeys(ids, 0.5))
+
+
+def stub_judge(model: str | JudgeModel, cache_dir=None) -> tuple[RulerJudge, StubClient]:
+    judge = RulerJudge(model, cache_dir=cache_dir)
+    judge._client = stub = StubClient()
+    return judge, stub
+
+
+def test_the_task_is_stated_in_the_system_message_outside_the_trajectories():
+    lists = [chat("sys", "my order arrived broken", "refund sent"), chat("sys", "my order arrived broken", "no")]
+    system, user = (m["content"] for m in build_judge_prompt(lists, "Be kind.", task=TASK).messages)
+    assert f"<task>\n{TASK}\n</task>" in system and system.index(TASK) < system.index("Rubric:\nBe kind.")
+    assert TASK not in user
+    untold = build_judge_prompt(lists, "Be kind.").messages[0]["content"]
+    assert "<task>" not in untold and "Rubric:\nBe kind." in untold
+
+
+def test_the_task_is_part_of_the_cache_key(tmp_path):
+    judge, stub = stub_judge(UNREACHABLE, cache_dir=tmp_path)
+    lists = [chat("s", "q", "a"), chat("s", "q", "b")]
+    run(judge.score_group(lists, task=TASK))
+    run(judge.score_group(lists, task="Another task."))
+    run(judge.score_group(lists, task=TASK))
+    assert len(stub.requests) == 2
+    assert TASK in stub.requests[0]["messages"][0]["content"]
+    assert "Another task." in stub.requests[1]["messages"][0]["content"]
+    run(ruler.ruler(lists, UNREACHABLE, cache_dir=tmp_path, task=TASK))  # ruler.ruler passes it on: a cache hit
+
+
+def test_explanations_are_bounded_in_the_schema_and_the_prompt():
+    entry = response_format(["1", "2"])["json_schema"]["schema"]["properties"]["scores"]["properties"]["1"]
+    assert entry["properties"]["explanation"] == {"type": "string", "maxLength": ruler.scores.EXPLANATION_MAX_CHARS}
+    system = build_judge_prompt([chat("s", "q", "a"), chat("s", "q", "b")], "r").messages[0]["content"]
+    assert f"at most {ruler.scores.EXPLANATION_MAX_CHARS} characters" in system
+
+
+def test_max_tokens_is_sized_to_the_group_when_the_context_is_known():
+    sized = ruler.scores.answer_tokens
+    assert sized(2) < sized(4) < sized(6) and sized(6) >= 6 * ruler.scores.EXPLANATION_MAX_CHARS // 2
+    lists = [chat("s", "q", a) for a in ["a", "b", "c", "a"]]  # 3 distinct trajectories
+    embedded, stub = stub_judge("embedded")  # the embedded server's max_model_len is its context
+    run(embedded.score_group(lists))
+    assert stub.requests[-1]["max_tokens"] == sized(3)
+    small, stub = stub_judge(JudgeModel(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=4096))
+    run(small.score_group(lists))
+    assert stub.requests[-1]["max_tokens"] == sized(3)
+    own, stub = stub_judge(JudgeModel(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=4096, max_tokens=77))
+    run(own.score_group(lists))
+    assert stub.requests[-1]["max_tokens"] == 77
+    unknown, stub = stub_judge(UNREACHABLE)  # unknown context (maybe a thinking model): the model's own setting
+    run(unknown.score_group(lists))
+    assert stub.requests[-1]["max_tokens"] is None
+
+
+def test_a_group_too_long_for_the_context_is_shortened_visibly_and_deterministically():
+    long_answer = "I am sorry your order arrived damaged. " * 120  # 4,680 characters
+    lists = [chat("sys", "refund?", a) for a in (long_answer, "Refund sent.", long_answer + "!")]
+    model = JudgeModel(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=2048)
+    judge, stub = stub_judge(model)
+    scores = run(judge.score_group(lists, task=TASK))
+    assert [s.metrics["ruler_shortened"] for s in scores] == [1.0, 0.0, 1.0]
+    request = stub.requests[0]
+    system, user = (m["content"] for m in request["messages"])
+    assert user.count("…[shortened ") == 2 and "Refund sent." in user and TASK in system
+    assert "were shortened" in system  # the judge is told what the marker means
+    budget = 2048 - request["max_tokens"] - ruler.ruler_judge.PROMPT_MARGIN_TOKENS
+    assert ruler.prompt.estimate_prompt_tokens(request["messages"]) <= budget
+    again = build_judge_prompt(lists, ruler.DEFAULT_RUBRIC, task=TASK, max_prompt_tokens=budget)
+    assert again.messages == request["messages"] and again.shortened == [True, False, True]
+    assert build_judge_prompt(lists, "r", max_prompt_tokens=10**6).shortened == [False, False, False]
+
+
+def test_shortening_keeps_head_and_tail_around_a_marker():
+    text = "".join(f"{i:04d}" for i in range(500))  # 2,000 characters
+    short = ruler.prompt.shorten(text, 300)
+    assert short.startswith(text[:200]) and short.endswith(text[-100:]) and "…[shortened 1700 chars]…" in short
+    assert ruler.prompt.shorten("x" * 330, 300) == "x" * 330  # too little to gain
+
+
+def test_a_group_that_cannot_fit_even_shortened_is_one_clear_error():
+    judge, stub = stub_judge(JudgeModel(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=900))
+    lists = [chat("s", "q", f"answer {i} " * 200) for i in range(6)]
+    with pytest.raises(RulerInputError, match="even with every message shortened to 64 characters") as info:
+        run(judge.score_group(lists, rubric=ruler.DEFAULT_RUBRIC))
+    assert "\n" not in str(info.value) and not stub.requests
+
+
+def test_custom_judges_get_the_task_only_when_they_take_it():
+    seen = {}
+
+    class Old:  # written before `task` existed
+        name = "old"
+
+        async def score_group(self, message_lists, *, rubric, tools):
+            count = len(message_lists)
+            return [ruler.TrajectoryScore(trajectory_id=str(i), explanation="o", score=1.0) for i in range(1, count + 1)]
+
+    class New(Old):
+        name = "new"
+
+        async def score_group(self, message_lists, *, rubric, tools, task=None):
+            seen[self.name] = task
+            return await super().score_group(message_lists, rubric=rubric, tools=tools)
+
+    class Loose(Old):
+        name = "loose"
+
+        async def score_group(self, message_lists, **kwargs):
+            seen[self.name] = kwargs.get("task")
+            return await Old.score_group(self, message_lists, rubric=kwargs["rubric"], tools=kwargs["tools"])
+
+    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", a)) for a in "ab"])
+    for judge in (Old(), New(), Loose(), CombinedJudge([Old(), New(), Loose()])):
+        assert [t.reward for t in run(ruler.ruler_score_group(group, judge, task=TASK))] == [1.0, 1.0]
+    assert seen == {"new": TASK, "loose": TASK}
+    assert not ruler.judges.takes_task(Old()) and ruler.judges.takes_task(FunctionJudge(len))
