@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,6 +23,47 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True, soft_wrap=True)  # long lines (paths) stay whole in logs
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` on a new event loop. Ctrl-C and SIGTERM (what schedulers and containers send) both
+    cancel it: its `finally` blocks stop the servers and record the run, then KeyboardInterrupt is raised
+    (see `exit_interrupted`)."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        if leftover := asyncio.all_tasks(loop):
+            for pending in leftover:
+                pending.cancel()
+            loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()  # unlike asyncio.run, does not wait for worker threads (see exit_interrupted)
+
+
+def exit_interrupted(message: str) -> NoReturn:
+    """Print `message` and end the process now, with status 1.
+
+    The interrupted command's `finally` blocks have run. What can remain is a worker thread blocked in a
+    model call (input generation runs in threads; one call can take minutes on CPU), which a normal
+    exit would wait for: stop every server this process started and leave without waiting.
+    """
+    from autorl.vllm_server import stop_all_servers
+
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+    stop_all_servers()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def fail(message: str) -> None:
@@ -74,14 +119,14 @@ def run_command(
             learning_rate=learning_rate, seed=seed, rollout=RolloutConfig(max_tokens=max_tokens), home=home,
             name=name, wandb=wandb, force=force or [], resume=resume, server=ServerConfig(port=port, lora_serving=lora_serving),
         )  # fmt: skip
-        asyncio.run(run_pipeline(spec, config, err))
+        run_async(run_pipeline(spec, config, err))
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}")
     except AutoRLError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail("interrupted; rerun the same command to resume from the last checkpoint")
+        exit_interrupted("interrupted; rerun the same command to resume from the last checkpoint")
 
 
 @app.command("runs")
@@ -131,7 +176,7 @@ def inputs_command(
     except AutoRLError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail("interrupted")
+        exit_interrupted("interrupted")
     write_inputs_jsonl(result.inputs, out)
     prompt_path = out.with_suffix(".system_prompt.txt")
     prompt_path.write_text(result.system_prompt + "\n", encoding="utf-8")
@@ -178,11 +223,11 @@ def benchmark_command(
             run=run, variants=variants.split(",") if variants else [], out=out, inputs=inputs, judge=judge,
             samples=samples, max_tokens=max_tokens, home=home,
         )  # fmt: skip
-        result = asyncio.run(run_benchmark(config, err))
+        result = run_async(run_benchmark(config, err))
     except AutoRLError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail("interrupted; rerun the same command to reuse the answers already made")
+        exit_interrupted("interrupted; rerun the same command to reuse the answers already made")
     Console(width=200).print(markdown_table(result.results), highlight=False, markup=False)
     err.print(f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}", highlight=False)
     try:

@@ -182,3 +182,25 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
     assert "interrupted; rerun the same command to resume" in output
     assert not wait_gone(children, 90), "vLLM processes outlived Ctrl-C"
     assert record(home, "interrupted")["status"] == "interrupted"
+
+
+def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_once(home):
+    """SIGTERM (what schedulers and containers send) stops a run as Ctrl-C does, also while the input
+    generator's worker threads wait on model calls that take minutes on CPU."""
+    from autorl.embedded import cache_dir
+
+    process = autorl(home, "terminated", "--steps", "1", "--seed", "7", "--no-wandb")  # a new inputs stage
+    generator_log = cache_dir() / "logs" / f"embedded-vllm-{process.pid}.log"
+
+    def generating() -> bool:  # vLLM logs its throughput every 10 s while requests run
+        return generator_log.exists() and "Avg generation throughput" in generator_log.read_text(errors="replace")
+
+    children = wait_until(process, generating)
+    stages = record(home, "terminated").get("stages", {})
+    assert "inputs" not in stages, "the inputs stage finished before the test could stop it"
+    os.kill(process.pid, signal.SIGTERM)
+    output, _ = process.communicate(timeout=20)  # asked for: within 10 s; the margin is for a loaded machine
+    assert process.returncode == 1
+    assert "interrupted; rerun the same command to resume" in output
+    assert not wait_gone(children, 10), "vLLM processes outlived SIGTERM"
+    assert record(home, "terminated")["status"] == "interrupted"
