@@ -8,8 +8,11 @@ either complete or absent: a crash or a full disk mid-write leaves the previous 
 
 from __future__ import annotations
 
+import ast
 import errno
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -24,15 +27,105 @@ from typing import Any
 from autorl.errors import AutoRLError
 
 MANIFEST = "artifact.json"
+SUMMARY = "summary.json"
+"""Beside the manifest: the figures the stage returned, as `run.json` records them."""
 
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def code_version(module: ModuleType) -> str:
-    """A hash of a stage module's source: editing the stage invalidates its artifacts."""
-    return hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]
+PROJECT_PACKAGES = ("autorl", "ruler", "pipelines", "benchmarks")
+"""The packages whose source is part of an artifact's key (third-party code is not)."""
+
+
+def code_version(module: ModuleType, packages: tuple[str, ...] = PROJECT_PACKAGES) -> str:
+    """A hash of the source of `module` and of every module of `packages` it imports, transitively.
+
+    Editing a stage, or any project module its code runs, invalidates its artifacts.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(imported_modules(module.__name__, packages)):
+        digest.update(f"{name}\n".encode())
+        digest.update(_module_file(name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def imported_modules(name: str, packages: tuple[str, ...]) -> set[str]:
+    """`name` and the modules of `packages` that it imports, directly or through each other.
+
+    Imports are read from the source, function-level ones included, without running them; those under
+    `if TYPE_CHECKING:` are skipped, since they never run. A package's `__init__` counts where it is
+    imported itself.
+    """
+    found, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        todo += [m for m in _direct_imports(current, packages) if m not in found]
+    return found
+
+
+@functools.cache
+def _direct_imports(name: str, packages: tuple[str, ...]) -> tuple[str, ...]:
+    path = _module_file(name)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return tuple(_imports(ast.parse(path.read_text(encoding="utf-8")), package, packages))
+
+
+@functools.cache
+def _module_file(name: str) -> Path | None:
+    """The source file of module `name` (a module of an importable package), found without importing it."""
+    top, _, rest = name.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.submodule_search_locations is None:
+        return None
+    base = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest.split(".") if rest else [])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(tree: ast.AST, package: str, packages: tuple[str, ...]) -> Iterator[str]:
+    """The modules of `packages` that the import statements of `tree` (a module of `package`) load."""
+    skipped = {
+        id(node)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.If) and "TYPE_CHECKING" in ast.unparse(guard.test)
+        for statement in guard.body
+        for node in ast.walk(statement)
+    }
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}".rstrip(".")
+            if base.split(".")[0] not in packages:
+                continue
+            names = [base, *(_source_module(base, alias.name) for alias in node.names)]
+        else:
+            continue
+        yield from (n for n in names if n.split(".")[0] in packages and _module_file(n) is not None)
+
+
+def _source_module(module: str, name: str) -> str:
+    """Where `from module import name` takes `name` from: the submodule `module.name`; for a package, the
+    module that defines the class or function it exports (re-exported, or lazily as `autorl` does);
+    else `module` itself, which defines it."""
+    if _module_file(f"{module}.{name}") is not None:
+        return f"{module}.{name}"
+    if _module_file(module) is None or _module_file(module).name != "__init__.py":
+        return module
+    defined_in = getattr(getattr(importlib.import_module(module), name, None), "__module__", None)
+    return defined_in if isinstance(defined_in, str) else module
 
 
 def stage_key(stage: str, config: dict[str, Any], code: str, upstream: dict[str, str]) -> str:
@@ -73,6 +166,15 @@ class ArtifactStore:
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def summary(self, stage: str, key: str) -> dict[str, Any]:
+        """The summary written for an artifact; empty when it has none."""
+        path = self.path(stage, key) / SUMMARY
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def write_summary(self, stage: str, key: str, summary: dict[str, Any]) -> None:
+        self.path(stage, key).mkdir(parents=True, exist_ok=True)
+        write_json(self.path(stage, key) / SUMMARY, summary)
 
     def remove(self, stage: str, key: str) -> None:
         shutil.rmtree(self.path(stage, key), ignore_errors=True)

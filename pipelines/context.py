@@ -73,6 +73,10 @@ class StageContext:
     console: Console
     calls: Counter = field(default_factory=Counter)
     """Model calls made by this process, by kind (policy, judge, generator)."""
+    judging: Counter = field(default_factory=Counter)
+    """What the judge did in this process: `groups` it was given, `failed` (not scored), `retries` (requests
+    beyond the first for the groups it scored), `shortened` (answers cut to fit the judge's context). The
+    pipeline records each stage's share in its summary."""
 
     def artifact(self, stage: str) -> Path:
         """The directory of an upstream stage's artifact."""
@@ -83,8 +87,17 @@ class StageContext:
         return self.task.rubric or DEFAULT_RUBRIC
 
     async def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
-        """The group scored by the run's judge; None (logged) when the judge cannot score it."""
-        scored = await ruler_score_group(group, self.judge, self.rubric, swallow_exceptions=True)
-        if scored is not None and scored.trajectories:  # RULER counts its requests (0 when cached)
-            self.calls["judge"] += int(scored.trajectories[0].metrics.get("ruler_attempts", 0))
+        """The group scored by the run's judge, told the task; None (logged) when the judge cannot score it."""
+        scored = await ruler_score_group(
+            group, self.judge, self.rubric, swallow_exceptions=True, task=self.task.description
+        )
+        self.judging["groups"] += 1
+        if scored is None:
+            self.judging["failed"] += 1
+        elif scored.trajectories:  # RULER's metrics: requests made (0 when cached), answers shortened to fit
+            metrics = [t.metrics for t in scored.trajectories]
+            attempts = int(metrics[0].get("ruler_attempts", 0))
+            self.calls["judge"] += attempts
+            self.judging["retries"] += max(attempts - 1, 0)
+            self.judging["shortened"] += int(sum(m.get("ruler_shortened", 0) for m in metrics))
         return scored

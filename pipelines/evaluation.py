@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -59,6 +60,36 @@ def save(out: Path, groups: list[TrajectoryGroup]) -> pd.DataFrame:
 
 def load_groups(directory: Path) -> list[TrajectoryGroup]:
     return [TrajectoryGroup.model_validate_json(line) for line in (directory / GROUPS_FILE).read_text().splitlines()]
+
+
+MIN_COVERAGE = 0.8
+"""Below this share of validation inputs scored, the report and the run warn that the figures rest on few inputs."""
+
+
+def stage_summary(ctx, frame: pd.DataFrame, val_inputs: int, steps: dict[str, int] | None = None) -> dict[str, Any]:
+    """The summary of a stage that judged answers to the validation inputs: `val_inputs` (how many there
+    are) and per variant the mean, CI, `inputs` scored and, for checkpoints, `step`. Prints the
+    `coverage_warning` when there is one."""
+    variants = summarize(frame)
+    for variant, step in (steps or {}).items():
+        variants.setdefault(variant, {"inputs": 0})["step"] = step
+    summary = {"val_inputs": val_inputs, "variants": variants}
+    if warning := coverage_warning(summary):
+        ctx.console.print(f"[yellow]warning: {warning}[/yellow]", highlight=False)
+    return summary
+
+
+def coverage_warning(summary: dict[str, Any]) -> str | None:
+    """A warning when a variant's figure rests on fewer than `MIN_COVERAGE` of the validation inputs."""
+    total = summary["val_inputs"]
+    short = {v: s["inputs"] for v, s in summary["variants"].items() if s["inputs"] < MIN_COVERAGE * total}
+    if not total or not short:
+        return None
+    scored = ", ".join(f"{variant} {n}" for variant, n in short.items())
+    return (
+        f"only part of the {total} validation inputs could be scored ({scored}): below {MIN_COVERAGE:.0%}, "
+        "these figures rest on too few inputs; see the judge's warnings in the log"
+    )
 
 
 def summarize(frame: pd.DataFrame) -> dict[str, dict[str, float]]:

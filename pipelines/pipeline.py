@@ -23,6 +23,7 @@ from rich.console import Console
 from autorl.backend import ensure_writable
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
+from autorl.vllm_server import VLLMServer
 from ruler.loading import load_judge
 
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
@@ -87,32 +88,35 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     _link_training(run_dir, policy.run_dir)
     write_json(run_dir / RUN_FILE, record)
     console.print(f"run [bold]{name}[/bold] in {run_dir}")
+    servers_before = VLLMServer.starts
     try:
         for stage in STAGES:
             if stage in forced:
                 store.remove(stage, keys[stage])
             started, before = time.monotonic(), sum(calls.values())
             if _is_done(ctx, stage):
-                entry = {"cached": True, "summary": _cached_summary(store, stage, keys[stage])}
+                entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
             else:
                 console.print(f"[bold]{stage}[/bold] ({keys[stage]})")
+                judged = Counter(ctx.judging)
                 summary = await STAGE_MODULES[stage].run(ctx)
-                store.path(stage, keys[stage]).mkdir(parents=True, exist_ok=True)
-                write_json(store.path(stage, keys[stage]) / "summary.json", summary)
+                if ctx.judging != judged:  # what the judge did in this stage
+                    summary["judging"] = {kind: ctx.judging[kind] - judged[kind] for kind in ctx.judging}
+                store.write_summary(stage, keys[stage], summary)
                 entry = {"cached": False, "summary": summary}
             entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
             record["stages"][stage] = entry
             write_json(run_dir / RUN_FILE, record)
         _copy_report(store.path("report", keys["report"]), run_dir)
-        record.update(status="done", model_calls=dict(calls))
+        record.update(status="done")
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError)  # Ctrl-C cancels
         record.update(status="interrupted" if interrupted else "failed")
         record["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise
     finally:
-        record["updated"] = time.time()
+        record.update(updated=time.time(), model_calls=dict(calls), server_starts=VLLMServer.starts - servers_before)
         write_json(run_dir / RUN_FILE, record)
         tracker.finish()
         policy.close()
@@ -134,11 +138,6 @@ def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) ->
         return {**old, "task": task_json, "config": config.model_dump(mode="json")}
     wandb_id = hashlib.sha256(f"{name}{time.time()}".encode()).hexdigest()[:12]
     return {"name": name, "task": task_json, "config": config.model_dump(mode="json"), "wandb_id": wandb_id}
-
-
-def _cached_summary(store: ArtifactStore, stage: str, key: str) -> dict[str, Any]:
-    path = store.path(stage, key) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _link_training(run_dir: Path, train_dir: Path) -> None:

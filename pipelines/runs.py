@@ -24,27 +24,32 @@ def load_runs(home: Path) -> list[dict[str, Any]]:
     return records
 
 
-def best_validation(record: dict[str, Any]) -> float | None:
-    """The best validation reward among the trained variants, if the run was evaluated."""
+def validation_figures(record: dict[str, Any]) -> dict[str, str]:
+    """Base, latest and best validation reward of a run, as `mean (scored/total inputs)`, all from the one
+    judging of the evaluate stage (each input's answers of every variant judged together): figures from
+    different judgings are never shown side by side. Empty until the run is evaluated."""
     summary = record.get("stages", {}).get("evaluate", {}).get("summary", {})
-    trained = [s["mean"] for variant, s in summary.items() if variant != "base" and isinstance(s, dict)]
-    return max(trained) if trained else None
+    total = summary.get("val_inputs", "?")
+    return {
+        variant: f"{s['mean']:.3f} ({s['inputs']}/{total})" if "mean" in s else f"- (0/{total})"
+        for variant, s in summary.get("variants", {}).items()
+    }
 
 
 def runs_table(home: Path) -> Table:
-    table = Table(title=f"runs in {home / 'runs'}")
-    for column in ("name", "status", "steps", "base val", "best val", "task"):
+    caption = "validation reward (inputs scored/validation inputs), every variant judged head to head"
+    table = Table(title=f"runs in {home / 'runs'}", caption=caption)
+    for column in ("name", "status", "steps", "base val", "latest val", "best val", "task"):
         table.add_column(column)
     for record in load_runs(home):
-        stages = record.get("stages", {})
-        base = stages.get("baseline", {}).get("summary", {}).get("mean")
-        best = best_validation(record)
+        figures = validation_figures(record)
         table.add_row(
             record["name"],
             record.get("status", "?"),
-            str(stages.get("train", {}).get("summary", {}).get("steps", "-")),
-            f"{base:.3f}" if base is not None else "-",
-            f"{best:.3f}" if best is not None else "-",
+            str(record.get("stages", {}).get("train", {}).get("summary", {}).get("steps", "-")),
+            figures.get("base", "-"),
+            figures.get("latest", "-"),
+            figures.get("best", figures.get("latest", "-")),  # best is latest when no earlier step beat it
             record["task"]["description"][:50],
         )
     return table

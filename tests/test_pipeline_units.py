@@ -86,3 +86,118 @@ def test_run_help_documents_every_flag():
                  "--wandb", "--no-wandb", "--force", "--resume"):  # fmt: skip
         line = next(line for line in result.output.splitlines() if flag in line)
         assert len(line.split(flag, 1)[1].strip()) > 10, f"{flag} has no help text"
+
+
+def test_the_train_key_covers_every_setting_training_reads(monkeypatch):
+    from autorl.config import TrainConfig, TrainerConfig
+    from autorl.vllm_server import ServerConfig
+    from pipelines.stages import train
+
+    base = stage_keys(TASK, RunConfig())
+    downstream = {"train", "evaluate", "report"}
+    monkeypatch.setattr(train, "train_config", lambda config: TrainConfig(learning_rate=config.learning_rate, epsilon=0.3))
+    assert changed(base, stage_keys(TASK, RunConfig())) == downstream  # a TrainConfig default
+    monkeypatch.undo()
+    monkeypatch.setattr(train, "TrainerConfig", lambda: TrainerConfig(lora_rank=16))
+    assert changed(base, stage_keys(TASK, RunConfig())) == downstream  # the LoRA's settings
+    monkeypatch.undo()
+    assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(lora_serving="adapter")))) == downstream
+    assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(port=8123, startup_timeout_s=5)))) == set()
+
+
+def test_a_stage_key_covers_the_code_of_every_project_module_it_runs():
+    from pipelines.artifacts import PROJECT_PACKAGES, imported_modules
+
+    train = imported_modules("pipelines.stages.train", PROJECT_PACKAGES)
+    # the loss and the trainer (imported inside functions), the judge, the stage context
+    assert {"autorl.grpo", "autorl.trainer", "autorl.config", "ruler.prompt", "pipelines.context"} <= train
+    assert "autorl.trainer" not in imported_modules("pipelines.stages.inputs", PROJECT_PACKAGES)
+
+
+def test_editing_a_module_imported_through_others_changes_the_code_version(tmp_path, monkeypatch):
+    import importlib
+
+    from pipelines.artifacts import code_version
+
+    package = tmp_path / "codekeypkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "stage.py").write_text("from typing import TYPE_CHECKING\nfrom . import helper\nif TYPE_CHECKING:\n    from . import typing_only\n")
+    (package / "helper.py").write_text("def run():\n    from .sub.deep import value\n    return value\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "deep.py").write_text("value = 1\n")
+    (package / "typing_only.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stage = importlib.import_module("codekeypkg.stage")
+    packages = ("codekeypkg",)
+    before = code_version(stage, packages)
+    (package / "typing_only.py").write_text("x = 2\n")  # never runs: not part of the key
+    assert code_version(stage, packages) == before
+    (package / "sub" / "deep.py").write_text("value = 2\n")  # imported by a function of an imported module
+    assert code_version(stage, packages) != before
+
+
+def _evaluated(inputs_scored: dict[str, int], val_inputs: int = 6) -> dict:
+    variants = {v: {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "inputs": n} for v, n in inputs_scored.items()}
+    return {"val_inputs": val_inputs, "variants": variants}
+
+
+def test_coverage_under_80_percent_is_a_warning_in_the_report():
+    from pipelines.evaluation import coverage_warning
+    from pipelines.stages.report import _validation_table
+
+    assert coverage_warning(_evaluated({"base": 5, "latest": 5})) is None  # 5/6 = 83%
+    warning = coverage_warning(_evaluated({"base": 1, "latest": 6}))
+    assert "base 1" in warning and "latest" not in warning and "too few inputs" in warning
+    table = "\n".join(_validation_table({**_evaluated({"base": 1, "latest": 6}), "judging": {"groups": 6, "failed": 5}}))
+    assert "| base | 0 | 0.500 | [0.400, 0.600] | 1/6 |" in table
+    assert "**Warning:**" in table and "6 groups: 5 could not be scored" in table
+
+
+def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_counts(tmp_path):
+    import json
+
+    from pipelines.runs import runs_table
+
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    stages = {
+        "baseline": {"summary": {"val_inputs": 6, "variants": {"base": {"mean": 0.801, "inputs": 5}}}},  # its own judging
+        "evaluate": {"summary": _evaluated({"base": 2, "latest": 2}) | {"judging": {"groups": 6}}},
+    }
+    record = {"name": "r1", "status": "done", "task": {"description": "t"}, "stages": stages}
+    (run / "run.json").write_text(json.dumps(record))
+    table = runs_table(tmp_path)
+    cells = {column.header: list(column.cells) for column in table.columns}
+    assert cells["base val"] == ["0.500 (2/6)"]  # the evaluate stage's base, not the baseline stage's 0.801
+    assert cells["latest val"] == ["0.500 (2/6)"] and cells["best val"] == ["0.500 (2/6)"]
+
+
+def test_the_stage_context_counts_what_the_judge_did():
+    import asyncio
+    from collections import Counter
+
+    from autorl.trajectories import Trajectory, TrajectoryGroup
+    from pipelines.context import StageContext
+    from ruler import TrajectoryScore
+
+    class Judge:  # answers as RulerJudge does after two attempts with the second answer shortened; fails on "bad"
+        async def score_group(self, message_lists, *, rubric, tools, task=None):
+            assert task == TASK.description  # the judge is told the task
+            if message_lists[0][0]["content"] == "bad":
+                raise RuntimeError("judge down")
+            return [
+                TrajectoryScore(trajectory_id=str(i), explanation="", score=i / 2, metrics={"ruler_attempts": 2.0, "ruler_shortened": float(i == 2)})
+                for i in (1, 2)
+            ]
+
+    def group(text: str) -> TrajectoryGroup:
+        answer = [{"role": "user", "content": text}, {"role": "assistant", "content": "a"}]
+        return TrajectoryGroup([Trajectory(messages_and_choices=answer), Trajectory(messages_and_choices=answer)])
+
+    ctx = StageContext(TASK, RunConfig(), None, {}, None, Judge(), None, None, None)
+    scored = asyncio.run(ctx.score(group("good")))
+    assert [t.reward for t in scored.trajectories] == [0.5, 1.0]
+    assert asyncio.run(ctx.score(group("bad"))) is None
+    assert ctx.judging == Counter(groups=2, failed=1, retries=1, shortened=1)
+    assert ctx.calls["judge"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import evaluation
+from ..context import StageContext
 from . import inputs, system_prompt
 
 NAME = "baseline"
@@ -20,11 +21,12 @@ def settings(task, config) -> dict:
     }
 
 
-async def run(ctx) -> dict:
+async def run(ctx: StageContext) -> dict:
     prompt = system_prompt.load(ctx)
     base = await ctx.policy.serve_step(0)
-    items = [evaluation.answers(ctx, prompt, text, base, VARIANT) for text in inputs.load(ctx, "val")]
+    texts = inputs.load(ctx, "val")
+    items = [evaluation.answers(ctx, prompt, text, base, VARIANT) for text in texts]
     groups = await evaluation.judged_groups(ctx, items, "baseline")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         frame = evaluation.save(out, groups)
-    return evaluation.summarize(frame).get(VARIANT, {})
+    return evaluation.stage_summary(ctx, frame, len(texts))

@@ -8,6 +8,7 @@ from autorl import gather_trajectory_groups
 from autorl.trajectories import TrajectoryGroup
 
 from .. import evaluation
+from ..context import StageContext
 from . import baseline, inputs, system_prompt, train
 
 NAME = "evaluate"
@@ -18,7 +19,7 @@ def settings(task, config) -> dict:
     return {"steps": config.steps, "judge": config.judge, "rubric": task.rubric, "eval_samples": config.eval_samples}
 
 
-async def run(ctx) -> dict:
+async def run(ctx: StageContext) -> dict:
     prompt = system_prompt.load(ctx)
     steps = {"latest": ctx.config.steps, "best": train.best_step(ctx)}
     if steps["best"] == steps["latest"]:
@@ -44,7 +45,4 @@ async def run(ctx) -> dict:
     groups = await evaluation.judged_groups(ctx, items, "evaluate")
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
         frame = evaluation.save(out, groups)
-    summary = evaluation.summarize(frame)
-    for variant, step in steps.items():
-        summary[variant]["step"] = step
-    return summary
+    return evaluation.stage_summary(ctx, frame, len(texts), steps)

@@ -26,13 +26,11 @@ def settings(task, config) -> dict:
 async def run(ctx) -> dict:
     history = train.history_frame(ctx)
     frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
-    summary = evaluation.summarize(frame)
-    for variant, step in ctx.store.manifest(evaluate.NAME, ctx.keys[evaluate.NAME])["steps"].items():
-        summary[variant]["step"] = step
+    summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
-        _plot(history, summary, out / CURVE)
+        _plot(history, summary["variants"], out / CURVE)
         (out / REPORT).write_text(_markdown(ctx, history, frame, summary))
-    return {variant: round(s["mean"], 4) for variant, s in summary.items()}
+    return {variant: round(s["mean"], 4) for variant, s in summary["variants"].items() if "mean" in s}
 
 
 def _plot(history: pd.DataFrame, summary: dict, path) -> None:
@@ -42,7 +40,7 @@ def _plot(history: pd.DataFrame, summary: dict, path) -> None:
         history["step"], history["reward"] - history["reward_std"], history["reward"] + history["reward_std"], alpha=0.2
     )
     for variant, style in (("base", ":"), ("latest", "--"), ("best", "-.")):
-        if variant in summary:
+        if "mean" in summary.get(variant, {}):
             ax.axhline(summary[variant]["mean"], linestyle=style, color="gray", label=f"validation: {variant}")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
@@ -52,6 +50,26 @@ def _plot(history: pd.DataFrame, summary: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _validation_table(summary: dict) -> list[str]:
+    """The variants' figures with the inputs each rests on, a coverage warning, and what the judge had to do."""
+    total = summary["val_inputs"]
+    lines = ["| variant | step | mean reward | 95% CI | inputs scored |", "|---|---|---|---|---|"]
+    for variant, s in summary["variants"].items():
+        figures = f"{s['mean']:.3f} | [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" if "mean" in s else "- | -"
+        lines.append(f"| {variant} | {s.get('step', 0)} | {figures} | {s['inputs']}/{total} |")
+    if warning := evaluation.coverage_warning(summary):
+        lines += ["", f"**Warning:** {warning}."]
+    judging = summary.get("judging")
+    if judging:
+        lines += [
+            "",
+            f"The judge was given {judging.get('groups', 0)} groups: {judging.get('failed', 0)} could not be scored, "
+            f"{judging.get('retries', 0)} requests were retried, and {judging.get('shortened', 0)} answers were "
+            "shortened to fit its context.",
+        ]
+    return lines
 
 
 def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
@@ -74,15 +92,9 @@ def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) ->
         "## Validation reward",
         "",
         "Each validation input's answers from every variant were judged together (head to head); the",
-        "mean is over inputs, with a 95% bootstrap confidence interval.",
+        "mean is over the inputs scored, with a 95% bootstrap confidence interval.",
         "",
-        "| variant | step | mean reward | 95% CI | inputs |",
-        "|---|---|---|---|---|",
-        *[
-            f"| {variant} | {s.get('step', 0)} | {s['mean']:.3f} | "
-            f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}] | {s['inputs']} |"
-            for variant, s in summary.items()
-        ],
+        *_validation_table(summary),
         "",
         "## Training",
         "",

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from autorl import TrainConfig, gather_trajectory_groups
+from autorl import TrainConfig, TrainerConfig, gather_trajectory_groups
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import MANIFEST, atomic_file, canonical_json
+from ..context import StageContext
 from ..evaluation import scores_frame
 from . import inputs, system_prompt
 
@@ -26,28 +27,40 @@ UPSTREAM = ("inputs", "system_prompt")
 
 
 def settings(task, config) -> dict:
-    # `steps` is not part of the key: asking for more steps continues the same training
+    """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
     return {
         "model": config.model,
         "judge": config.judge,
+        "task": task.description,  # the judge is told the task
         "rubric": task.rubric,
         "group_size": config.group_size,
         "groups_per_step": config.groups_per_step,
-        "learning_rate": config.learning_rate,
         "rollout": config.rollout.model_dump(),
+        "train": train_config(config).model_dump(),
+        "trainer": TrainerConfig().model_dump(),  # the LoRA and trainer settings of `Policy`'s model
+        "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
     }
 
 
-def steps_done(ctx) -> int:
+SERVER_PLACEMENT = {"host", "port", "startup_timeout_s"}
+"""Server settings that say where and how patiently the server runs, not what it computes."""
+
+
+def train_config(config) -> TrainConfig:
+    """The settings of each GRPO update of the run."""
+    return TrainConfig(learning_rate=config.learning_rate)
+
+
+def steps_done(ctx: StageContext) -> int:
     latest = latest_checkpoint(ctx.policy.run_dir / "checkpoints")
     return latest[0] if latest else 0
 
 
-def is_done(ctx) -> bool:
+def is_done(ctx: StageContext) -> bool:
     return ctx.store.exists(NAME, ctx.keys[NAME]) and steps_done(ctx) >= ctx.config.steps
 
 
-async def run(ctx) -> dict:
+async def run(ctx: StageContext) -> dict:
     config, work = ctx.config, ctx.policy.run_dir
     prompt = system_prompt.load(ctx)
     train_inputs = inputs.load(ctx, "train")
@@ -78,7 +91,7 @@ async def run(ctx) -> dict:
         scored = await gather_trajectory_groups(
             groups, pbar_desc=f"step {step}/{config.steps}", max_exceptions=0.25, after_each=score_and_save
         )
-        metrics = await ctx.policy.model.train(scored, config=TrainConfig(learning_rate=config.learning_rate))
+        metrics = await ctx.policy.model.train(scored, config=train_config(config))
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
         atomic_file(work / "trajectories" / f"{checkpoint_name(step)}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
@@ -94,12 +107,12 @@ async def run(ctx) -> dict:
     return summary
 
 
-def best_step(ctx) -> int:
+def best_step(ctx: StageContext) -> int:
     """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
     history = read_history(ctx.policy.run_dir)[: ctx.config.steps]
     return max(history, key=lambda h: (h["reward"], h["step"]))["step"]
 
 
-def history_frame(ctx) -> pd.DataFrame:
+def history_frame(ctx: StageContext) -> pd.DataFrame:
     return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])
 
