@@ -234,3 +234,27 @@ def test_a_down_endpoint_fails_alone_and_a_rerun_asks_no_model(home):
         edited = benchmark(home, *args)
         assert edited.exit_code == 0 and len(server.requests) == 2 * len(VAL), edited.output
         assert len(list(judged.iterdir())) == 2 * len(VAL)
+
+
+def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_path):
+    import asyncio
+
+    from autorl.trajectories import Trajectory, TrajectoryGroup
+    from benchmarks.head_to_head import judge_groups
+    from ruler import TrajectoryScore
+
+    told = []
+
+    class Judge:
+        async def score_group(self, message_lists, *, rubric, tools, task=None):
+            told.append(task)
+            return [TrajectoryScore(trajectory_id=str(i), explanation="", score=0.5) for i, _ in enumerate(message_lists, 1)]
+
+    def groups() -> list[TrajectoryGroup]:
+        answers = [[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": a}] for a in ("4", "5")]
+        return [TrajectoryGroup([Trajectory(messages_and_choices=m) for m in answers])]
+
+    store = ArtifactStore(tmp_path)
+    for task in ("Arithmetic.", "Arithmetic.", "Spelling."):
+        asyncio.run(judge_groups(groups(), Judge(), "tests:Judge", "rubric", store, Counter(), task))
+    assert told == ["Arithmetic.", "Spelling."]  # the second run came from the cache; another task is judged anew

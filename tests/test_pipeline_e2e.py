@@ -117,6 +117,14 @@ def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
     assert "step 2/2" in output
     assert not wait_gone(children, 10), "vLLM processes outlived the run"
 
+    # judged stages record what the judge did and which inputs their figures rest on
+    stages = record(home, "first")["stages"]
+    evaluated = stages["evaluate"]["summary"]
+    assert evaluated["judging"]["groups"] == evaluated["val_inputs"] > 0
+    assert {"base", "latest"} <= evaluated["variants"].keys()
+    assert stages["train"]["summary"]["judging"]["groups"] == 2  # one group per step
+    assert record(home, "first")["server_starts"] >= 1
+
     # the report renders, with the reward curve, and W&B wrote an offline run with the step metrics
     report = (run_dir / "report.md").read_text()
     for section in ("## Task", "## System prompt", "## Validation reward", "| base |", "## Best", "## Worst"):
