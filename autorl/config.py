@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+"""The policy objectives `TrainConfig.loss` names (defined in `autorl.grpo`)."""
+
+LOSS_DEFAULTS: dict[str, dict[str, object]] = {
+    "dr_grpo": {"scale_rewards": False},
+    "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4},
+    "cispo": {"epsilon": 1.0, "epsilon_high": 4.0},
+}
+"""Per loss, the values that the fields a caller leaves unset take instead of the field defaults."""
 
 
 class TrainConfig(BaseModel):
@@ -12,18 +22,52 @@ class TrainConfig(BaseModel):
 
     learning_rate: float = Field(2e-5, gt=0)
     """AdamW learning rate of the LoRA weights."""
+    loss: LossName = "grpo"
+    """The policy objective, named as TRL names it. A, the advantage; r, the importance ratio
+    pi / pi_old against the rollout logprobs; n_i, sequence i's trained-token count; N, the update's
+    sequence count. Fields left unset take the loss's defaults (`LOSS_DEFAULTS`); ones set explicitly win.
+    - grpo: per token -min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A), summed over the update's trained
+      tokens and divided by their count (a token-level mean: no per-sequence length normalisation, unlike
+      TRL's "grpo", which averages each sequence first).
+    - dr_grpo (Dr. GRPO): grpo's token loss with unscaled advantages (scale_rewards defaults to False),
+      divided by the constant N x max_i n_i (the longest sequence's trained tokens stand in for the
+      maximum completion length, which multi-turn trajectories lack) instead of the token count.
+    - dapo (DAPO): the token-level mean over the whole update with the decoupled clip (epsilon,
+      epsilon_high). That is exactly what grpo computes here, defaults included, so the two are the same
+      loss; the name is kept so that configurations written for TRL mean what they say.
+    - gspo (GSPO): one ratio per sequence, s_i = exp(mean over its trained tokens of log r), and per
+      sequence -min(s_i A, clip(s_i, 1 - epsilon, 1 + epsilon_high) A), averaged over the N sequences.
+      Its clip range is ~1000x narrower than grpo's: epsilon / epsilon_high default to 3e-4 / 4e-4.
+    - cispo (CISPO, MiniMax-M1): per token -sg(clip(r, 1 - epsilon, 1 + epsilon_high)) A log pi, a
+      REINFORCE gradient weighted by the clipped ratio with no gradient through it (no token is dropped),
+      divided by the token count. Defaults epsilon 1.0 (no lower bound) and epsilon_high 4.0 (weights up
+      to 5, ScaleRL's epsilon_max)."""
     epsilon: float = Field(0.2, ge=0)
-    """Lower clip range of the importance ratio: ratios below 1 - epsilon stop contributing."""
+    """Lower clip range of the importance ratio (1 - epsilon). In grpo/dr_grpo/dapo/gspo, tokens whose
+    ratio fell below it with a negative advantage stop contributing; in cispo the weight is floored there.
+    Default 0.2; gspo 3e-4, cispo 1.0 (see `loss`)."""
     epsilon_high: float | None = Field(0.28, ge=0)
-    """Upper clip range (ratio above 1 + epsilon_high is clipped); None uses `epsilon`."""
+    """Upper clip range (1 + epsilon_high); None uses `epsilon`. Default 0.28; gspo 4e-4, cispo 4.0."""
     scale_rewards: bool = True
-    """Divide each group's advantages by its reward standard deviation."""
+    """Divide each group's advantages by its reward standard deviation (default False for dr_grpo)."""
+    kl_beta: float = Field(0.0, ge=0)
+    """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
+    pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
+    exp(ref - logp) - (ref - logp) - 1 is added to the loss and normalised as the loss is. 0: no penalty
+    and no extra pass (and no `kl` metric)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): 1.15-1.3x faster
     updates than 4 on CPU (benchmarks/perf_grpo_step.py); lower it when activations do not fit."""
+
+    @model_validator(mode="after")
+    def _loss_defaults(self) -> TrainConfig:
+        for name, value in LOSS_DEFAULTS.get(self.loss, {}).items():
+            if name not in self.model_fields_set:
+                setattr(self, name, value)
+        return self
 
 
 class TrainerConfig(BaseModel):

@@ -1,13 +1,50 @@
-"""The GRPO objective: group-relative advantages and the PPO-style clipped token loss."""
+"""The GRPO objective: group-relative advantages and the policy losses (`TrainConfig.loss`) over one core.
+
+Every loss shares `clipped_policy_loss`: importance ratios against the rollout logprobs (per token, or
+per sequence for gspo), their clip range and clip statistics, an optional KL penalty to the reference
+policy, and a per-token weight; a variant (`LOSSES`) only picks the ratio level, the objective and what
+the update's summed loss is divided by (`loss_normaliser`).
+"""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from .config import LossName
+
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""
+
+
+@dataclass(frozen=True)
+class LossVariant:
+    """What a named loss changes in the shared core (see `TrainConfig.loss` for the formulas)."""
+
+    sequence_ratio: bool
+    """One importance ratio per sequence, exp(mean of its tokens' log ratios), applied to all its tokens
+    and weighted 1 / n_i per token, so that each sequence's loss counts once (GSPO); else one per token."""
+    truncated_is: bool
+    """-sg(clip(ratio)) x A x logprob (CISPO) instead of PPO's -min(ratio x A, clip(ratio) x A)."""
+    normaliser: Callable[[list[int]], int]
+    """The divisor of the update's summed loss, from each sequence's trained-token count."""
+
+
+def _padded_tokens(trained_tokens: list[int]) -> int:
+    return len(trained_tokens) * max(trained_tokens)
+
+
+LOSSES: dict[str, LossVariant] = {
+    "grpo": LossVariant(sequence_ratio=False, truncated_is=False, normaliser=sum),
+    "dr_grpo": LossVariant(sequence_ratio=False, truncated_is=False, normaliser=_padded_tokens),
+    "dapo": LossVariant(sequence_ratio=False, truncated_is=False, normaliser=sum),
+    "gspo": LossVariant(sequence_ratio=True, truncated_is=False, normaliser=len),
+    "cispo": LossVariant(sequence_ratio=False, truncated_is=True, normaliser=sum),
+}
+"""The variants of `TrainConfig.loss`."""
 
 
 def group_advantages(rewards: list[float], scale: bool = True) -> list[float] | None:
@@ -19,10 +56,25 @@ def group_advantages(rewards: list[float], scale: bool = True) -> list[float] | 
     return [(r - mean) / std for r in rewards]
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Logprob of each token given the ones before it; position t scores input_ids[:, t + 1]."""
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprob of each token given the ones before it (position t scores input_ids[:, t + 1]), and the
+    entropy (nats, no gradient) of the next-token distribution there: one log-softmax serves both."""
     logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1), entropy
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1, >= 0, 0 where equal."""
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1
+
+
+def loss_normaliser(loss: LossName, trained_tokens: list[int]) -> int:
+    """What `loss` divides the update's summed loss by, from each sequence's trained-token count:
+    grpo/dapo/cispo their sum, dr_grpo sequences x the longest count, gspo the sequence count."""
+    return LOSSES[loss].normaliser(trained_tokens)
 
 
 def clipped_policy_loss(
@@ -32,28 +84,56 @@ def clipped_policy_loss(
     mask: torch.Tensor,
     epsilon: float,
     epsilon_high: float,
+    loss: LossName = "grpo",
+    ref_logprobs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Sum over masked tokens of -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
+    """The summed (not yet normalised) loss of one micro-batch under `loss`, and its statistics.
 
-    logprobs, old_logprobs, mask: [batch, tokens]; advantages: [batch]. Old logprobs that are NaN
-    (unknown) are taken from the current policy, detached, so those tokens have ratio 1. Divide
-    the returned sum by the number of masked tokens of the whole update for the token-level mean.
-    The stats also sum |logprob - old logprob| over the masked tokens whose old logprob is known: how
-    far the policy being trained is from the one that sampled (the inference server's numerics).
+    logprobs, old_logprobs, mask (and ref_logprobs): [batch, tokens]; advantages: [batch]. The grpo
+    default is the sum over masked tokens of -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
+    Old logprobs that are NaN (unknown) are taken from the current policy, detached, so those tokens
+    have ratio 1. With `ref_logprobs`, kl_beta x `k3_kl` joins each token's loss. Divide the returned sum
+    by `loss_normaliser(loss, ...)` over the whole update.
+    The stats sum over the masked tokens: clipped tokens (low: the ratio under 1 - eps, high: over
+    1 + eps_high, counted where clipping changed the objective: for the PPO objective only where it
+    zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
+    ref_logprobs), and |logprob - old logprob| over the tokens whose old logprob is known: how far the
+    policy being trained is from the one that sampled (the inference server's numerics).
     """
+    variant = LOSSES[loss]
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
-    ratio = torch.exp(logprobs - old)
+    mask = mask.to(logprobs.dtype)
+    log_ratio = logprobs - old
+    weight = mask
+    if variant.sequence_ratio:
+        lengths = mask.sum(-1, keepdim=True).clamp(min=1)
+        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / lengths
+        weight = mask / lengths
+    ratio = torch.exp(log_ratio)
     adv = advantages.unsqueeze(-1)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv
-    per_token = -torch.minimum(unclipped, clipped)
-    mask = mask.to(per_token.dtype)
+    bounded = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+    if variant.truncated_is:
+        per_token = -bounded.detach() * adv * logprobs
+        low, high = ratio < 1 - epsilon, ratio > 1 + epsilon_high
+    else:
+        unclipped, clipped = ratio * adv, bounded * adv
+        per_token = -torch.minimum(unclipped, clipped)
+        active = clipped < unclipped
+        low, high = active & (adv < 0), active & (adv > 0)
+    stats: dict[str, float] = {}
+    if ref_logprobs is not None:
+        kl = k3_kl(logprobs, ref_logprobs)
+        per_token = per_token + kl_beta * kl
+        stats["kl_sum"] = float((kl.detach() * mask).sum())
     with torch.no_grad():
         known = mask * ~torch.isnan(old_logprobs)
-        stats = {
-            "clipped_tokens": float(((clipped < unclipped).float() * mask).sum()),
+        stats |= {
+            "clipped_low_tokens": float((low * mask).sum()),
+            "clipped_high_tokens": float((high * mask).sum()),
             "ratio_sum": float((ratio * mask).sum()),
             "sampler_gap_sum": float(((logprobs - old).abs() * known).sum()),
             "sampler_known_tokens": float(known.sum()),
         }
-    return (per_token * mask).sum(), stats
+        stats["clipped_tokens"] = stats["clipped_low_tokens"] + stats["clipped_high_tokens"]
+    return (per_token * weight).sum(), stats

@@ -9,6 +9,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
-from .grpo import clipped_policy_loss, group_advantages, token_logprobs
+from .grpo import clipped_policy_loss, group_advantages, loss_normaliser, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
 from .trajectories import TrajectoryGroup
 
@@ -134,12 +135,21 @@ class GRPOTrainer:
         return metrics
 
     def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
+        """One optimizer step on (sequence, advantage) pairs under `config.loss`; returns its metrics.
+
+        Per trained token: `clip_fraction` (the clip changed the objective; = `clip_fraction_low` +
+        `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high), `ratio_mean`, `entropy`
+        (of the policy's next-token distribution, nats) and, only when kl_beta > 0, `kl` (mean k3 to the
+        base model). `loss` is the optimised value: the summed loss over the loss's normaliser.
+        """
         self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = config.learning_rate
         total_tokens = sum(sum(s.mask) for s, _ in batch)
+        normaliser = loss_normaliser(config.loss, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        loss_sum = clipped = ratio_sum = gap_sum = known = 0.0
+        loss_sum = entropy_sum = 0.0
+        sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over the update
         if self.config.share_prompt_prefix:  # a group's sequences side by side; less padding within a prompt
             batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
         else:  # less padding per micro-batch
@@ -148,32 +158,46 @@ class GRPOTrainer:
             micro = batch[start : start + config.micro_batch_size]
             input_ids, attention, mask, old = self._pad([s for s, _ in micro])
             advantages = torch.tensor([a for _, a in micro], device=self.device)
-            logprobs = self._token_logprobs(input_ids, attention, mask)
+            reference = None
+            if config.kl_beta > 0:  # the base model: the same weights with the LoRA switched off
+                with torch.no_grad(), self.model.disable_adapter():
+                    reference = self._token_logprobs(input_ids, attention, mask)[0]
+            logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
             loss, stats = clipped_policy_loss(
-                logprobs, old[:, 1:], advantages, mask[:, 1:], config.epsilon, epsilon_high
+                logprobs, old[:, 1:], advantages, mask[:, 1:], config.epsilon, epsilon_high,
+                loss=config.loss, ref_logprobs=reference, kl_beta=config.kl_beta,
             )
-            (loss / total_tokens).backward()
+            (loss / normaliser).backward()
             loss_sum += float(loss.detach())
-            clipped += stats["clipped_tokens"]
-            ratio_sum += stats["ratio_sum"]
-            gap_sum += stats["sampler_gap_sum"]
-            known += stats["sampler_known_tokens"]
+            entropy_sum += float((entropy * mask[:, 1:]).sum())
+            for key, value in stats.items():
+                sums[key] += value
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "loss": loss_sum / total_tokens,
+        known = sums["sampler_known_tokens"]
+        metrics = {
+            "loss": loss_sum / normaliser,
             "grad_norm": grad_norm,
             "trained_tokens": total_tokens,
             "tokens": sum(len(s.input_ids) for s, _ in batch),
-            "clip_fraction": clipped / total_tokens,
-            "ratio_mean": ratio_sum / total_tokens,
-            "sampler_logprob_gap": gap_sum / known if known else float("nan"),
+            "clip_fraction": sums["clipped_tokens"] / total_tokens,
+            "clip_fraction_low": sums["clipped_low_tokens"] / total_tokens,
+            "clip_fraction_high": sums["clipped_high_tokens"] / total_tokens,
+            "ratio_mean": sums["ratio_sum"] / total_tokens,
+            "entropy": entropy_sum / total_tokens,
+            "sampler_logprob_gap": sums["sampler_gap_sum"] / known if known else float("nan"),
         }
+        if config.kl_beta > 0:
+            metrics["kl"] = sums["kl_sum"] / total_tokens
+        return metrics
 
-    def _token_logprobs(self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Logprob of each token given the ones before it ([batch, tokens - 1], as `grpo.token_logprobs`).
+    def _token_logprobs(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logprob of each token given the ones before it ([batch, tokens - 1]) and the entropy of each
+        position's next-token distribution (no gradient), as `grpo.token_logprobs`.
 
         With `share_prompt_prefix`, the context tokens that every row of the micro-batch starts with
         run through the model once, and the rows continue from that KV cache (gradients flow back
@@ -186,7 +210,8 @@ class GRPOTrainer:
         cache.batch_repeat_interleave(input_ids.shape[0])
         logits = self.model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache).logits
         shared = torch.zeros(input_ids.shape[0], split, device=self.device)
-        return torch.cat([shared, token_logprobs(logits, input_ids[:, split:])], dim=1)
+        logprobs, entropy = token_logprobs(logits, input_ids[:, split:])
+        return torch.cat([shared, logprobs], dim=1), torch.cat([shared, entropy], dim=1)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

@@ -1,11 +1,12 @@
-"""Group-relative advantages and the clipped GRPO loss, against hand-computed values."""
+"""Group-relative advantages and the GRPO loss variants, against hand-computed values."""
 
 import math
 
 import pytest
 import torch
 
-from autorl.grpo import clipped_policy_loss, group_advantages, token_logprobs
+from autorl import TrainConfig
+from autorl.grpo import clipped_policy_loss, group_advantages, k3_kl, loss_normaliser, token_logprobs
 
 
 def test_advantages_scaled_and_unscaled():
@@ -43,4 +44,127 @@ def test_clipped_loss_matches_hand_computation():
 def test_token_logprobs_gathers_next_token():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]]]))
     ids = torch.tensor([[0, 1, 2]])
-    assert token_logprobs(logits, ids)[0].tolist() == pytest.approx([math.log(0.25), math.log(0.1)], rel=1e-5)
+    assert token_logprobs(logits, ids)[0][0].tolist() == pytest.approx([math.log(0.25), math.log(0.1)], rel=1e-5)
+
+
+# Shared by the variant tests: two sequences; sequence 0's last position is padding, sequence 1's last
+# old logprob is unknown (ratio 1). Log ratios: [0.5, 0, pad] (A = +1) and [-0.5, 0.7, 0] (A = -2).
+LOGPROBS = [[-1.0, -2.0, -0.5], [-1.0, -0.2, -1.0]]
+OLD = [[-1.5, -2.0, math.nan], [-0.5, -0.9, math.nan]]
+ADVANTAGES = [1.0, -2.0]
+MASK = [[1, 1, 0], [1, 1, 1]]
+
+
+def variant_loss(loss: str, epsilon: float, epsilon_high: float, **kwargs):
+    logprobs = torch.tensor(LOGPROBS, requires_grad=True)
+    total, stats = clipped_policy_loss(
+        logprobs, torch.tensor(OLD), torch.tensor(ADVANTAGES), torch.tensor(MASK), epsilon, epsilon_high,
+        loss=loss, **kwargs,
+    )
+    normalised = total / loss_normaliser(loss, [sum(row) for row in MASK])
+    normalised.backward()
+    return float(normalised.detach()), stats, logprobs.grad
+
+
+# PPO objective, epsilon 0.2 / 0.28, per token -min(r A, clip(r) A):
+#   seq 0: r = e^0.5 = 1.65 > 1.28 with A > 0: clipped high, -1.28; r = 1: -1
+#   seq 1: r = e^-0.5 = 0.61 < 0.8 with A < 0: clipped low, min(-1.21, -1.6) = -1.6 -> +1.6;
+#          r = e^0.7 = 2.01: min(-4.03, -2.56) -> +2 e^0.7; r = 1: +2
+PPO_SUM = -1.28 - 1.0 + 1.6 + 2 * math.exp(0.7) + 2.0
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dapo"])
+def test_grpo_and_dapo_are_the_token_mean_with_the_decoupled_clip(loss):
+    value, stats, _ = variant_loss(loss, 0.2, 0.28)
+    assert value == pytest.approx(PPO_SUM / 5, rel=1e-6)  # 5 trained tokens
+    assert (stats["clipped_low_tokens"], stats["clipped_high_tokens"], stats["clipped_tokens"]) == (1.0, 1.0, 2.0)
+    assert stats["ratio_sum"] == pytest.approx(math.exp(0.5) + 1 + math.exp(-0.5) + math.exp(0.7) + 1, rel=1e-6)
+
+
+def test_dr_grpo_divides_by_sequences_times_the_longest_and_does_not_scale_advantages():
+    value, _, _ = variant_loss("dr_grpo", 0.2, 0.28)
+    assert value == pytest.approx(PPO_SUM / (2 * 3), rel=1e-6)  # 2 sequences x 3 tokens
+    assert loss_normaliser("dr_grpo", [2, 7, 4]) == 21
+    assert TrainConfig(loss="dr_grpo").scale_rewards is False
+    assert TrainConfig(loss="dr_grpo", scale_rewards=True).scale_rewards is True  # an explicit choice wins
+    assert TrainConfig().scale_rewards is True
+
+
+def test_grpo_is_bit_for_bit_the_previous_formula():
+    generator = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(4, 9, generator=generator) * 3
+    old = logprobs + torch.randn(4, 9, generator=generator) * 0.3
+    old[0, 2] = math.nan
+    advantages = torch.randn(4, generator=generator)
+    mask = (torch.rand(4, 9, generator=generator) > 0.3).long()
+    total, stats = clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.28)
+
+    # the objective before loss variants existed, verbatim
+    known_old = torch.where(torch.isnan(old), logprobs, old)
+    ratio = torch.exp(logprobs - known_old)
+    unclipped = ratio * advantages.unsqueeze(-1)
+    clipped = torch.clamp(ratio, 1 - 0.2, 1 + 0.28) * advantages.unsqueeze(-1)
+    previous = (-torch.minimum(unclipped, clipped) * mask.float()).sum()
+    assert torch.equal(total, previous)
+    assert stats["clipped_tokens"] == float(((clipped < unclipped).float() * mask).sum())
+    assert loss_normaliser("grpo", [3, 5]) == 8
+
+
+def test_gspo_clips_one_ratio_per_sequence_and_averages_sequences():
+    config = TrainConfig(loss="gspo")
+    assert (config.epsilon, config.epsilon_high) == (3e-4, 4e-4)
+    value, stats, grad = variant_loss("gspo", config.epsilon, config.epsilon_high)
+    # s0 = e^mean(0.5, 0) = e^0.25 = 1.284 > 1.0004 with A > 0: clipped, -1.0004
+    # s1 = e^mean(-0.5, 0.7, 0) = e^(1/15) = 1.069: min(-2.138, -2.0008) = -2.138 -> +2 e^(1/15)
+    assert value == pytest.approx((-1.0004 + 2 * math.exp(1 / 15)) / 2, rel=1e-6)  # 2 sequences
+    assert (stats["clipped_high_tokens"], stats["clipped_low_tokens"]) == (2.0, 0.0)  # seq 0's two tokens
+    assert stats["ratio_sum"] == pytest.approx(2 * math.exp(0.25) + 3 * math.exp(1 / 15), rel=1e-6)
+    # the ratio is per sequence: every token of seq 1 gets the same gradient, -A s1 / n1 / 2, whatever
+    # its own log ratio; the clipped seq 0 gets none
+    expected = 2 * math.exp(1 / 15) / 3 / 2
+    assert grad[1].tolist() == pytest.approx([expected] * 3, rel=1e-6)
+    assert grad[0].tolist() == [0.0, 0.0, 0.0]
+    assert loss_normaliser("gspo", [2, 3]) == 2
+
+
+def test_cispo_weights_logprobs_by_the_clipped_ratio_without_its_gradient():
+    config = TrainConfig(loss="cispo")
+    assert (config.epsilon, config.epsilon_high) == (1.0, 4.0)
+    value, stats, grad = variant_loss("cispo", 1.0, 0.28)
+    # weights w = clip(r, 0, 1.28): seq 0 [1.28, 1], seq 1 [e^-0.5, 1.28, 1]; per token -w A logprob
+    weights = [[1.28, 1.0, 0.0], [math.exp(-0.5), 1.28, 1.0]]
+    hand = -(1.28 * 1 * -1.0) - (1.0 * 1 * -2.0)
+    hand += -(math.exp(-0.5) * -2 * -1.0) - (1.28 * -2 * -0.2) - (1.0 * -2 * -1.0)
+    assert value == pytest.approx(hand / 5, rel=1e-6)
+    assert (stats["clipped_high_tokens"], stats["clipped_low_tokens"]) == (2.0, 0.0)
+    # d/d logprob = -w A / 5: the weight is a constant (stop-gradient), unlike the ratio in PPO
+    for row, advantage in enumerate(ADVANTAGES):
+        expected = [-w * advantage / 5 * m for w, m in zip(weights[row], MASK[row])]
+        assert grad[row].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_k3_kl_on_fixed_numbers_and_zero_for_equal_policies():
+    logprobs = torch.tensor([[-1.0, -2.0, -0.3]])
+    ref = torch.tensor([[-1.5, -2.0, 0.0]])
+    # exp(ref - logp) - (ref - logp) - 1 with ref - logp = -0.5, 0, 0.3
+    hand = [math.exp(-0.5) + 0.5 - 1, 0.0, math.exp(0.3) - 0.3 - 1]
+    assert k3_kl(logprobs, ref)[0].tolist() == pytest.approx(hand, rel=1e-6)
+    assert torch.equal(k3_kl(logprobs, logprobs), torch.zeros_like(logprobs))
+
+
+def test_kl_penalty_joins_the_token_loss_with_its_normalisation():
+    ref = [[-1.5, -2.0, -9.0], [-0.5, -0.9, -1.0]]  # ref - logp: -0.5, 0, (pad); 0.5, -0.7, 0
+    k3 = [math.exp(d) - d - 1 for d in (-0.5, 0.0, 0.5, -0.7, 0.0)]
+    value, stats, _ = variant_loss("grpo", 0.2, 0.28, ref_logprobs=torch.tensor(ref), kl_beta=0.1)
+    assert value == pytest.approx((PPO_SUM + 0.1 * sum(k3)) / 5, rel=1e-6)
+    assert stats["kl_sum"] == pytest.approx(sum(k3), rel=1e-6)
+    # gspo weights each token 1 / n_i and divides by the sequence count
+    value, _, _ = variant_loss("gspo", 3e-4, 4e-4, ref_logprobs=torch.tensor(ref), kl_beta=0.1)
+    kl_term = 0.1 * ((k3[0] + k3[1]) / 2 + (k3[2] + k3[3] + k3[4]) / 3) / 2
+    assert value == pytest.approx((-1.0004 + 2 * math.exp(1 / 15)) / 2 + kl_term, rel=1e-6)
+
+
+def test_token_entropy():
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30], [0.2, 0.3, 0.5]]]))
+    hand = [-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), 0.0]
+    assert token_logprobs(logits, torch.tensor([[0, 1, 2]]))[1][0].tolist() == pytest.approx(hand, abs=1e-6)

@@ -1,5 +1,8 @@
-"""The trainer's speed options: a group's prompt shared in the forward pass gives the same update as
-running every sequence whole; dtype "auto" picks bf16 only where the hardware runs it natively."""
+"""The trainer's options: a group's prompt shared in the forward pass gives the same update as running
+every sequence whole; dtype "auto" picks bf16 only where the hardware runs it natively; every loss
+variant trains, and the KL penalty measures the distance to the base model."""
+
+import math
 
 import random
 
@@ -91,3 +94,23 @@ def test_auto_dtype_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     monkeypatch.setattr(autorl.trainer, "_cpu_flags", lambda: {"avx2", "avx512f"})
     assert training_dtype("auto", cpu) == torch.float32
     assert training_dtype("bfloat16", cpu) == torch.bfloat16
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])
+def test_every_loss_variant_takes_a_step(tiny_model, tmp_path, loss):
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    metrics = trainer.step(groups(trainer.tokenizer), TrainConfig(loss=loss, learning_rate=1e-2))
+    assert math.isfinite(metrics["loss"]) and metrics["loss"] != 0 and metrics["grad_norm"] > 0
+    assert metrics["entropy"] > 0
+    assert metrics["clip_fraction"] == pytest.approx(metrics["clip_fraction_low"] + metrics["clip_fraction_high"])
+    assert "kl" not in metrics  # kl_beta = 0: no reference pass, no metric
+
+
+def test_kl_to_the_base_model_starts_at_zero_and_grows(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    data = groups(trainer.tokenizer)
+    config = TrainConfig(learning_rate=5e-2, kl_beta=0.1)
+    first = trainer.step(data, config)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # LoRA B starts at zero: policy == reference
+    later = [trainer.step(data, config) for _ in range(3)]
+    assert later[-1]["kl"] > 1e-4
