@@ -65,7 +65,9 @@ class GenerationConfig(BaseModel):
     batch_size: int = Field(5, ge=1, le=50)
     """Inputs asked for in one generator call."""
     max_calls: int | None = Field(None, ge=1)
-    """Cap on generator calls for the inputs; None allows max(8, 4 x ceil(N / batch_size))."""
+    """Cap on generator calls for the inputs; None allows max(16, 4 x ceil(N / batch_size)). The floor is for
+    small N: with a weak generator, junk and duplicates take most of a call (the embedded model kept 4 of
+    6 asked-for inputs in 8 calls)."""
     concurrency: int = Field(4, ge=1)
     """Generator calls in flight at once."""
     temperature: float = Field(0.7, ge=0)
@@ -84,7 +86,7 @@ class GenerationConfig(BaseModel):
     """Share of the inputs held out for validation."""
 
     def calls_allowed(self, n: int) -> int:
-        return self.max_calls or max(8, 4 * math.ceil(n / self.batch_size))
+        return self.max_calls or max(16, 4 * math.ceil(n / self.batch_size))
 
 
 class GeneratedInput(BaseModel):

@@ -207,7 +207,7 @@ def test_generator_forms():
 
 def test_default_call_cap_scales_with_n():
     config = GenerationConfig(batch_size=5)
-    assert config.calls_allowed(5) == 8
+    assert config.calls_allowed(5) == 16
     assert config.calls_allowed(100) == 80
     assert GenerationConfig(max_calls=3).calls_allowed(100) == 3
 
