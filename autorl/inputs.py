@@ -48,6 +48,8 @@ DIFFICULTIES: dict[Difficulty, str] = {
 }
 LENGTHS = ("short: one sentence", "medium: two to four sentences", "long: a detailed message with context")
 SYSTEM_PROMPT_TRIES = 3
+MIN_YIELD_PER_CALL = 0.5
+"""The fewest new unique inputs a call is expected to bring when planning a round of calls."""
 """Calls (with different seeds) for a system prompt that parses and passes the checks, before falling back."""
 
 logger = logging.getLogger(__name__)
@@ -374,7 +376,10 @@ def generate_inputs(
         writer = _InputWriter(task, lm, seed, config, written.text if written else None)
         bar = progress.add_task(f"Generating {n} inputs with {model_name}", total=n)
         while len(writer.index) < n and writer.stats.calls < budget:
-            wanted = math.ceil((n - len(writer.index)) / config.batch_size)
+            # calls for the inputs still missing, at the yield seen so far (a weak generator's calls give
+            # junk and duplicates: asking for them in one round beats one slow round after another)
+            per_call = writer.stats.unique_per_call if writer.stats.calls else config.batch_size
+            wanted = math.ceil((n - len(writer.index)) / max(per_call, MIN_YIELD_PER_CALL))
             first = writer.stats.calls + 1
             attempts = range(first, first + min(config.concurrency, wanted, budget - writer.stats.calls))
             requests = [writer.request(attempt) for attempt in attempts]
