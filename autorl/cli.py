@@ -58,7 +58,7 @@ def exit_interrupted(message: str) -> NoReturn:
     """
     from autorl.vllm_server import stop_all_servers
 
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+    print_error(message)
     stop_all_servers()
     logging.shutdown()
     sys.stdout.flush()
@@ -66,8 +66,13 @@ def exit_interrupted(message: str) -> NoReturn:
     os._exit(1)
 
 
-def fail(message: str) -> None:
+def print_error(message: str) -> None:
+    """The one error line a user sees."""
     err.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+
+
+def fail(message: str) -> None:
+    print_error(message)
     raise typer.Exit(1)
 
 
