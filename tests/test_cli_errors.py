@@ -56,7 +56,10 @@ def test_group_size_one_gives_no_signal(tmp_path):
 def test_vllm_failing_to_start_shows_its_log(tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()
-    (broken / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["NoSuchArch"]}))
+    # Sizes the KV cache like a small llama; vLLM then fails on the architecture.
+    config = {"model_type": "llama", "architectures": ["NoSuchArch"], "num_hidden_layers": 2,
+              "num_attention_heads": 4, "hidden_size": 64, "max_position_embeddings": 2048}
+    (broken / "config.json").write_text(json.dumps(config))
     result = run_cli(TASK, "--model", str(broken), "--home", str(tmp_path / "home"))
     assert result.exit_code == 1
     assert "vLLM server exited during start-up; last log lines:" in result.output
