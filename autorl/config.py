@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 """The policy objectives `TrainConfig.loss` names (defined in `autorl.grpo`)."""
 
+ScaleRewards = Literal["group", "batch", "none"]
+"""What divides the advantages (`TrainConfig.scale_rewards`)."""
+
 LOSS_DEFAULTS: dict[str, dict[str, object]] = {
-    "dr_grpo": {"scale_rewards": False},
+    "dr_grpo": {"scale_rewards": "none"},
     "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4},
     "cispo": {"epsilon": 1.0, "epsilon_high": 4.0},
 }
@@ -29,7 +32,7 @@ class TrainConfig(BaseModel):
     - grpo: per token -min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A), summed over the update's trained
       tokens and divided by their count (a token-level mean: no per-sequence length normalisation, unlike
       TRL's "grpo", which averages each sequence first).
-    - dr_grpo (Dr. GRPO): grpo's token loss with unscaled advantages (scale_rewards defaults to False),
+    - dr_grpo (Dr. GRPO): grpo's token loss with unscaled advantages (scale_rewards defaults to "none"),
       divided by the constant N x max_i n_i (the longest sequence's trained tokens stand in for the
       maximum completion length, which multi-turn trajectories lack) instead of the token count.
     - dapo (DAPO): the token-level mean over the whole update with the decoupled clip (epsilon,
@@ -48,8 +51,17 @@ class TrainConfig(BaseModel):
     Default 0.2; gspo 3e-4, cispo 1.0 (see `loss`)."""
     epsilon_high: float | None = Field(0.28, ge=0)
     """Upper clip range (1 + epsilon_high); None uses `epsilon`. Default 0.28; gspo 4e-4, cispo 4.0."""
-    scale_rewards: bool = True
-    """Divide each group's advantages by its reward standard deviation (default False for dr_grpo)."""
+    scale_rewards: ScaleRewards = "group"
+    """What divides the advantages (reward minus its group's mean): group, the group's reward standard
+    deviation; batch, the standard deviation of every reward of the step (as TRL's "batch"); none,
+    nothing (the default for dr_grpo). True and False, as older configurations write it, mean group and none."""
+    ppo_epochs: int = Field(1, ge=1)
+    """Optimizer steps over the same batch of rollouts (PPO's epochs; TRL's num_iterations). Each pass is one
+    step of the whole batch; from the second on, the policy has moved from the one that sampled, and the
+    clip bounds how far each token's ratio may pull."""
+    mask_truncated: bool = False
+    """Completions cut by the rollout's max_tokens (finish_reason "length" in any turn) carry no gradient
+    (DAPO's overlong filtering); their rewards still count in their group's mean and scale."""
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
     pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
@@ -61,6 +73,11 @@ class TrainConfig(BaseModel):
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): 1.15-1.3x faster
     updates than 4 on CPU (benchmarks/perf_grpo_step.py); lower it when activations do not fit."""
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _boolean_scale(cls, value: object) -> object:
+        return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _loss_defaults(self) -> TrainConfig:

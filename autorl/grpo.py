@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import LossName
+from .config import LossName, ScaleRewards
 
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""
@@ -47,21 +47,33 @@ LOSSES: dict[str, LossVariant] = {
 """The variants of `TrainConfig.loss`."""
 
 
-def group_advantages(rewards: list[float], scale: bool = True) -> list[float] | None:
-    """Reward minus the group mean (divided by the group std if `scale`); None when all rewards tie."""
-    if len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE:
-        return None
-    mean = statistics.fmean(rewards)
-    std = statistics.pstdev(rewards) if scale else 1.0
-    return [(r - mean) / std for r in rewards]
+def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list[list[float] | None]:
+    """Per group of a step, its rewards minus the group's mean, divided as `TrainConfig.scale_rewards`
+    says (group: by the group's std; batch: by the std of all the step's rewards; none: not divided);
+    None for a group whose rewards tie (no learning signal)."""
+    batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) if scale == "batch" else 1.0
+    result: list[list[float] | None] = []
+    for rewards in groups:
+        if len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE:
+            result.append(None)
+            continue
+        mean = statistics.fmean(rewards)
+        std = statistics.pstdev(rewards) if scale == "group" else batch_std
+        result.append([(r - mean) / std for r in rewards])
+    return result
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprob of each token given the ones before it (position t scores input_ids[:, t + 1]), and the
-    entropy (nats, no gradient) of the next-token distribution there: one log-softmax serves both."""
+    entropy (nats, no gradient) of the next-token distribution there, or None without `with_entropy`:
+    one log-softmax serves both."""
     logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    with torch.no_grad():
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logprobs.exp() * logprobs).sum(-1)
     return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1), entropy
 
 

@@ -13,14 +13,15 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from openai.types.chat.chat_completion import Choice
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
-from .grpo import clipped_policy_loss, group_advantages, loss_normaliser, token_logprobs
+from .grpo import advantages, clipped_policy_loss, loss_normaliser, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
-from .trajectories import TrajectoryGroup
+from .trajectories import Trajectory, TrajectoryGroup
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -59,6 +60,11 @@ def _cpu_flags() -> set[str]:
     except OSError:  # not Linux: no flags known, so float32
         return set()
     return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def truncated(trajectory: Trajectory) -> bool:
+    """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
+    return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
 
 
 def _prompt(sequence: Sequence) -> list[int]:
@@ -107,17 +113,21 @@ class GRPOTrainer:
                 p.data = p.data.float()
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
-        """One optimizer step over every group that carries signal; returns the step's metrics."""
+        """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal;
+        returns the step's metrics."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
-        tied = 0
-        for group in groups:
-            advantages = group_advantages([t.reward for t in group.trajectories], config.scale_rewards)
-            if advantages is None:
+        tied = masked = 0
+        per_group = advantages([[t.reward for t in g.trajectories] for g in groups], config.scale_rewards)
+        for group, group_advantages in zip(groups, per_group, strict=True):
+            if group_advantages is None:
                 tied += 1
                 continue
-            for trajectory, advantage in zip(group.trajectories, advantages, strict=True):
+            for trajectory, advantage in zip(group.trajectories, group_advantages, strict=True):
+                if config.mask_truncated and truncated(trajectory):
+                    masked += 1
+                    continue
                 sequence = tokenize_trajectory(trajectory, self.tokenizer)
                 if advantage != 0 and any(sequence.mask):
                     batch.append((sequence, advantage))
@@ -130,17 +140,22 @@ class GRPOTrainer:
             "trajectories": len(rewards),
             "exceptions": sum(len(g.exceptions) for g in groups),
         }
+        if config.mask_truncated:
+            metrics["truncated_masked"] = masked
         metrics.update(self._update(batch, config) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0})
         metrics["step_time_s"] = time.monotonic() - started
         return metrics
 
     def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
-        """One optimizer step on (sequence, advantage) pairs under `config.loss`; returns its metrics.
+        """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
+        their metrics.
 
-        Per trained token: `clip_fraction` (the clip changed the objective; = `clip_fraction_low` +
-        `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high), `ratio_mean`, `entropy`
-        (of the policy's next-token distribution, nats) and, only when kl_beta > 0, `kl` (mean k3 to the
-        base model). `loss` is the optimised value: the summed loss over the loss's normaliser.
+        Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
+        `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
+        `ratio_mean`, `entropy` (of the policy's next-token distribution, nats) and, only when kl_beta > 0,
+        `kl` (mean k3 to the base model). `loss` and `grad_norm` are the epochs' means; `loss` is the
+        optimised value, the summed loss over the loss's normaliser. `sampler_logprob_gap` is measured
+        in the first epoch, before the policy moves.
         """
         self.model.train()
         for group in self.optimizer.param_groups:
@@ -148,56 +163,58 @@ class GRPOTrainer:
         total_tokens = sum(sum(s.mask) for s, _ in batch)
         normaliser = loss_normaliser(config.loss, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        loss_sum = entropy_sum = 0.0
-        sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over the update
         if self.config.share_prompt_prefix:  # a group's sequences side by side; less padding within a prompt
             batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
         else:  # less padding per micro-batch
             batch = sorted(batch, key=lambda item: len(item[0].input_ids))
-        for start in range(0, len(batch), config.micro_batch_size):
-            micro = batch[start : start + config.micro_batch_size]
-            input_ids, attention, mask, old = self._pad([s for s, _ in micro])
-            advantages = torch.tensor([a for _, a in micro], device=self.device)
-            reference = None
-            if config.kl_beta > 0:  # the base model: the same weights with the LoRA switched off
-                with torch.no_grad(), self.model.disable_adapter():
-                    reference = self._token_logprobs(input_ids, attention, mask)[0]
-            logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
-            loss, stats = clipped_policy_loss(
-                logprobs, old[:, 1:], advantages, mask[:, 1:], config.epsilon, epsilon_high,
-                loss=config.loss, ref_logprobs=reference, kl_beta=config.kl_beta,
-            )
-            (loss / normaliser).backward()
-            loss_sum += float(loss.detach())
-            entropy_sum += float((entropy * mask[:, 1:]).sum())
-            for key, value in stats.items():
-                sums[key] += value
+        micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
+        references: list[torch.Tensor | None] = [None] * len(micro_batches)  # the base model's, once per step
+        sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        for epoch in range(config.ppo_epochs):
+            for index, micro in enumerate(micro_batches):
+                input_ids, attention, mask, old = self._pad([s for s, _ in micro])
+                advantage = torch.tensor([a for _, a in micro], device=self.device)
+                if config.kl_beta > 0 and references[index] is None:  # the same weights, LoRA switched off
+                    with torch.no_grad(), self.model.disable_adapter():
+                        references[index] = self._token_logprobs(input_ids, attention, mask, with_entropy=False)[0]
+                logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
+                loss, stats = clipped_policy_loss(
+                    logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
+                    loss=config.loss, ref_logprobs=references[index], kl_beta=config.kl_beta,
+                )  # fmt: skip
+                (loss / normaliser).backward()
+                sums["loss"] += float(loss.detach())
+                sums["entropy"] += float((entropy * mask[:, 1:]).sum())
+                for key, value in stats.items():
+                    if epoch == 0 or not key.startswith("sampler_"):
+                        sums[key] += value
+            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        epochs, tokens = config.ppo_epochs, total_tokens * config.ppo_epochs
         known = sums["sampler_known_tokens"]
         metrics = {
-            "loss": loss_sum / normaliser,
-            "grad_norm": grad_norm,
+            "loss": sums["loss"] / normaliser / epochs,
+            "grad_norm": sums["grad_norm"] / epochs,
             "trained_tokens": total_tokens,
             "tokens": sum(len(s.input_ids) for s, _ in batch),
-            "clip_fraction": sums["clipped_tokens"] / total_tokens,
-            "clip_fraction_low": sums["clipped_low_tokens"] / total_tokens,
-            "clip_fraction_high": sums["clipped_high_tokens"] / total_tokens,
-            "ratio_mean": sums["ratio_sum"] / total_tokens,
-            "entropy": entropy_sum / total_tokens,
+            "clip_fraction": sums["clipped_tokens"] / tokens,
+            "clip_fraction_low": sums["clipped_low_tokens"] / tokens,
+            "clip_fraction_high": sums["clipped_high_tokens"] / tokens,
+            "ratio_mean": sums["ratio_sum"] / tokens,
+            "entropy": sums["entropy"] / tokens,
             "sampler_logprob_gap": sums["sampler_gap_sum"] / known if known else float("nan"),
         }
         if config.kl_beta > 0:
-            metrics["kl"] = sums["kl_sum"] / total_tokens
+            metrics["kl"] = sums["kl_sum"] / tokens
         return metrics
 
     def _token_logprobs(
-        self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, with_entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprob of each token given the ones before it ([batch, tokens - 1]) and the entropy of each
-        position's next-token distribution (no gradient), as `grpo.token_logprobs`.
+        position's next-token distribution (no gradient; None without `with_entropy`), as `grpo.token_logprobs`.
 
         With `share_prompt_prefix`, the context tokens that every row of the micro-batch starts with
         run through the model once, and the rows continue from that KV cache (gradients flow back
@@ -205,13 +222,14 @@ class GRPOTrainer:
         """
         split = _shared_prefix_length(input_ids, mask) if self.config.share_prompt_prefix else 0
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
-            return token_logprobs(self.model(input_ids=input_ids, attention_mask=attention).logits, input_ids)
+            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+            return token_logprobs(logits, input_ids, with_entropy)
         cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
         cache.batch_repeat_interleave(input_ids.shape[0])
         logits = self.model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache).logits
         shared = torch.zeros(input_ids.shape[0], split, device=self.device)
-        logprobs, entropy = token_logprobs(logits, input_ids[:, split:])
-        return torch.cat([shared, logprobs], dim=1), torch.cat([shared, entropy], dim=1)
+        logprobs, entropy = token_logprobs(logits, input_ids[:, split:], with_entropy)
+        return torch.cat([shared, logprobs], dim=1), None if entropy is None else torch.cat([shared, entropy], dim=1)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

@@ -6,20 +6,29 @@ import pytest
 import torch
 
 from autorl import TrainConfig
-from autorl.grpo import clipped_policy_loss, group_advantages, k3_kl, loss_normaliser, token_logprobs
+from autorl.grpo import advantages, clipped_policy_loss, k3_kl, loss_normaliser, token_logprobs
 
 
-def test_advantages_scaled_and_unscaled():
-    assert group_advantages([1.0, 0.0, 1.0, 0.0]) == [1.0, -1.0, 1.0, -1.0]
-    assert group_advantages([1.0, 0.0, 1.0, 0.0], scale=False) == [0.5, -0.5, 0.5, -0.5]
-    adv = group_advantages([0.2, 0.4, 0.9])
-    assert sum(adv) == pytest.approx(0.0, abs=1e-12)
+def test_advantages_scaled_by_group_batch_or_not_at_all():
+    assert advantages([[1.0, 0.0, 1.0, 0.0]]) == [[1.0, -1.0, 1.0, -1.0]]
+    assert advantages([[1.0, 0.0, 1.0, 0.0]], "none") == [[0.5, -0.5, 0.5, -0.5]]
+    assert sum(advantages([[0.2, 0.4, 0.9]])[0]) == pytest.approx(0.0, abs=1e-12)
+    # batch: centred per group, divided by the std of all 6 rewards (mean 0.5, std sqrt(0.75 / 6 * 2) ...)
+    batch = [[0.0, 1.0], [0.25, 0.25], [0.5, 0.75]]
+    std = math.sqrt(sum((r - 0.458333333) ** 2 for g in batch for r in g) / 6)
+    got = advantages(batch, "batch")
+    assert got[1] is None  # a tie carries no signal under every scale
+    assert got[0] == pytest.approx([-0.5 / std, 0.5 / std]) and got[2] == pytest.approx([-0.125 / std, 0.125 / std])
+    assert advantages(batch, "group")[2] == pytest.approx([-1.0, 1.0])
 
 
 def test_all_tie_and_single_trajectory_carry_no_signal():
-    assert group_advantages([0.7, 0.7, 0.7, 0.7]) is None
-    assert group_advantages([0.5]) is None
-    assert group_advantages([]) is None
+    assert advantages([[0.7, 0.7, 0.7, 0.7], [0.5], []]) == [None, None, None]
+
+
+def test_scale_rewards_takes_the_old_booleans():
+    assert TrainConfig(scale_rewards=True).scale_rewards == "group"
+    assert TrainConfig(scale_rewards=False).scale_rewards == "none"
 
 
 def test_clipped_loss_matches_hand_computation():
@@ -85,9 +94,9 @@ def test_dr_grpo_divides_by_sequences_times_the_longest_and_does_not_scale_advan
     value, _, _ = variant_loss("dr_grpo", 0.2, 0.28)
     assert value == pytest.approx(PPO_SUM / (2 * 3), rel=1e-6)  # 2 sequences x 3 tokens
     assert loss_normaliser("dr_grpo", [2, 7, 4]) == 21
-    assert TrainConfig(loss="dr_grpo").scale_rewards is False
-    assert TrainConfig(loss="dr_grpo", scale_rewards=True).scale_rewards is True  # an explicit choice wins
-    assert TrainConfig().scale_rewards is True
+    assert TrainConfig(loss="dr_grpo").scale_rewards == "none"
+    assert TrainConfig(loss="dr_grpo", scale_rewards="batch").scale_rewards == "batch"  # an explicit choice wins
+    assert TrainConfig().scale_rewards == "group"
 
 
 def test_grpo_is_bit_for_bit_the_previous_formula():

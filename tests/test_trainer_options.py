@@ -1,6 +1,7 @@
 """The trainer's options: a group's prompt shared in the forward pass gives the same update as running
 every sequence whole; dtype "auto" picks bf16 only where the hardware runs it natively; every loss
-variant trains, and the KL penalty measures the distance to the base model."""
+variant trains, and the KL penalty measures the distance to the base model; PPO epochs reuse a batch
+and truncated completions can be left out."""
 
 import math
 
@@ -114,3 +115,29 @@ def test_kl_to_the_base_model_starts_at_zero_and_grows(tiny_model, tmp_path):
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # LoRA B starts at zero: policy == reference
     later = [trainer.step(data, config) for _ in range(3)]
     assert later[-1]["kl"] > 1e-4
+
+
+def test_ppo_epochs_take_one_optimizer_step_each_and_then_clip(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    steps = record_gradients(trainer)
+    data = groups(trainer.tokenizer)
+    metrics = trainer.step(data, TrainConfig(learning_rate=5e-2, ppo_epochs=3, kl_beta=0.1))
+    assert len(steps) == 3  # three optimizer steps on one batch
+    assert metrics["clip_fraction"] > 0  # the later epochs moved the policy past the clip range
+    one = GRPOTrainer(tiny_model, tmp_path / "one", TrainerConfig(seed=0, dtype="float32"))
+    single = one.step(data, TrainConfig(learning_rate=5e-2, kl_beta=0.1))
+    assert single["sampler_logprob_gap"] == pytest.approx(metrics["sampler_logprob_gap"])  # measured before moving
+    assert single["kl"] == pytest.approx(0.0, abs=1e-7) and metrics["kl"] > single["kl"]
+
+
+def test_masked_truncated_completions_carry_no_gradient(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    data = groups(trainer.tokenizer)
+    cut = data[0].trajectories[1].messages_and_choices[-1]
+    data[0].trajectories[1].messages_and_choices[-1] = cut.model_copy(update={"finish_reason": "length"})
+    kept = trainer.step(data, TrainConfig(learning_rate=1e-9))
+    masked = trainer.step(data, TrainConfig(learning_rate=1e-9, mask_truncated=True))
+    cut_tokens = len(cut.logprobs.content)
+    assert masked["truncated_masked"] == 1 and "truncated_masked" not in kept
+    assert masked["trained_tokens"] == kept["trained_tokens"] - cut_tokens
+    assert masked["groups_trained"] == kept["groups_trained"] == 2  # its reward still counts in the group
