@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import signal
@@ -13,7 +14,12 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from pipelines.config import RunConfig
+
+from .cli_options import command_signature, field_flags, flag_for, given_values
+from .config import LOSS_DEFAULTS
 from .dedup import DEFAULT_VAL_FRACTION
 from .errors import AutoRLError
 
@@ -68,7 +74,7 @@ def exit_interrupted(message: str) -> NoReturn:
 
 def print_error(message: str) -> None:
     """The one error line a user sees."""
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
 
 
 def fail(message: str) -> None:
@@ -81,57 +87,60 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debu
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-@app.command("run")
+def _per_loss_defaults(name: str) -> str:
+    values = ", ".join(f"{loss}: {defaults[name]}" for loss, defaults in LOSS_DEFAULTS.items() if name in defaults)
+    return f"Per loss: {values}."
+
+
+RUN_FLAGS = field_flags(
+    RunConfig,
+    {
+        "steps": {}, "group_size": {}, "groups_per_step": {}, "num_inputs": {"names": ("--inputs",)},
+        "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "model": {}, "judge": {}, "generator": {},
+        "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
+        "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
+        "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
+        "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
+        "train.learning_rate": {"names": ("--learning-rate", "--lr")},
+        **{f"train.{name}": {"help_suffix": _per_loss_defaults(name)} for name in set().union(*LOSS_DEFAULTS.values())},
+        "trainer.*": {"rich_help_panel": "The LoRA and its trainer (TrainerConfig; a task file's trainer table)"},
+    },
+)  # fmt: skip
+"""The `run` command's options: RunConfig fields, every field of its rollout, train and trainer configs."""
+
+
 def run_command(
+    ctx: typer.Context,
     task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
-    steps: Annotated[int, typer.Option(help="Training steps (a rerun continues until this many exist).")] = 10,
-    group_size: Annotated[int, typer.Option(help="Rollouts per input; GRPO compares them (at least 2).")] = 4,
-    groups_per_step: Annotated[int, typer.Option(help="Inputs (groups) per training step.")] = 2,
-    inputs: Annotated[int | None, typer.Option(help="Inputs to generate (train + validation); default: the task's.")] = None,
-    eval_samples: Annotated[int, typer.Option(help="Answers per validation input and variant in baseline/evaluate (at least 2).")] = 2,
-    model: Annotated[str, typer.Option(help="Base model: embedded:smollm2-135m or a local HF directory.")] = "embedded:smollm2-135m",
-    judge: Annotated[str, typer.Option(help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute.")] = "embedded",
-    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")] = "embedded",
-    learning_rate: Annotated[float, typer.Option("--learning-rate", "--lr", help="AdamW learning rate of the LoRA.")] = 2e-5,
-    max_tokens: Annotated[int, typer.Option(help="Completion token cap per policy answer.")] = 128,
-    seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
-    name: Annotated[str | None, typer.Option(help="Run name; default derived from the task and model.")] = None,
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(".autorl"),
-    port: Annotated[int | None, typer.Option(help="Port of the local vLLM server; default: a free one.")] = None,
-    lora_serving: Annotated[str, typer.Option(help="How the server serves the trained LoRA: merged (into the weights, fast on CPU), adapter (vLLM LoRA), auto (merged on CPU, adapter on CUDA).")] = "auto",
-    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log steps to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
-    force: Annotated[list[str] | None, typer.Option(help="Recompute STAGE and the stages after it (repeatable; 'all' for every stage).", metavar="STAGE")] = None,
-    resume: Annotated[bool, typer.Option(help="Reuse an existing run name even if its task differs.")] = False,
+    **values: Any,
 ) -> None:
     """Run the pipeline for TASK: inputs, system prompt, baseline, GRPO training, evaluation, report.
 
     Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
-    run continues from its last checkpoint.
+    run continues from its last checkpoint. A flag overrides the task file's train and trainer tables.
     """
     from pydantic import ValidationError
 
-    from autorl.rollout import RolloutConfig
     from autorl.task import load_task
-    from autorl.vllm_server import ServerConfig
-    from pipelines.config import RunConfig
     from pipelines.pipeline import run_pipeline
 
     try:
         spec = load_task(task)
-        config = RunConfig(
-            model=model, judge=judge, generator=generator, steps=steps, group_size=group_size,
-            groups_per_step=groups_per_step, num_inputs=inputs, eval_samples=eval_samples,
-            learning_rate=learning_rate, seed=seed, rollout=RolloutConfig(max_tokens=max_tokens), home=home,
-            name=name, wandb=wandb, force=force or [], resume=resume, server=ServerConfig(port=port, lora_serving=lora_serving),
-        )  # fmt: skip
+        config = RunConfig.for_task(spec, given_values(ctx, RUN_FLAGS, values))
         run_async(run_pipeline(spec, config, err))
     except ValidationError as exc:
         first = exc.errors()[0]
-        fail(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}")
+        fail(f"{flag_for(RUN_FLAGS, first['loc'])}: {first['msg']}")
     except AutoRLError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         exit_interrupted("interrupted; rerun the same command to resume from the last checkpoint")
+
+
+run_command.__signature__ = command_signature(  # type: ignore[attr-defined]
+    *list(inspect.signature(run_command, eval_str=True).parameters.values())[:2], flags=RUN_FLAGS
+)
+app.command("run")(run_command)
 
 
 @app.command("runs")

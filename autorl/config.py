@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 """The policy objectives `TrainConfig.loss` names (defined in `autorl.grpo`)."""
@@ -22,6 +22,8 @@ LOSS_DEFAULTS: dict[str, dict[str, object]] = {
 
 class TrainConfig(BaseModel):
     """Settings of one GRPO update (`model.train(groups, config=TrainConfig(...))`)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
 
     learning_rate: float = Field(2e-5, gt=0)
     """AdamW learning rate of the LoRA weights."""
@@ -89,6 +91,8 @@ class TrainConfig(BaseModel):
 
 class TrainerConfig(BaseModel):
     """How a model's LoRA is built and trained; fixed for the life of a model."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
 
     lora_rank: int = Field(8, ge=1)
     """LoRA rank r (the inference server's max_lora_rank must be at least this)."""

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from openai import AsyncOpenAI
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .trajectories import Trajectory
 
 
 class RolloutConfig(BaseModel):
     """Sampling settings of the policy during rollouts."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
 
     max_tokens: int = Field(128, ge=1)
     """Completion token cap per policy turn."""

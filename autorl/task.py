@@ -1,8 +1,9 @@
 """The task a user trains an agent for: a plain-text description, or a TOML task file.
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
-tables), and a key that is not a field is an error that names it. `docs/inputs.md` documents the
-fields with an example; `pipelines/tasks/` holds ready-made task files.
+tables, the run's training settings `[train]` and `[trainer]` tables), and a key that is not a field is
+an error that names it. The README documents the fields with an example; `pipelines/tasks/` holds
+ready-made task files.
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ class TaskSpec(BaseModel):
     """What the judge rewards, in plain text; empty uses the judge's default rubric."""
     tools: list[ToolSpec] = Field(default_factory=list)
     """Functions the agent may call during a rollout (`[[tools]]` tables)."""
+    inputs_file: Path | None = None
+    """A JSONL file of the inputs to train and validate on, instead of generated ones: one JSON object per
+    line with an `input` string and optionally a `split` ("train" or "val"; rows without one are split
+    like generated inputs). All of its inputs are used: `num_inputs` does not apply. A relative path in a
+    task file is relative to the file's directory."""
+    train: dict[str, Any] = Field(default_factory=dict)
+    """The `[train]` table: settings of every GRPO update of a run, by `autorl.config.TrainConfig` field
+    (`learning_rate`, `loss`, ...). `autorl run` flags override them; a field set in neither takes its
+    default (the loss's own default, where it has one)."""
+    trainer: dict[str, Any] = Field(default_factory=dict)
+    """The `[trainer]` table: how a run's LoRA is built and trained, by `autorl.config.TrainerConfig` field
+    (`lora_rank`, `target_modules`, ...); `autorl run` flags override them."""
 
     @field_validator("description")
     @classmethod
@@ -69,6 +82,12 @@ class TaskSpec(BaseModel):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+
+RUN_SETTINGS = frozenset({"inputs_file", "train", "trainer"})
+"""The `TaskSpec` fields that set up a run rather than describe its task. A run's config takes them over
+(`pipelines.config.RunConfig.for_task`, which also checks the tables' keys): the pipeline reads them
+there, and changing them keeps a run's name."""
 
 
 def load_task(source: str | Path) -> TaskSpec:
@@ -94,22 +113,26 @@ def _load_task_file(path: Path) -> TaskSpec:
         raise AutoRLError(f"task file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise AutoRLError(f"task file {path} is not valid TOML: {exc}") from None
-    return _validated(data, f"task file {path}")
+    task = _validated(data, f"task file {path}")
+    if task.inputs_file is not None:
+        task.inputs_file = path.parent / task.inputs_file  # an absolute path stays as it is
+    return task
 
 
 def _validated(data: dict[str, Any], where: str) -> TaskSpec:
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors())
+        problems = "; ".join(describe_error(error) for error in exc.errors())
         raise AutoRLError(f"{where}: {problems}") from None
 
 
-def _describe(error: dict[str, Any]) -> str:
-    """One validation error as `field 'tools[0].name': <why>`."""
+def describe_error(error: Any, model: type[BaseModel] | None = None) -> str:
+    """One validation error as `field 'tools[0].name': <why>`; an unknown key's error lists the fields of
+    `model` (by default the `TaskSpec` or `ToolSpec` that holds it)."""
     field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
     if error["type"] == "extra_forbidden":
-        model = ToolSpec if error["loc"][0] == "tools" else TaskSpec
+        model = model or (ToolSpec if error["loc"][0] == "tools" else TaskSpec)
         return f"unknown field '{field}' (known fields: {', '.join(model.model_fields)})"
     if error["type"] == "missing":
         return f"field '{field}' is required"

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
 from .errors import AutoRLError, ServerStartError
@@ -68,6 +68,8 @@ def cuda_available() -> bool:
 
 class ServerConfig(BaseModel):
     """How the local vLLM server is started."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
 
     host: str = "127.0.0.1"
     """Interface to bind; loopback by default so the server is never exposed."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import re
 import sys
@@ -35,6 +34,7 @@ from pydantic import ValidationError
 from autorl import gather_trajectory_groups
 from autorl.checkpoints import checkpoint_name, complete_checkpoints
 from autorl.errors import AutoRLError
+from autorl.inputs import read_input_rows
 from autorl.model import Model
 from autorl.rollout import RolloutConfig, single_turn_rollout
 from autorl.trajectories import Trajectory, TrajectoryGroup
@@ -139,23 +139,9 @@ def parse_variants(text: str) -> list[str]:
 
 
 def read_input_texts(path: Path) -> list[str]:
-    """The `input` field of every row of a JSONL file (other fields are ignored), each text once."""
-    if not path.is_file():
-        raise AutoRLError(f"input file {path} does not exist")
-    texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise AutoRLError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("input"), str) or not row["input"].strip():
-            raise AutoRLError(f'{path}:{number}: expected a JSON object with a non-empty string field "input"')
-        texts.append(row["input"])
-    if not texts:
-        raise AutoRLError(f'input file {path} has no inputs; write one JSON object per line with an "input" field')
-    return list(dict.fromkeys(texts))
+    """The `input` field of every row of a JSONL file (`autorl.inputs.read_input_rows`; other fields are
+    ignored), each text once."""
+    return list(dict.fromkeys(row.input for row in read_input_rows(path)))
 
 
 def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:

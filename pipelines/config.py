@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autorl.config import TrainConfig
+from autorl.config import TrainConfig, TrainerConfig
 from autorl.embedded import DEFAULT_BASE_MODEL
+from autorl.errors import AutoRLError
 from autorl.rollout import RolloutConfig
+from autorl.task import TaskSpec, describe_error
 from autorl.vllm_server import ServerConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
@@ -17,7 +20,7 @@ STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
 class RunConfig(BaseModel):
     """Everything a run needs besides the task."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str = DEFAULT_BASE_MODEL
     """Base model of the policy: `embedded:<name>` or a local Hugging Face directory."""
@@ -32,11 +35,15 @@ class RunConfig(BaseModel):
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
     num_inputs: int | None = Field(None, ge=2)
-    """Inputs to generate, train and validation together; None uses the task's `num_inputs`."""
+    """Inputs to generate, train and validation together; unset: the task's `num_inputs`."""
     eval_samples: int = Field(2, ge=2)
     """Answers per validation input and variant in the baseline and evaluation stages (RULER compares, so at least 2)."""
-    learning_rate: float = Field(TrainConfig().learning_rate, gt=0)
-    """AdamW learning rate of the LoRA."""
+    inputs_file: Path | None = None
+    """JSONL file of the inputs (`input`, optional `split`): the inputs stage reads it instead of generating."""
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """How the policy's LoRA is built and trained: rank, alpha, dropout, target modules, dtype, seed."""
     seed: int = 0
     """Seed of input generation and of the train/validation split."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -44,7 +51,7 @@ class RunConfig(BaseModel):
     home: Path = Path(".autorl")
     """Where runs (`runs/<name>`) and the artifact cache (`artifacts/`) live."""
     name: str | None = None
-    """Run name; None derives one from the task text and the model."""
+    """Run name; unset: one derived from the task text and the model."""
     wandb: bool = True
     """Log to Weights & Biases (offline unless WANDB_MODE says otherwise)."""
     force: list[str] = Field(default_factory=list)
@@ -56,3 +63,32 @@ class RunConfig(BaseModel):
     sequences of `max_model_len` tokens: above a default run's largest batch (a training step's `group_size` x
     `groups_per_step` = 8 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
+
+    @classmethod
+    def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
+        """The config of a run of `task`: the `given` values (nested models as dicts: `{"train": {"loss":
+        "gspo"}}`) over the task's `[train]` / `[trainer]` tables and `inputs_file`, over the defaults.
+        A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
+
+        Raises AutoRLError naming a task table's key that is no field or whose value is invalid, and
+        pydantic's ValidationError (located by field) for an invalid `given` value.
+        """
+        given = dict(given or {})
+        values: dict[str, Any] = {"inputs_file": task.inputs_file} if task.inputs_file else {}
+        for table, strict in TASK_TABLES.items():
+            settings = getattr(task, table)
+            try:
+                strict.model_validate(settings)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                problem = describe_error({**error, "loc": (table, *error["loc"])}, strict)
+                raise AutoRLError(f"the task's [{table}] table: {problem}") from None
+            values[table] = {**settings, **given.pop(table, {})}
+        return cls.model_validate({**values, **given})
+
+
+TASK_TABLES: dict[str, type[BaseModel]] = {
+    table: type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid")})
+    for table, model in (("train", TrainConfig), ("trainer", TrainerConfig))
+}
+"""The task file's tables of run settings, each checked against its config model with unknown keys refused."""

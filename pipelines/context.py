@@ -27,7 +27,9 @@ class Policy:
 
     def __init__(self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter):
         self.backend = LocalBackend(artifacts, server=config.server)
-        self.model = TrainableModel(name=train_key, project=TRAIN_PROJECT, base_model=config.model)
+        self.model = TrainableModel(
+            name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer
+        )
         self._calls = calls
         self._client = None
         self._lock = asyncio.Lock()

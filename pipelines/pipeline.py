@@ -22,7 +22,7 @@ from rich.console import Console
 
 from autorl.backend import ensure_writable
 from autorl.errors import AutoRLError
-from autorl.task import TaskSpec
+from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.vllm_server import VLLMServer
 from ruler.loading import load_judge
 
@@ -71,7 +71,11 @@ def _is_done(ctx: StageContext, name: str) -> bool:
 
 
 async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run (or reuse) every stage for `task`; returns the run record (also in run.json)."""
+    """Run (or reuse) every stage for `task`; returns the run record (also in run.json).
+
+    The run's settings are `config`'s: build it with `RunConfig.for_task(task, ...)` to take the task
+    file's `[train]` / `[trainer]` tables and `inputs_file` into it.
+    """
     console = console or Console(stderr=True)
     name = config.name or default_run_name(task, config.model)
     run_dir = config.home / "runs" / name
@@ -128,7 +132,7 @@ def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) ->
     """The run's record; refuses a run name that exists with a different task unless resuming or forcing."""
     ensure_writable(run_dir)
     path = run_dir / RUN_FILE
-    task_json = task.model_dump(mode="json")
+    task_json = task.model_dump(mode="json", exclude=RUN_SETTINGS)  # those are in the config
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("task") != task_json and not (config.resume or config.force):

@@ -302,7 +302,7 @@ def stage_context(server: FakeOpenAIServer, tmp_path, **config):
     from pipelines.artifacts import ArtifactStore
 
     console = Console(record=True, width=200)
-    run_config = SimpleNamespace(**{"generator": f"fake@{server.base_url}", "seed": 0, "num_inputs": None, **config})
+    run_config = SimpleNamespace(**{"generator": f"fake@{server.base_url}", "seed": 0, "num_inputs": None, "inputs_file": None, **config})
     keys = {"inputs": "k-inputs", "system_prompt": "k-prompt"}
     return SimpleNamespace(
         task=TASK, config=run_config, store=ArtifactStore(tmp_path), keys=keys, console=console, calls=Counter()

@@ -23,7 +23,7 @@ def changed(before: dict, after: dict) -> set[str]:
 def test_a_setting_changes_only_the_stages_that_depend_on_it():
     base = stage_keys(TASK, RunConfig())
     assert stage_keys(TASK, RunConfig()) == base  # deterministic
-    assert changed(base, stage_keys(TASK, RunConfig(learning_rate=1e-4))) == {"train", "evaluate", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(train={"learning_rate": 1e-4}))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(steps=3))) == {"evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {"baseline", "train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"system_prompt"}
@@ -88,19 +88,13 @@ def test_run_help_documents_every_flag():
         assert len(line.split(flag, 1)[1].strip()) > 10, f"{flag} has no help text"
 
 
-def test_the_train_key_covers_every_setting_training_reads(monkeypatch):
-    from autorl.config import TrainConfig, TrainerConfig
+def test_the_train_key_covers_every_setting_training_reads():
     from autorl.vllm_server import ServerConfig
-    from pipelines.stages import train
 
     base = stage_keys(TASK, RunConfig())
     downstream = {"train", "evaluate", "report"}
-    monkeypatch.setattr(train, "train_config", lambda config: TrainConfig(learning_rate=config.learning_rate, epsilon=0.3))
-    assert changed(base, stage_keys(TASK, RunConfig())) == downstream  # a TrainConfig default
-    monkeypatch.undo()
-    monkeypatch.setattr(train, "TrainerConfig", lambda: TrainerConfig(lora_rank=16))
-    assert changed(base, stage_keys(TASK, RunConfig())) == downstream  # the LoRA's settings
-    monkeypatch.undo()
+    # every TrainConfig and TrainerConfig field: tests/test_run_config.py
+    assert changed(base, stage_keys(TASK, RunConfig(trainer={"lora_rank": 16}))) == downstream  # the LoRA's settings
     assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(lora_serving="adapter")))) == downstream
     assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(port=8123, startup_timeout_s=5)))) == set()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autorl.errors import AutoRLError
-from autorl.task import TaskSpec, ToolSpec, load_task
+from autorl.task import RUN_SETTINGS, TaskSpec, ToolSpec, load_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_ready_made_task_files_load(path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('description = "x"\nnum_input = 3', r"unknown field 'num_input' \(known fields: description, .*tools\)"),
+        ('description = "x"\nnum_input = 3', r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, train, trainer\)"),
         ('description = "x"\nnum_inputs = "many"', r"field 'num_inputs': Input should be a valid integer.*'many'"),
         ('description = "x"\nnum_inputs = 0', r"field 'num_inputs': Input should be greater than 0"),
         ('description = "x"\nseed_examples = "one"', r"field 'seed_examples': Input should be a valid list"),
@@ -105,6 +105,19 @@ def test_docs_describe_every_field_and_their_example_loads(tmp_path):
     docs = (REPO / "README.md").read_text()
     for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:
         assert f"`{field}`" in docs, field
-    example = docs.split("```toml\n")[1].split("```")[0]
+    example = docs.split("### Task files")[1].split("```toml\n")[1].split("```")[0]
     task = load_task(write(tmp_path, example))
-    assert set(task.model_fields_set) == set(TaskSpec.model_fields)
+    # the run settings have their own example (tests/test_run_config.py)
+    assert set(task.model_fields_set) == set(TaskSpec.model_fields) - RUN_SETTINGS
+
+
+def test_run_settings_load_as_given_and_the_inputs_file_is_relative_to_the_task_file(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    path = write(tmp_path / "tasks", 'description = "x"\ninputs_file = "data/in.jsonl"\n[train]\nloss = "gspo"\n[trainer]\nlora_rank = 4\n')
+    task = load_task(str(path))
+    assert task.train == {"loss": "gspo"} and task.trainer == {"lora_rank": 4}  # only what the file sets
+    assert task.inputs_file == tmp_path / "tasks" / "data" / "in.jsonl"
+    absolute = tmp_path / "elsewhere.jsonl"
+    assert load_task(write(tmp_path, f'description = "x"\ninputs_file = "{absolute}"\n')).inputs_file == absolute
+    with pytest.raises(AutoRLError, match=r"field 'train': Input should be a valid dictionary"):
+        load_task(write(tmp_path, 'description = "x"\ntrain = 3\n'))

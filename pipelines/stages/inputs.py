@@ -1,11 +1,23 @@
-"""Stage `inputs`: N unique inputs for the task, split into train and validation."""
+"""Stage `inputs`: N unique inputs for the task, split into train and validation.
+
+With an inputs file (`RunConfig.inputs_file`) the stage makes no model call: it reads the file's inputs,
+drops exact duplicates and splits them (`autorl.inputs.inputs_from_file`), and its key covers the
+file's content and the split settings (seed, validation fraction) instead of the generator's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from functools import partial
 
-from autorl.inputs import GenerationConfig, generate_inputs, read_inputs_jsonl, write_inputs_jsonl
+from autorl.inputs import (
+    GenerationConfig,
+    generate_inputs,
+    inputs_file_digest,
+    inputs_from_file,
+    read_inputs_jsonl,
+    write_inputs_jsonl,
+)
 
 NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()
@@ -13,6 +25,12 @@ FILE = "inputs.jsonl"
 
 
 def settings(task, config) -> dict:
+    if config.inputs_file is not None:
+        return {
+            "inputs_file_sha256": inputs_file_digest(config.inputs_file),
+            "seed": config.seed,
+            "val_fraction": GenerationConfig().val_fraction,
+        }
     return {
         "description": task.description,
         "generator_instructions": task.generator_instructions,
@@ -25,20 +43,24 @@ def settings(task, config) -> dict:
 
 
 async def run(ctx) -> dict:
-    n = ctx.config.num_inputs or ctx.task.num_inputs
-    if ctx.config.generator == "embedded":
-        await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
-    generated = await asyncio.to_thread(
-        partial(generate_inputs, ctx.task, n, ctx.config.generator, ctx.config.seed, write_system_prompt=False)
-    )
-    ctx.calls["generator"] += generated.stats.calls
+    config = ctx.config
+    if config.inputs_file is not None:
+        result = await asyncio.to_thread(inputs_from_file, config.inputs_file, config.seed)
+    else:
+        if config.generator == "embedded":
+            await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
+        n = config.num_inputs or ctx.task.num_inputs
+        result = await asyncio.to_thread(
+            partial(generate_inputs, ctx.task, n, config.generator, config.seed, write_system_prompt=False)
+        )
+    ctx.calls["generator"] += result.stats.calls
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
-        write_inputs_jsonl(generated.inputs, out / FILE)
-    stats = generated.stats
+        write_inputs_jsonl(result.inputs, out / FILE)
+    stats = result.stats
     return {
-        "inputs": len(generated.inputs),
-        "train": len(generated.train),
-        "val": len(generated.val),
+        "inputs": len(result.inputs),
+        "train": len(result.train),
+        "val": len(result.val),
         "generator_calls": stats.calls,
         "unique_per_call": round(stats.unique_per_call, 3),
         "duplicate_rate": round(stats.duplicate_rate, 3),

@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from autorl.task import RUN_SETTINGS  # noqa: E402
+
 from .. import evaluation  # noqa: E402
 from . import evaluate, inputs, system_prompt, train  # noqa: E402
 
@@ -20,7 +22,7 @@ SHOWN = 3
 
 
 def settings(task, config) -> dict:
-    return {"task": task.model_dump(mode="json"), "steps": config.steps}
+    return {"task": task.model_dump(mode="json", exclude=RUN_SETTINGS), "steps": config.steps}
 
 
 async def run(ctx) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from autorl import TrainConfig, TrainerConfig, gather_trajectory_groups
+from autorl import gather_trajectory_groups
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
@@ -36,19 +36,14 @@ def settings(task, config) -> dict:
         "group_size": config.group_size,
         "groups_per_step": config.groups_per_step,
         "rollout": config.rollout.model_dump(),
-        "train": train_config(config).model_dump(),
-        "trainer": TrainerConfig().model_dump(),  # the LoRA and trainer settings of `Policy`'s model
+        "train": config.train.model_dump(),
+        "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
     }
 
 
 SERVER_PLACEMENT = {"host", "port", "startup_timeout_s"}
 """Server settings that say where and how patiently the server runs, not what it computes."""
-
-
-def train_config(config) -> TrainConfig:
-    """The settings of each GRPO update of the run."""
-    return TrainConfig(learning_rate=config.learning_rate)
 
 
 def steps_done(ctx: StageContext) -> int:
@@ -91,7 +86,7 @@ async def run(ctx: StageContext) -> dict:
         scored = await gather_trajectory_groups(
             groups, pbar_desc=f"step {step}/{config.steps}", max_exceptions=0.25, after_each=score_and_save
         )
-        metrics = await ctx.policy.model.train(scored, config=train_config(config))
+        metrics = await ctx.policy.model.train(scored, config=config.train)
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
         atomic_file(work / "trajectories" / f"{checkpoint_name(step)}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))

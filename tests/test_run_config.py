@@ -1,0 +1,209 @@
+"""Every training setting reaches a run once: `autorl run` flags, a task file's [train]/[trainer] tables, defaults."""
+
+from __future__ import annotations
+
+import json
+import types
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+import pipelines.pipeline
+from autorl.cli import RUN_FLAGS, app
+from autorl.config import TrainConfig, TrainerConfig
+from autorl.errors import AutoRLError
+from autorl.rollout import RolloutConfig
+from autorl.task import TaskSpec, load_task
+from pipelines.config import RunConfig
+from pipelines.context import Policy
+from pipelines.pipeline import stage_keys
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "Reply to a customer asking for a refund, politely, in two sentences"
+SECTIONS = {"train": TrainConfig, "trainer": TrainerConfig, "rollout": RolloutConfig}
+
+
+def other_value(model: type[BaseModel], name: str) -> Any:
+    """A valid value of the field that differs from its default."""
+    annotation = model.model_fields[name].annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+    default = model.model_fields[name].get_default(call_default_factory=True)
+    if get_origin(annotation) is Literal:
+        return next(choice for choice in get_args(annotation) if choice != default)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, list):
+        return default[:2]
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default + 0.5 if default < 0.5 else default / 2
+    raise AssertionError(f"no other value known for {model.__name__}.{name} = {default!r}")
+
+
+def flag_args(path: str, value: Any) -> list[str]:
+    flag = next(flag for flag in RUN_FLAGS if flag.path == path).names[0]
+    if isinstance(value, bool):
+        return [flag if value else f"--no-{flag[2:]}"]
+    return [flag, ",".join(value) if isinstance(value, list) else str(value)]
+
+
+@pytest.fixture
+def run(monkeypatch, tmp_path):
+    """`autorl run ARGS` up to the pipeline, which only records the task and config it was given."""
+    seen = {}
+
+    async def record(task, config, console=None):
+        seen.update(task=task, config=config)
+
+    monkeypatch.setattr(pipelines.pipeline, "run_pipeline", record)
+    monkeypatch.delenv("AUTORL_HOME", raising=False)
+
+    def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[TaskSpec, RunConfig]:
+        result = CliRunner().invoke(app, ["run", *args], env=env)
+        assert result.exit_code == 0, result.output
+        return seen["task"], seen["config"]
+
+    return invoke
+
+
+def error_line(*args: str) -> str:
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len([line for line in lines if line.startswith("error: ")]) == 1, result.output
+    return lines[-1]
+
+
+def test_every_train_trainer_and_rollout_field_has_a_flag_with_its_docstring_and_default():
+    paths = {flag.path for flag in RUN_FLAGS}
+    for section, model in SECTIONS.items():
+        assert {f"{section}.{name}" for name in model.model_fields} <= paths
+    output = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "250"}).output
+    text = " ".join(output.replace("│", " ").split())
+    for flag in RUN_FLAGS:
+        assert flag.names[0] in output and flag.help, flag.path
+        assert " ".join(flag.help.split()[:4]) in text, flag.path  # the docstring's first sentence
+    assert "AdamW learning rate of the LoRA weights. [default: 2e-05]" in text
+    assert "--lora-rank" in output and "[default: 8]" in text and "--lr" in output
+    assert "Per loss: gspo: 0.0003, cispo: 1.0." in text  # epsilon's loss defaults
+    names = [name for flag in RUN_FLAGS for name in flag.names]
+    assert len(names) == len(set(names)) and "--trainer-seed" in names  # TrainerConfig.seed: --seed is taken
+
+
+def test_no_flag_gives_the_default_config(run):
+    _, config = run(TASK)
+    assert config == RunConfig()
+    assert config.train.model_fields_set == set() and config.trainer.model_fields_set == set()
+
+
+def test_every_train_and_trainer_flag_sets_its_field(run):
+    wanted = {(section, name): other_value(model, name) for section, model in SECTIONS.items() for name in model.model_fields}
+    args = [arg for (section, name), value in wanted.items() for arg in flag_args(f"{section}.{name}", value)]
+    _, config = run(TASK, *args)
+    for (section, name), value in wanted.items():
+        assert getattr(getattr(config, section), name) == value, f"{section}.{name}"
+
+
+def test_run_flags_take_their_defaults_from_run_config(run, tmp_path):
+    _, config = run(TASK, "--steps", "3", "--group-size", "6", "--inputs", "9", "--lr", "1e-4", "--max-tokens", "64",
+                    "--port", "8123", "--force", "train,report", "--no-wandb", "--inputs-file", "in.jsonl")  # fmt: skip
+    assert (config.steps, config.group_size, config.num_inputs, config.train.learning_rate) == (3, 6, 9, 1e-4)
+    assert (config.rollout.max_tokens, config.server.port, config.force, config.wandb) == (64, 8123, ["train", "report"], False)
+    assert config.inputs_file == Path("in.jsonl")
+    assert config.model_dump(include={"groups_per_step", "eval_samples", "model", "judge", "generator", "seed"}) == (
+        RunConfig().model_dump(include={"groups_per_step", "eval_samples", "model", "judge", "generator", "seed"})
+    )
+    _, config = run(TASK, env={"AUTORL_HOME": str(tmp_path)})
+    assert config.home == tmp_path
+
+
+def test_a_loss_keeps_its_defaults_for_the_flags_not_given(run):
+    _, config = run(TASK, "--loss", "gspo")
+    assert (config.train.epsilon, config.train.epsilon_high) == (3e-4, 4e-4)
+    _, config = run(TASK, "--loss", "gspo", "--epsilon", "0.1")
+    assert (config.train.epsilon, config.train.epsilon_high) == (0.1, 4e-4)
+    _, config = run(TASK, "--loss", "cispo", "--lr", "1e-4")
+    assert config.train == TrainConfig(loss="cispo", learning_rate=1e-4)
+
+
+def test_a_bad_flag_value_names_the_flag():
+    assert error_line(TASK, "--epsilon", "-1") == "error: --epsilon: Input should be greater than or equal to 0"
+    assert error_line(TASK, "--lora-dropout", "1.5") == "error: --lora-dropout: Input should be less than 1"
+    assert error_line(TASK, "--max-tokens", "0") == "error: --max-tokens: Input should be greater than or equal to 1"
+    assert error_line(TASK, "--group-size", "1").startswith("error: --group-size: ")
+
+
+def task_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "task.toml"
+    path.write_text(f'description = "{TASK}"\n{text}')
+    return path
+
+
+def test_flag_over_task_table_over_default(run, tmp_path):
+    path = task_file(tmp_path, '[train]\nloss = "gspo"\nlearning_rate = 5e-5\n[trainer]\nlora_rank = 16\ntarget_modules = ["q_proj"]\n')
+    _, config = run(str(path))
+    assert (config.train.loss, config.train.learning_rate, config.train.epsilon) == ("gspo", 5e-5, 3e-4)
+    assert (config.trainer.lora_rank, config.trainer.target_modules, config.trainer.lora_alpha) == (16, ["q_proj"], 16)
+    _, config = run(str(path), "--lr", "1e-4", "--epsilon", "0.1", "--lora-rank", "4")
+    assert (config.train.loss, config.train.learning_rate, config.train.epsilon, config.train.epsilon_high) == (
+        "gspo", 1e-4, 0.1, 4e-4,
+    )  # fmt: skip
+    assert (config.trainer.lora_rank, config.trainer.target_modules) == (4, ["q_proj"])
+    _, config = run(str(path), "--loss", "grpo")
+    assert config.train == TrainConfig(loss="grpo", learning_rate=5e-5)  # the table's loss defaults go with it
+
+
+def test_inputs_file_flag_over_task_file(run, tmp_path):
+    path = task_file(tmp_path, 'inputs_file = "mine.jsonl"\n')
+    assert run(str(path))[1].inputs_file == tmp_path / "mine.jsonl"
+    assert run(str(path), "--inputs-file", "/data/other.jsonl")[1].inputs_file == Path("/data/other.jsonl")
+
+
+def test_an_unknown_or_bad_task_table_key_is_one_line(tmp_path):
+    line = error_line(str(task_file(tmp_path, "[train]\nlr = 1e-4\n")))
+    assert line.startswith("error: the task's [train] table: unknown field 'train.lr' (known fields: learning_rate, loss,")
+    line = error_line(str(task_file(tmp_path, "[trainer]\nlora_rank = 0\n")))
+    assert line == "error: the task's [trainer] table: field 'trainer.lora_rank': Input should be greater than or equal to 1 (got 0)"
+    with pytest.raises(AutoRLError, match=r"\[trainer\] table: unknown field 'trainer.rank'"):
+        RunConfig.for_task(TaskSpec(description="x", trainer={"rank": 4}))
+
+
+def test_the_readme_example_of_the_tables_loads(tmp_path):
+    docs = (REPO / "README.md").read_text()
+    example = docs.split("### Training settings")[1].split("```toml\n")[1].split("```")[0]
+    config = RunConfig.for_task(load_task(task_file(tmp_path, example.split("\n", 1)[1])))
+    assert (config.train.loss, config.train.epsilon, config.trainer.lora_rank) == ("gspo", 3e-4, 16)
+
+
+@pytest.mark.parametrize("section", ["train", "trainer"])
+def test_the_train_key_changes_with_every_train_and_trainer_field(section):
+    task = TaskSpec(description=TASK)
+    base = stage_keys(task, RunConfig())
+    model = SECTIONS[section]
+    for name in model.model_fields:
+        keys = stage_keys(task, RunConfig(**{section: {name: other_value(model, name)}}))
+        assert {stage for stage in keys if keys[stage] != base[stage]} == {"train", "evaluate", "report"}, name
+
+
+def test_the_policy_is_built_with_the_runs_trainer_config(tmp_path):
+    config = RunConfig(trainer={"lora_rank": 4, "target_modules": ["q_proj"]})
+    assert Policy(config, tmp_path, "key", Counter()).model.trainer == config.trainer
+
+
+def test_changing_the_tables_or_the_inputs_file_keeps_the_run_name(tmp_path):
+    from pipelines.pipeline import _open_record
+
+    first = {"description": TASK, "generator_instructions": "", "seed_examples": [], "num_inputs": 32, "rubric": "", "tools": []}
+    run_dir = tmp_path / "runs" / "mine"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"name": "mine", "task": first, "wandb_id": "x"}))
+    changed = TaskSpec(description=TASK, train={"loss": "gspo"}, trainer={"lora_rank": 4}, inputs_file=tmp_path / "in.jsonl")
+    record = _open_record(run_dir, "mine", changed, RunConfig.for_task(changed))
+    assert record["task"] == first  # the settings are in the record's config
+    assert record["config"]["train"]["loss"] == "gspo" and record["config"]["trainer"]["lora_rank"] == 4
