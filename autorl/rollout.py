@@ -1,13 +1,26 @@
-"""Rollouts: the policy answers an input through its OpenAI-compatible client."""
+"""Rollouts: the agent loop. The policy answers an input through a chat-completion function, calling tools.
+
+One loop serves every surface that answers an input (training, baseline, evaluation, `autorl benchmark`)
+and every model: a chat completion with the task's tools; each tool call is executed (`Toolbox.call`,
+which turns every tool problem into a result text the model sees) and its result appended; repeat until
+the model answers without a tool call or `max_turns` model turns were taken. Without tools it is one turn.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI
+from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
-from .trajectories import Trajectory
+from .trajectories import MessageOrChoice, Trajectory, choice_to_message
+
+if TYPE_CHECKING:
+    from .tools import Toolbox
 
 
 class RolloutConfig(BaseModel):
@@ -21,27 +34,92 @@ class RolloutConfig(BaseModel):
     """Sampling temperature; GRPO needs diverse answers within a group, so keep it near 1."""
 
 
-async def single_turn_rollout(
-    client: AsyncOpenAI,
-    model_name: str,
+@dataclass
+class Turn:
+    """One model turn: what joins the conversation (a `Choice`, trained on, or a plain assistant message
+    dict from a model that is not trained), why it stopped, and its completion tokens."""
+
+    item: MessageOrChoice
+    finish_reason: str | None
+    completion_tokens: int
+
+
+Complete = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], Awaitable[Turn]]
+"""A chat completion: (messages, tools or None) -> the model's turn."""
+
+
+def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfig) -> Complete:
+    """Completions of `model_name` behind an OpenAI-compatible client, with the sampled tokens' logprobs
+    (which training needs: our vLLM server returns the sampled token ids with them)."""
+
+    async def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Turn:
+        response = await client.chat.completions.create(
+            model=model_name,
+            messages=messages,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            logprobs=True,
+            **({"tools": tools} if tools else {}),
+        )
+        choice = response.choices[0]
+        usage = response.usage
+        return Turn(choice, choice.finish_reason, usage.completion_tokens if usage else 0)
+
+    return complete
+
+
+def tool_calls(item: MessageOrChoice) -> list[tuple[str, str, str]]:
+    """(id, function name, JSON arguments) of each tool call of a model turn."""
+    if isinstance(item, Choice):
+        return [(c.id, c.function.name, c.function.arguments) for c in item.message.tool_calls or []]
+    calls = item.get("tool_calls") or []
+    return [(c["id"], c["function"]["name"], _json_text(c["function"]["arguments"])) for c in calls]
+
+
+def _json_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+async def agent_rollout(
+    complete: Complete,
     system_prompt: str,
     user_input: str,
-    config: RolloutConfig,
+    *,
+    toolbox: Toolbox | None = None,
+    max_turns: int = 1,
     metadata: dict[str, Any] | None = None,
 ) -> Trajectory:
-    """One answer of the policy to `user_input`, with the sampled tokens' logprobs for training."""
-    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": user_input}]
-    response = await client.chat.completions.create(
-        model=model_name,
-        messages=messages,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-        logprobs=True,
-    )
-    choice = response.choices[0]
-    usage = response.usage
-    return Trajectory(
-        messages_and_choices=[*messages, choice],
-        metadata=metadata or {},
-        metrics={"completion_tokens": usage.completion_tokens if usage else 0, "truncated": choice.finish_reason == "length"},
-    )
+    """One rollout: the model answers `user_input`, calling the toolbox's tools for up to `max_turns` turns.
+
+    The trajectory holds every message (the model's turns as returned by `complete`, each tool result
+    as a `tool` message) and the tools offered. Metrics: `turns`, `tool_calls`, `tool_errors` (results
+    that report a problem), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens).
+    """
+    tools = toolbox.openai_tools() if toolbox is not None else None
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": user_input}]
+    items: list[MessageOrChoice] = list(messages)
+    metrics: dict[str, float | int | bool] = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "completion_tokens": 0}
+    truncated = False
+    for _ in range(max_turns):
+        turn = await complete(messages, tools)
+        items.append(turn.item)
+        messages.append(_message(turn.item))
+        metrics["turns"] += 1
+        metrics["completion_tokens"] += turn.completion_tokens
+        truncated = truncated or turn.finish_reason == "length"
+        calls = tool_calls(turn.item) if toolbox is not None else []
+        if not calls:
+            break
+        for call_id, name, arguments in calls:
+            result = await toolbox.call(name, arguments)
+            metrics["tool_calls"] += 1
+            metrics["tool_errors"] += int(not result.ok)
+            message = {"role": "tool", "tool_call_id": call_id, "content": result.text}
+            items.append(message)
+            messages.append(message)
+    metrics["truncated"] = truncated
+    return Trajectory(messages_and_choices=items, tools=tools, metadata=metadata or {}, metrics=metrics)
+
+
+def _message(item: MessageOrChoice) -> dict[str, Any]:
+    return choice_to_message(item) if isinstance(item, Choice) else item

@@ -1,47 +1,126 @@
 """The task a user trains an agent for: a plain-text description, or a TOML task file.
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
-tables, the run's training settings `[train]` and `[trainer]` tables), and a key that is not a field is
-an error that names it. The README documents the fields with an example; `pipelines/tasks/` holds
-ready-made task files.
+tables, MCP servers `[[mcp_servers]]` tables, the run's training settings `[train]` and `[trainer]`
+tables), and a key that is not a field is an error that names it. Relative paths in a task file (an
+inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
+which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
+themselves are loaded and the servers started by `autorl.tools.Toolbox`. The README documents the
+fields with an example; `pipelines/tasks/` holds ready-made task files.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import AutoRLError
 
 
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+"""The arguments schema of a tool that takes no arguments."""
+
+
 class ToolSpec(BaseModel):
-    """A function the agent may call, described the way the OpenAI tools API expects."""
+    """A function the agent may call, described the way the OpenAI tools API expects.
+
+    With `function` set, calling the tool runs that Python function; without it the tool is only
+    described (the model sees it, and a call returns an error text saying it has no implementation).
+    """
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
     """Function name the model calls (letters, digits, `_` and `-`, at most 64 characters)."""
     description: str = ""
-    """What the function does, shown to the model and to the judge."""
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    """JSON schema of the arguments: an object schema (`type = "object"`, `properties = {...}`)."""
+    """What the function does, shown to the model and to the judge; empty takes the first paragraph of
+    `function`'s docstring."""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the arguments: an object schema (`type = "object"`, `properties = {...}`). Omitted,
+    it comes from `function`'s signature and docstring (see `autorl.tools.signature_schema`), or is an
+    empty object schema for a tool without `function`."""
+    function: str | None = None
+    """The Python function that runs the tool, sync or async: `file.py:name` (a relative file path is
+    relative to the task file's directory) or `package.module:name`. It is called with the arguments
+    as keywords; a result that is not a string reaches the model JSON-encoded."""
 
     @field_validator("parameters")
     @classmethod
-    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
         if value.get("type") != "object":
             raise ValueError('must be a JSON schema with type = "object"')
+        import jsonschema
+
+        try:
+            jsonschema.validators.validator_for(value).check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a valid JSON schema: {exc.message}") from None
         return value
 
+    @field_validator("function")
+    @classmethod
+    def _function_spec(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[^:]+:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", value):
+            raise ValueError("must be `file.py:name` or `module:name`")
+        return value
+
+    @model_validator(mode="after")
+    def _default_schema(self) -> ToolSpec:
+        if self.parameters is None and self.function is None:
+            self.parameters = dict(EMPTY_SCHEMA)
+        return self
+
     def to_openai(self) -> dict[str, Any]:
-        """This tool as an entry of the OpenAI `tools` request parameter."""
+        """This tool as an entry of the OpenAI `tools` request parameter. A `function` tool without
+        `parameters` has its schema made from the function: use `autorl.tools.Toolbox.openai_tools()`."""
+        if self.parameters is None:
+            raise ValueError(
+                f"tool {self.name!r} takes its parameters from its function {self.function!r}: "
+                "use autorl.tools.Toolbox.openai_tools()"
+            )
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+
+class McpServerSpec(BaseModel):
+    """An MCP server whose tools the agent may call: a stdio `command` that autorl starts once per run
+    (and stops at its end), or the `url` of a streamable-HTTP server that is already running."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    command: list[str] | None = None
+    """The command line of a stdio server, e.g. `["python", "notes_server.py"]`; it runs in `cwd`. A
+    leading `python` or `python3` is the interpreter running autorl."""
+    url: str | None = Field(None, pattern=r"^https?://")
+    """The endpoint of a streamable-HTTP server, e.g. `http://127.0.0.1:8765/mcp`."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables of a stdio server, set over the environment autorl runs in."""
+    cwd: Path | None = None
+    """Working directory of a stdio server. In a task file it defaults to the file's directory, and a
+    relative `cwd` is relative to it; elsewhere it defaults to the current directory."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of `command` (a stdio server) or `url` (a streamable-HTTP server)")
+        if self.command is not None and not (self.command and self.command[0]):
+            raise ValueError("`command` must name a program")
+        if self.url is not None and (self.env or self.cwd):
+            raise ValueError("`env` and `cwd` apply to a stdio server (`command`), not to a `url`")
+        return self
+
+    @property
+    def label(self) -> str:
+        """How messages name this server: its command line or its URL."""
+        return " ".join(self.command) if self.command else str(self.url)
 
 
 class TaskSpec(BaseModel):
@@ -61,6 +140,13 @@ class TaskSpec(BaseModel):
     """How many unique inputs to generate, train and validation together."""
     rubric: str = ""
     """What the judge rewards, in plain text; empty uses the judge's default rubric."""
+    max_turns: int = Field(4, ge=1)
+    """Model turns per rollout: the agent answers, or calls tools and sees their results, up to this many
+    times."""
+    tool_timeout_s: float = Field(30, gt=0)
+    """Seconds a tool call may take; a slower call returns an error text to the model."""
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    """MCP servers whose tools the agent may call (`[[mcp_servers]]` tables)."""
     tools: list[ToolSpec] = Field(default_factory=list)
     """Functions the agent may call during a rollout (`[[tools]]` tables)."""
     inputs_file: Path | None = None
@@ -82,6 +168,23 @@ class TaskSpec(BaseModel):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    def has_tools(self) -> bool:
+        """Whether the agent has tools: `[[tools]]` or `[[mcp_servers]]`."""
+        return bool(self.tools or self.mcp_servers)
+
+    def agent_settings(self) -> dict[str, Any]:
+        """What a rollout of this task depends on besides the model and the input, for cache keys: its
+        tools (a function tool by its `function` spec, an MCP server by its command or URL, not their
+        code), turns and tool timeout; empty without tools (a single-turn answer)."""
+        if not self.has_tools():
+            return {}
+        return {
+            "tools": [tool.model_dump(mode="json") for tool in self.tools],
+            "mcp_servers": [server.model_dump(mode="json") for server in self.mcp_servers],
+            "max_turns": self.max_turns,
+            "tool_timeout_s": self.tool_timeout_s,
+        }
 
 
 RUN_SETTINGS = frozenset({"inputs_file", "train", "trainer"})
@@ -114,8 +217,16 @@ def _load_task_file(path: Path) -> TaskSpec:
     except tomllib.TOMLDecodeError as exc:
         raise AutoRLError(f"task file {path} is not valid TOML: {exc}") from None
     task = _validated(data, f"task file {path}")
+    here = path.parent.absolute()
     if task.inputs_file is not None:
         task.inputs_file = path.parent / task.inputs_file  # an absolute path stays as it is
+    for tool in task.tools:
+        source, _, name = (tool.function or "").rpartition(":")
+        if source.endswith(".py"):
+            tool.function = f"{here / source}:{name}"
+    for server in task.mcp_servers:
+        if server.command is not None:
+            server.cwd = here / (server.cwd or "")
     return task
 
 
@@ -129,10 +240,10 @@ def _validated(data: dict[str, Any], where: str) -> TaskSpec:
 
 def describe_error(error: Any, model: type[BaseModel] | None = None) -> str:
     """One validation error as `field 'tools[0].name': <why>`; an unknown key's error lists the fields of
-    `model` (by default the `TaskSpec` or `ToolSpec` that holds it)."""
+    `model` (by default the `TaskSpec`, `ToolSpec` or `McpServerSpec` that holds it)."""
     field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
     if error["type"] == "extra_forbidden":
-        model = model or (ToolSpec if error["loc"][0] == "tools" else TaskSpec)
+        model = model or {"tools": ToolSpec, "mcp_servers": McpServerSpec}.get(error["loc"][0], TaskSpec)
         return f"unknown field '{field}' (known fields: {', '.join(model.model_fields)})"
     if error["type"] == "missing":
         return f"field '{field}' is required"

@@ -15,6 +15,8 @@ from typing import Any
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from .errors import FatalError
+
 MessageOrChoice = dict[str, Any] | Choice
 
 
@@ -108,6 +110,8 @@ class TrajectoryGroup(BaseModel):
                 result = await awaitable
                 if not isinstance(result, Trajectory):
                     raise TypeError(f"a rollout returned {type(result).__name__}, expected autorl.Trajectory")
+            except FatalError:
+                raise
             except Exception as exc:  # a failed rollout is data, counted against max_exceptions
                 result = exc
             if on_done is not None:

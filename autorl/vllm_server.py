@@ -15,7 +15,6 @@ SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import math
@@ -36,6 +35,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from .die_with_parent import die_with_parent
 from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
 from .errors import AutoRLError, ServerStartError
 
@@ -97,6 +97,11 @@ class ServerConfig(BaseModel):
     """Weights dtype for inference (auto, bfloat16, float32, ...)."""
     startup_timeout_s: float = 600.0
     """How long to wait for the server's health check before giving up."""
+    tool_call_parser: str | None = "hermes"
+    """vLLM's parser of tool calls in the model's output (`--enable-auto-tool-choice --tool-call-parser`),
+    which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
+    template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
+    None for no tool calling."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"
@@ -248,12 +253,6 @@ def _memory_dir(nbytes: int) -> str | None:
     return shm if roomy and os.access(shm, os.W_OK) else None
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class VLLMServer:
     """One vLLM server process serving `model_dir` as `served_name`, plus LoRAs loaded at runtime."""
 
@@ -296,6 +295,7 @@ class VLLMServer:
                 "--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
             ]),
             "--return-tokens-as-token-ids",
+            *(["--enable-auto-tool-choice", "--tool-call-parser", c.tool_call_parser] if c.tool_call_parser else []),
             "--uvicorn-log-level", "warning",
             *self._memory_args(),
             *(["--max-num-seqs", str(n)] if (n := c.resolved_max_num_seqs()) is not None else []),
@@ -354,7 +354,7 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         _live_servers.add(self)
         self._wait_healthy()

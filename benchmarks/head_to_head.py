@@ -87,7 +87,7 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     store = ArtifactStore(config.home / "artifacts")
     console.print(f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})")
     try:
-        answers = await answer_all(variants, texts, config.samples, rollout, store, calls)
+        answers = await answer_all(variants, texts, config.samples, rollout, store, calls, main.policy)
         for label, got in answers.items():
             if got.errors:
                 what = "failed" if not got.by_input else f"lost {len(got.errors)} answers"
@@ -102,7 +102,7 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
         scored = await judge_groups(groups, judge, judge_spec, main.rubric or DEFAULT_RUBRIC, store, calls, task)
     finally:
         for run in runs.values():
-            run.policy.close()
+            await run.policy.aclose()
     frame = evaluation.scores_frame(scored)
     results = scoreboard.results_table(frame, {v.label: _outcome(answers[v.label], len(texts)) for v in variants})
     wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, labels))

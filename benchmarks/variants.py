@@ -36,11 +36,12 @@ from autorl.checkpoints import checkpoint_name, complete_checkpoints
 from autorl.errors import AutoRLError
 from autorl.inputs import read_input_rows
 from autorl.model import Model
-from autorl.rollout import RolloutConfig, single_turn_rollout
+from autorl.rollout import Complete, RolloutConfig, Turn, openai_completion
+from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
 from pipelines.config import RunConfig
-from pipelines.context import Policy
+from pipelines.context import Policy, task_rollout
 from pipelines.runs import load_run
 from pipelines.stages import inputs, system_prompt, train
 from ruler.backend import JudgeModel, import_litellm
@@ -74,8 +75,13 @@ class RunView:
             self.config = RunConfig.model_validate(record["config"])
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid config ({describe(exc)})") from None
+        try:
+            self.task = TaskSpec.model_validate(record["task"])
+        except (KeyError, ValidationError) as exc:
+            raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
         self.store = ArtifactStore(Path(home) / "artifacts")
-        self.policy = Policy(self.config, self.store.root, self.keys["train"], calls)
+        run_dir = Path(home) / "runs" / name
+        self.policy = Policy(self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs")
 
     def artifact(self, stage: str) -> Path:
         return self.store.path(stage, self.keys[stage])
@@ -214,21 +220,24 @@ def _read_prompt(path: Path, label: str) -> str:
     return text
 
 
-def answer_key(variant: Variant, text: str, samples: int, rollout: RolloutConfig) -> str:
+def answer_key(variant: Variant, text: str, samples: int, rollout: RolloutConfig, task: TaskSpec) -> str:
     config = {
         "variant": variant.identity,
         "system_prompt": variant.system_prompt,
         "input": text,
         "samples": samples,
         "rollout": rollout.model_dump(),
+        **task.agent_settings(),
     }
     return stage_key(STAGE, config, code_version(sys.modules[__name__]), {})
 
 
 async def answer_all(
-    variants: list[Variant], texts: list[str], samples: int, rollout: RolloutConfig, store: ArtifactStore, calls: Counter
+    variants: list[Variant], texts: list[str], samples: int, rollout: RolloutConfig, store: ArtifactStore, calls: Counter,
+    tools: Policy,
 ) -> dict[str, Answers]:
-    """Every variant's `samples` answers to every input, from the cache where it has them.
+    """Every variant's `samples` answers to every input, from the cache where it has them; API variants
+    use the task's tools that `tools` (the benchmarked run's policy) opens.
 
     API variants answer concurrently with the local ones; the local variants of one run answer one
     after the other on its server (merged LoRA serving holds one checkpoint at a time), and one run's
@@ -247,8 +256,8 @@ async def answer_all(
         for group in by_run.values():
             run = group[0].run
             if previous is not None:
-                previous.policy.close()
-            work = [_VariantWork(v, texts, samples, rollout, store, calls) for v in group]
+                await previous.policy.aclose()
+            work = [_VariantWork(v, texts, samples, rollout, store, calls, tools) for v in group]
             if any(w.missing for w in work):
                 try:
                     await run.policy.start()
@@ -260,7 +269,7 @@ async def answer_all(
             previous = run
 
     async def remote() -> None:
-        work = [_VariantWork(v, texts, samples, rollout, store, calls) for v in variants if v.api is not None]
+        work = [_VariantWork(v, texts, samples, rollout, store, calls, tools) for v in variants if v.api is not None]
         for w, answers in zip(work, await asyncio.gather(*(w.run() for w in work)), strict=True):
             results[w.variant.label] = answers
 
@@ -271,9 +280,12 @@ async def answer_all(
 class _VariantWork:
     """Answers of one variant: cached ones loaded, missing ones asked for and cached as each input finishes."""
 
-    def __init__(self, variant: Variant, texts: list[str], samples: int, rollout, store: ArtifactStore, calls: Counter):
+    def __init__(
+        self, variant: Variant, texts: list[str], samples: int, rollout, store: ArtifactStore, calls: Counter, tools: Policy
+    ):
         self.variant, self.samples, self.rollout, self.store, self.calls = variant, samples, rollout, store, calls
-        self.keys = {text: answer_key(variant, text, samples, rollout) for text in texts}
+        self.tools = tools
+        self.keys = {text: answer_key(variant, text, samples, rollout, tools.task) for text in texts}
         self.answers = Answers()
         self.missing = []
         for text, key in self.keys.items():
@@ -334,37 +346,40 @@ class _VariantWork:
             config = v.run.config.model_copy(update={"rollout": rollout})
             return (lambda text: v.run.policy.answer(v.system_prompt, text, config, name)), nothing
         if v.api.base_url:
-            model = Model(name=v.api.model, inference_base_url=v.api.base_url)
-            client = model.openai_client()
+            client = Model(name=v.api.model, inference_base_url=v.api.base_url).openai_client()
+            complete, close = openai_completion(client, v.api.model, rollout), client.close
+        else:
+            complete, close = litellm_completion(v.api.model, rollout), nothing
 
-            async def respond(text: str) -> Trajectory:
-                self.calls["policy"] += 1
-                return await single_turn_rollout(client, v.api.model, v.system_prompt, text, rollout, {"input": text})
-
-            return respond, client.close
-
-        async def respond_litellm(text: str) -> Trajectory:
+        async def respond(text: str) -> Trajectory:
             self.calls["policy"] += 1
-            return await _litellm_answer(v.api.model, v.system_prompt, text, rollout)
+            return await task_rollout(complete, v.system_prompt, text, self.tools.task, await self.tools.toolbox())
 
-        return respond_litellm, nothing
+        return respond, close
 
 
-async def _litellm_answer(model: str, prompt: str, text: str, rollout: RolloutConfig) -> Trajectory:
-    """One answer of a LiteLLM model (the key comes from the provider's usual environment variable)."""
-    messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
-    response = await import_litellm().acompletion(
-        model=model,
-        messages=messages,
-        max_tokens=rollout.max_tokens,
-        temperature=rollout.temperature,
-        drop_params=True,  # providers that reject a sampling setting get the request without it
-        num_retries=2,
-    )
-    choice = response.choices[0]
-    usage = getattr(response, "usage", None)
-    return Trajectory(
-        messages_and_choices=[*messages, {"role": "assistant", "content": choice.message.content or ""}],
-        metadata={"input": text},
-        metrics={"completion_tokens": getattr(usage, "completion_tokens", 0) or 0, "truncated": choice.finish_reason == "length"},
-    )
+def litellm_completion(model: str, rollout: RolloutConfig) -> Complete:
+    """Completions of a LiteLLM model (the key comes from the provider's usual environment variable); its
+    turns join the conversation as plain assistant messages (an API model is not trained)."""
+
+    async def complete(messages: list[dict], tools: list[dict] | None) -> Turn:
+        response = await import_litellm().acompletion(
+            model=model,
+            messages=messages,
+            max_tokens=rollout.max_tokens,
+            temperature=rollout.temperature,
+            drop_params=True,  # providers that reject a sampling setting get the request without it
+            num_retries=2,
+            **({"tools": tools} if tools else {}),
+        )
+        choice = response.choices[0]
+        message: dict = {"role": "assistant", "content": choice.message.content or ""}
+        if getattr(choice.message, "tool_calls", None):
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in choice.message.tool_calls
+            ]
+        usage = getattr(response, "usage", None)
+        return Turn(message, choice.finish_reason, getattr(usage, "completion_tokens", 0) or 0)
+
+    return complete

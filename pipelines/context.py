@@ -10,8 +10,9 @@ from pathlib import Path
 from rich.console import Console
 
 from autorl import LocalBackend, TrainableModel
-from autorl.rollout import single_turn_rollout
+from autorl.rollout import Complete, agent_rollout, openai_completion
 from autorl.task import TaskSpec
+from autorl.tools import Toolbox
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
 
@@ -23,15 +24,19 @@ TRAIN_PROJECT = "train"
 
 
 class Policy:
-    """The policy model on a local vLLM server, started on first use (a fully cached run starts none)."""
+    """The policy model on a local vLLM server, and the task's tools; each started on first use (a fully
+    cached run starts neither)."""
 
-    def __init__(self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter):
+    def __init__(self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path):
         self.backend = LocalBackend(artifacts, server=config.server)
         self.model = TrainableModel(
             name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer
         )
+        self.task = task
+        self._log_dir = log_dir
         self._calls = calls
         self._client = None
+        self._toolbox: Toolbox | None = None
         self._lock = asyncio.Lock()
 
     @property
@@ -45,21 +50,41 @@ class Policy:
                 await self.model.register(self.backend)
                 self._client = self.model.openai_client()
 
+    async def toolbox(self) -> Toolbox | None:
+        """The task's tools, opened on first use (its MCP servers start then, once per run); None when the
+        task has no tools."""
+        if not self.task.has_tools():
+            return None
+        async with self._lock:
+            if self._toolbox is None:
+                self._toolbox = await Toolbox.open(self.task, log_dir=self._log_dir)
+        return self._toolbox
+
     async def answer(self, system_prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
-        """One answer of the policy (the newest LoRA, or the model served as `name`)."""
+        """One rollout of the policy (the newest LoRA, or the model served as `name`) with the task's tools."""
         await self.start()
         self._calls["policy"] += 1
-        return await single_turn_rollout(
-            self._client, name or self.model.get_inference_name(), system_prompt, text, config.rollout, {"input": text}
-        )
+        complete = openai_completion(self._client, name or self.model.get_inference_name(), config.rollout)
+        return await task_rollout(complete, system_prompt, text, self.task, await self.toolbox())
 
     async def serve_step(self, step: int) -> str:
         """The served name of checkpoint `step` (the base model for 0), loading it if needed."""
         await self.start()
         return await self.backend.serve_checkpoint(self.model, step)
 
-    def close(self) -> None:
-        self.backend.close()
+    async def aclose(self) -> None:
+        """Stop the task's MCP servers and the policy's vLLM server."""
+        try:
+            if self._toolbox is not None:
+                await self._toolbox.aclose()
+        finally:
+            self.backend.close()
+
+
+async def task_rollout(complete: Complete, system_prompt: str, text: str, task: TaskSpec, toolbox: Toolbox | None) -> Trajectory:
+    """One answer to the input `text` by the model behind `complete`, with the task's tools and turns."""
+    turns = task.max_turns if toolbox is not None else 1
+    return await agent_rollout(complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text})
 
 
 @dataclass

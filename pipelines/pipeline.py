@@ -85,7 +85,7 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     keys = stage_keys(task, config)
     store = ArtifactStore(config.home / "artifacts")
     calls: Counter = Counter()
-    policy = Policy(config, store.root, keys["train"], calls)
+    policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
     tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
     record.update(keys=keys, status="running", stages={})
@@ -123,7 +123,7 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
         record.update(updated=time.time(), model_calls=dict(calls), server_starts=VLLMServer.starts - servers_before)
         write_json(run_dir / RUN_FILE, record)
         tracker.finish()
-        policy.close()
+        await policy.aclose()
     console.print(f"done: report in {run_dir / 'report.md'}; model calls this run: {sum(calls.values())}")
     return record
 

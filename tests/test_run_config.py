@@ -17,7 +17,7 @@ from autorl.cli import RUN_FLAGS, app
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.rollout import RolloutConfig
-from autorl.task import TaskSpec, load_task
+from autorl.task import RUN_SETTINGS, TaskSpec, load_task
 from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
@@ -89,7 +89,7 @@ def test_every_train_trainer_and_rollout_field_has_a_flag_with_its_docstring_and
     for flag in RUN_FLAGS:
         assert flag.names[0] in output and flag.help, flag.path
         assert " ".join(flag.help.split()[:4]) in text, flag.path  # the docstring's first sentence
-    assert "AdamW learning rate of the LoRA weights. [default: 2e-05]" in text
+    assert "AdamW learning rate of the LoRA weights. [default: 0.0003]" in text
     assert "--lora-rank" in output and "[default: 8]" in text and "--lr" in output
     assert "Per loss: gspo: 0.0003, cispo: 1.0." in text  # epsilon's loss defaults
     names = [name for flag in RUN_FLAGS for name in flag.names]
@@ -193,13 +193,14 @@ def test_the_train_key_changes_with_every_train_and_trainer_field(section):
 
 def test_the_policy_is_built_with_the_runs_trainer_config(tmp_path):
     config = RunConfig(trainer={"lora_rank": 4, "target_modules": ["q_proj"]})
-    assert Policy(config, tmp_path, "key", Counter()).model.trainer == config.trainer
+    policy = Policy(config, tmp_path, "key", Counter(), TaskSpec(description="t"), tmp_path / "logs")
+    assert policy.model.trainer == config.trainer
 
 
 def test_changing_the_tables_or_the_inputs_file_keeps_the_run_name(tmp_path):
     from pipelines.pipeline import _open_record
 
-    first = {"description": TASK, "generator_instructions": "", "seed_examples": [], "num_inputs": 32, "rubric": "", "tools": []}
+    first = TaskSpec(description=TASK).model_dump(mode="json", exclude=RUN_SETTINGS)  # the task as a record keeps it
     run_dir = tmp_path / "runs" / "mine"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"name": "mine", "task": first, "wandb_id": "x"}))

@@ -1,5 +1,6 @@
 """Assistant-token masking: only the tokens the policy sampled are trained on."""
 
+import copy
 import math
 
 from tiny import choice
@@ -64,3 +65,45 @@ def test_truncated_sample_leaves_end_of_turn_as_context(tokenizer):
     traj = Trajectory(messages_and_choices=[USER, choice("Yes, ple", ids), {"role": "user", "content": "go on"}])
     seq = tokenize_trajectory(traj, tokenizer)
     assert trained(seq) == ids
+
+
+def test_a_three_turn_tool_trajectory_trains_the_model_turns_only(tokenizer):
+    """With the embedded model's template: two tool calls and a final answer are trained; the tool
+    results, the tools in the system turn and the user's input are context."""
+    from openai.types.chat.chat_completion import Choice
+
+    from autorl.embedded import TEMPLATES
+
+    tokenizer = copy.copy(tokenizer)
+    tokenizer.chat_template = (TEMPLATES / "smollm2_tools.jinja").read_text()
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+
+    def call_choice(arguments: str) -> tuple[Choice, list[int]]:
+        text = f'<tool_call>\n{{"name": "add", "arguments": {arguments}}}\n</tool_call>'
+        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        sampled = choice("", ids)
+        call = {"id": f"c{arguments}", "type": "function", "function": {"name": "add", "arguments": arguments}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return sampled.model_copy(update={"message": sampled.message.model_validate(message), "finish_reason": "tool_calls"}), ids
+
+    first, first_ids = call_choice('{"a": 1}')
+    second, second_ids = call_choice('{"a": 2}')
+    answer_ids = tokenizer.encode("yes", add_special_tokens=False) + [tokenizer.eos_token_id]
+    traj = Trajectory(
+        messages_and_choices=[
+            SYSTEM, USER,
+            first, {"role": "tool", "tool_call_id": 'c{"a": 1}', "content": "3"},
+            second, {"role": "tool", "tool_call_id": 'c{"a": 2}', "content": "4"},
+            choice("yes", answer_ids),
+        ],
+        tools=tools,
+    )  # fmt: skip
+    seq = tokenize_trajectory(traj, tokenizer)
+    assert trained(seq) == first_ids + second_ids + answer_ids
+    span_starts = [i for i in range(1, len(seq.mask)) if seq.mask[i] and not seq.mask[i - 1]]
+    assert len(span_starts) == 3
+    context = tokenizer.decode([t for t, m in zip(seq.input_ids, seq.mask) if not m])
+    assert "<tool_response>\n3\n</tool_response>" in context and "<tool_response>\n4\n</tool_response>" in context
+    assert '"name": "add"' in context.split("<|im_start|>user")[0]  # the tools, in the system turn
+    # what the trainer sees is the template's rendering of the whole conversation
+    assert tokenizer.decode(seq.input_ids) + "\n" == tokenizer.apply_chat_template(traj.messages(), tools=tools, tokenize=False)

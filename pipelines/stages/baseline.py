@@ -18,6 +18,7 @@ def settings(task, config) -> dict:
         "rubric": task.rubric,
         "eval_samples": config.eval_samples,
         "rollout": config.rollout.model_dump(),
+        **task.agent_settings(),  # the rollouts' tools and turns
     }
 
 

@@ -16,7 +16,13 @@ UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 
 
 def settings(task, config) -> dict:
-    return {"steps": config.steps, "judge": config.judge, "rubric": task.rubric, "eval_samples": config.eval_samples}
+    return {
+        "steps": config.steps,
+        "judge": config.judge,
+        "rubric": task.rubric,
+        "eval_samples": config.eval_samples,
+        **task.agent_settings(),  # the rollouts' tools and turns
+    }
 
 
 async def run(ctx: StageContext) -> dict:

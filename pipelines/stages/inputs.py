@@ -18,6 +18,8 @@ from autorl.inputs import (
     read_inputs_jsonl,
     write_inputs_jsonl,
 )
+from autorl.task import TaskSpec
+
 
 NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()
@@ -39,6 +41,7 @@ def settings(task, config) -> dict:
         "generator": config.generator,
         "seed": config.seed,
         "generation": GenerationConfig().model_dump(),
+        **task.agent_settings(),  # the generator is shown the tools
     }
 
 
@@ -50,8 +53,9 @@ async def run(ctx) -> dict:
         if config.generator == "embedded":
             await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
         n = config.num_inputs or ctx.task.num_inputs
+        task = await with_tools_shown(ctx)
         result = await asyncio.to_thread(
-            partial(generate_inputs, ctx.task, n, config.generator, config.seed, write_system_prompt=False)
+            partial(generate_inputs, task, n, config.generator, config.seed, write_system_prompt=False)
         )
     ctx.calls["generator"] += result.stats.calls
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
@@ -66,6 +70,24 @@ async def run(ctx) -> dict:
         "duplicate_rate": round(stats.duplicate_rate, 3),
         "rejected_junk": stats.rejected_junk,
     }
+
+
+TOOLS_INSTRUCTIONS = (
+    "The agent answers with these tools. Write inputs that need them: requests a user would make that "
+    "the agent can only serve by calling one or more of the tools, using the kinds of values they take."
+)
+
+
+async def with_tools_shown(ctx) -> TaskSpec:
+    """The task with its tools described in the generator's instructions (as MCP•RL's scenario
+    generation does: names, descriptions, argument schemas, MCP resources), so that the inputs need
+    them; the task as is when it has none. Opens the task's tools (starting its MCP servers)."""
+    if not ctx.task.has_tools():
+        return ctx.task
+    toolbox = await ctx.policy.toolbox()
+    extra = f"{TOOLS_INSTRUCTIONS}\n\n{toolbox.describe()}"
+    instructions = f"{ctx.task.generator_instructions}\n\n{extra}" if ctx.task.generator_instructions else extra
+    return ctx.task.model_copy(update={"generator_instructions": instructions})
 
 
 def load(ctx, split: str) -> list[str]:

@@ -39,6 +39,7 @@ def settings(task, config) -> dict:
         "train": config.train.model_dump(),
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
+        **task.agent_settings(),  # the rollouts' tools and turns
     }
 
 
