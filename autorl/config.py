@@ -25,8 +25,10 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
 
-    learning_rate: float = Field(2e-5, gt=0)
-    """AdamW learning rate of the LoRA weights."""
+    learning_rate: float = Field(3e-4, gt=0)
+    """AdamW learning rate of the LoRA weights. The default is the one the learning benchmark supports
+    for the embedded model with a rank-8 LoRA (benchmarks/learning.py; README, "What training buys");
+    larger models usually want less."""
     loss: LossName = "grpo"
     """The policy objective, named as TRL names it. A, the advantage; r, the importance ratio
     pi / pi_old against the rollout logprobs; n_i, sequence i's trained-token count; N, the update's

@@ -28,10 +28,10 @@ class RunConfig(BaseModel):
     """Judge: a model for RULER (`embedded`, a LiteLLM string, `name@http://host:port/v1`) or `module:attribute`."""
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
-    steps: int = Field(10, ge=1)
+    steps: int = Field(20, ge=1)
     """Training steps of the run (a resumed run trains until this many exist)."""
-    group_size: int = Field(4, ge=2)
-    """Rollouts per input; GRPO compares them, so at least 2."""
+    group_size: int = Field(8, ge=2)
+    """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
     num_inputs: int | None = Field(None, ge=2)
@@ -61,7 +61,7 @@ class RunConfig(BaseModel):
     server: ServerConfig = Field(default_factory=ServerConfig)
     """How the local vLLM server is started. On CPU its KV cache is sized for `max_num_seqs` (32 unless set)
     sequences of `max_model_len` tokens: above a default run's largest batch (a training step's `group_size` x
-    `groups_per_step` = 8 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
+    `groups_per_step` = 16 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
 
     @classmethod

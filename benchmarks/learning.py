@@ -1,0 +1,129 @@
+"""Does a run make the model better? Base vs trained held-out reward on tasks a program judges.
+
+    python benchmarks/learning.py [--tasks one_word,uppercase,no_punctuation,exclaim]
+        [--losses grpo,dr_grpo,gspo] [--seeds 0] [--steps 20] [--home DIR] [-- extra autorl run flags]
+
+For each task of `benchmarks/learning_tasks/` (a task file, its judge `judges:<task>`, the shared
+`inputs.jsonl` with fixed train/validation splits), each loss and each seed, this runs `autorl run
+TASK.toml --judge benchmarks.learning_tasks.judges:<task> --loss LOSS --seed SEED --steps N` as a user
+would, with the run's defaults for everything else, and reads its `run.json`: the held-out mean reward
+of the base model and of the trained LoRA (latest checkpoint), each with its 95% CI over the validation
+inputs, both judged by the same program in the `evaluate` stage, and the time of the train stage.
+The base model's answers come from the `baseline` stage, shared by the runs of a task (cached by
+content, as are the inputs and the system prompt). Runs are kept under `--home` (default
+`.autorl-learning`): a rerun reuses finished runs and continues killed ones.
+
+Prints a table and writes `benchmarks/results/learning.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import ROOT, summary, write_result
+
+TASKS_DIR = ROOT / "benchmarks" / "learning_tasks"
+TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
+LOSSES = ("grpo", "dr_grpo", "gspo")
+
+
+def judge_spec(task: str) -> str:
+    return f"benchmarks.learning_tasks.judges:{task}"
+
+
+def run_command(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> list[str]:
+    """The `autorl run` command line of one benchmark run."""
+    return [
+        sys.executable, "-m", "autorl.cli", "run", str(TASKS_DIR / f"{task}.toml"),
+        "--judge", judge_spec(task), "--loss", loss, "--seed", str(seed), "--steps", str(steps),
+        "--home", str(home), "--name", f"{task}-{loss}-seed{seed}", "--no-wandb", *extra,
+    ]  # fmt: skip
+
+
+def one_run(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> dict:
+    """Run one task/loss/seed to the end; its figures from run.json."""
+    command = run_command(task, loss, seed, steps, home, extra)
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[3:])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    record = json.loads((home / "runs" / command[command.index("--name") + 1] / "run.json").read_text())
+    variants = record["stages"]["evaluate"]["summary"]["variants"]
+    history = [json.loads(line) for line in (home / "runs" / record["name"] / "history.jsonl").read_text().splitlines()]
+    return {
+        "task": task,
+        "loss": loss,
+        "seed": seed,
+        "steps": steps,
+        "base": _figure(variants["base"]),
+        "trained": _figure(variants["latest"]),
+        "gain": round(variants["latest"]["mean"] - variants["base"]["mean"], 4),
+        "train_s": record["stages"]["train"]["seconds"],
+        "wall_s": round(time.monotonic() - started, 1),
+        "train_reward_first_last": [history[0]["reward"], history[steps - 1]["reward"]],
+    }
+
+
+def _figure(variant: dict) -> dict:
+    return {key: round(variant[key], 4) for key in ("mean", "ci_low", "ci_high")} | {"inputs": variant["inputs"]}
+
+
+def print_table(runs: list[dict]) -> None:
+    header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "steps", "train s")
+    rows = [header] + [
+        (
+            r["task"], r["loss"], str(r["seed"]), _cell(r["base"]), _cell(r["trained"]), f"{r['gain']:+.3f}",
+            "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no", str(r["steps"]), f"{r['train_s']:.0f}",
+        )  # fmt: skip
+        for r in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+        if i == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def _cell(figure: dict) -> str:
+    return f"{figure['mean']:.3f} [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default=",".join(TASKS), help="Comma-separated task names.")
+    parser.add_argument("--losses", default=",".join(LOSSES), help="Comma-separated loss variants.")
+    parser.add_argument("--seeds", default="0", help="Comma-separated seeds (one run each).")
+    parser.add_argument("--steps", type=int, default=20, help="Training steps per run.")
+    parser.add_argument("--home", type=Path, default=Path(".autorl-learning"), help="Where the runs are kept.")
+    parser.add_argument("extra", nargs="*", help="More `autorl run` flags, after `--`.")
+    args = parser.parse_args()
+    os.environ.setdefault("WANDB_MODE", "offline")
+    started = time.monotonic()
+    runs = []
+    for task in args.tasks.split(","):
+        for loss in args.losses.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                runs.append(one_run(task, loss, seed, args.steps, args.home.resolve(), args.extra))
+                print(f"{task} {loss} seed {seed}: base {runs[-1]['base']['mean']:.3f} -> trained "
+                      f"{runs[-1]['trained']['mean']:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)  # fmt: skip
+    print()
+    print_table(runs)
+    gains = [r["gain"] for r in runs]
+    better = sum(r["gain"] > 0 for r in runs)
+    clear = sum(r["trained"]["ci_low"] > r["base"]["ci_high"] for r in runs)
+    print(f"\ntrained > base in {better}/{len(runs)} runs ({clear} with CIs apart); "
+          f"gain median {statistics.median(gains):+.3f} (min {min(gains):+.3f}, max {max(gains):+.3f})")  # fmt: skip
+    command = ["python", "benchmarks/learning.py", *sys.argv[1:]]
+    path = write_result("learning", {"command": command, "gain": summary(gains), "runs": runs}, started)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Programmatic judges of the learning benchmark's tasks: `(messages) -> float` in [0, 1].
+
+Each scores the last assistant message only, and densely: a small model's answers to a task differ in
+these scores from the start, so a group carries signal. (All-or-nothing criteria that the embedded base
+model never meets, such as "a JSON object with keys a and b" or "end with a fixed sentence", tied every
+group in our trials: GRPO cannot learn from them.) A task file names its judge as
+`benchmarks.learning_tasks.judges:<function>`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
+PUNCTUATION = set(".,;:!?\"'()[]{}-–—…*#")
+SENTENCE_ENDS = re.compile(r"[.!?]+")
+
+
+def answer(messages: list[dict[str, Any]]) -> str:
+    """The text of the last assistant message ("" when there is none)."""
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    return (replies[-1].get("content") or "").strip() if replies else ""
+
+
+def one_word(messages: list[dict[str, Any]]) -> float:
+    """1 / the number of words of the answer: 1 for exactly one word, 0 for none."""
+    count = len(_WORD.findall(answer(messages)))
+    return 1.0 / count if count else 0.0
+
+
+def uppercase(messages: list[dict[str, Any]]) -> float:
+    """The share of the answer's letters that are capitals (0 for an answer without letters)."""
+    letters = [c for c in answer(messages) if c.isalpha()]
+    return sum(c.isupper() for c in letters) / len(letters) if letters else 0.0
+
+
+def no_punctuation(messages: list[dict[str, Any]]) -> float:
+    """1 / (1 + the number of punctuation marks) for an answer with words; 0 for one without."""
+    text = answer(messages)
+    if not _WORD.search(text):
+        return 0.0
+    return 1.0 / (1 + sum(c in PUNCTUATION for c in text))
+
+
+def exclaim(messages: list[dict[str, Any]]) -> float:
+    """The share of the answer's sentence endings (runs of . ! ?) that contain an exclamation mark;
+    an answer with words but no ending counts as one plain ending (0)."""
+    ends = SENTENCE_ENDS.findall(answer(messages))
+    return sum("!" in end for end in ends) / len(ends) if ends else 0.0
