@@ -116,3 +116,41 @@ def test_a_restarted_backend_resumes_at_the_newest_checkpoint(tmp_path):
             backend.close()
 
     asyncio.run(scenario())
+
+
+def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
+    """The embedded model with its tool-calling template behind vLLM's hermes parser: rollouts with the
+    example `convert` tool run (whatever the small model does with it), and a step trains on them."""
+    from pathlib import Path
+
+    from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.task import load_task
+    from autorl.tools import Toolbox
+
+    task = load_task(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
+
+    async def scenario():
+        backend = art.LocalBackend(tmp_path)
+        model = art.TrainableModel(name="agent", project="tools")
+        await model.register(backend)
+        toolbox = await Toolbox.open(task)
+        try:
+            complete = openai_completion(model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=48))
+            question = "Convert 3 miles to kilometres with the convert tool."
+            rollouts = [agent_rollout(complete, task.description, question, toolbox=toolbox, max_turns=2) for _ in range(6)]
+            group = await art.TrajectoryGroup(rollouts)
+            assert not group.exceptions and len(group) == 6
+            for i, trajectory in enumerate(group.trajectories):
+                assert trajectory.tools[0]["function"]["name"] == "convert"
+                calls = trajectory.metrics["tool_calls"]
+                assert sum(m["role"] == "tool" for m in trajectory.messages()) == calls
+                trajectory.reward = float(calls > 0) + i / 10  # distinct rewards: the group carries signal
+            metrics = await model.train([group], config=art.TrainConfig())
+            assert metrics["trained_tokens"] > 0
+            return sum(t.metrics["tool_calls"] for t in group.trajectories)
+        finally:
+            await toolbox.aclose()
+            backend.close()
+
+    calls = asyncio.run(scenario())
+    print(f"tool calls in 6 rollouts of the embedded model: {calls}")
