@@ -112,12 +112,14 @@ RUN_FLAGS = field_flags(
 def run_command(
     ctx: typer.Context,
     task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
+    max_turns: Annotated[int | None, typer.Option(min=1, help="Model turns per rollout of a task with tools; default: the task's max_turns (4).")] = None,
     **values: Any,
 ) -> None:
     """Run the pipeline for TASK: inputs, system prompt, baseline, GRPO training, evaluation, report.
 
     Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
-    run continues from its last checkpoint. A flag overrides the task file's train and trainer tables.
+    run continues from its last checkpoint. A flag overrides the task file's train and trainer tables
+    (and --max-turns its max_turns).
     """
     from pydantic import ValidationError
 
@@ -126,6 +128,8 @@ def run_command(
 
     try:
         spec = load_task(task)
+        if max_turns is not None:
+            spec = spec.model_copy(update={"max_turns": max_turns})
         config = RunConfig.for_task(spec, given_values(ctx, RUN_FLAGS, values))
         run_async(run_pipeline(spec, config, err))
     except ValidationError as exc:
@@ -138,7 +142,7 @@ def run_command(
 
 
 run_command.__signature__ = command_signature(  # type: ignore[attr-defined]
-    *list(inspect.signature(run_command, eval_str=True).parameters.values())[:2], flags=RUN_FLAGS
+    *list(inspect.signature(run_command, eval_str=True).parameters.values())[:3], flags=RUN_FLAGS
 )
 app.command("run")(run_command)
 

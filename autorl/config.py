@@ -113,6 +113,11 @@ class TrainerConfig(BaseModel):
     float32 either way."""
     seed: int = 0
     """Seed of the LoRA initialisation."""
+    engine: Literal["auto", "peft", "unsloth"] = "auto"
+    """What loads and trains the LoRA (`autorl.engines`): peft (transformers + PEFT, CPU or GPU), unsloth
+    (Unsloth's FastLanguageModel: fused kernels, its gradient checkpointing; a CUDA GPU), auto (unsloth
+    on a CUDA machine where it is installed, else peft). Same loss, same PEFT checkpoints either way;
+    unsloth runs each sequence whole (no `share_prompt_prefix`)."""
     share_prompt_prefix: bool = True
     """Run the context tokens that a micro-batch's sequences share (a group's prompt) through the model
     once, and continue every sequence from that KV cache, instead of once per sequence. Same loss and

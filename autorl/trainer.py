@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -14,16 +15,17 @@ from pathlib import Path
 
 import torch
 from openai.types.chat.chat_completion import Choice
-from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
+from .engines import LOADERS, resolve_engine
 from .grpo import advantages, clipped_policy_loss, loss_normaliser, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
 from .trajectories import Trajectory, TrajectoryGroup
 
 OPTIMIZER_FILE = "optimizer.pt"
+log = logging.getLogger(__name__)
 
 
 MIN_SHARED_PREFIX = 16
@@ -41,17 +43,6 @@ def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if device.type == "cpu" and _cpu_flags() & set(BF16_CPU_FLAGS) else torch.float32
-
-
-def lora_config(config: TrainerConfig) -> LoraConfig:
-    """The PEFT LoRA that `TrainerConfig` describes (rank, alpha, dropout, target modules)."""
-    return LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.target_modules,
-        task_type="CAUSAL_LM",
-    )
 
 
 def _cpu_flags() -> set[str]:
@@ -94,13 +85,13 @@ class GRPOTrainer:
         torch.manual_seed(config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.dtype = training_dtype(config.dtype, self.device)
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).to(self.device)
+        self.engine = resolve_engine(config.engine)
+        log.info("trainer engine: %s", self.engine)
         latest = latest_checkpoint(checkpoints)
-        if latest is None:
-            self.model = get_peft_model(base, lora_config(config))
-        else:
-            self.model = PeftModel.from_pretrained(base, latest[1], is_trainable=True)
+        self.model = LOADERS[self.engine](model_dir, latest[1] if latest else None, config, self.dtype, self.device)
         self._keep_lora_fp32()
+        # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
+        self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
         if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
@@ -163,7 +154,7 @@ class GRPOTrainer:
         total_tokens = sum(sum(s.mask) for s, _ in batch)
         normaliser = loss_normaliser(config.loss, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        if self.config.share_prompt_prefix:  # a group's sequences side by side; less padding within a prompt
+        if self._share_prefix:  # a group's sequences side by side; less padding within a prompt
             batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
         else:  # less padding per micro-batch
             batch = sorted(batch, key=lambda item: len(item[0].input_ids))
@@ -220,7 +211,7 @@ class GRPOTrainer:
         run through the model once, and the rows continue from that KV cache (gradients flow back
         through it); positions inside the shared prefix score no trained token and get 0.
         """
-        split = _shared_prefix_length(input_ids, mask) if self.config.share_prompt_prefix else 0
+        split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
             logits = self.model(input_ids=input_ids, attention_mask=attention).logits
             return token_logprobs(logits, input_ids, with_entropy)

@@ -66,6 +66,10 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+CUDA_GPU_MEMORY_UTILIZATION = 0.5
+"""vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset: the trainer gets the rest."""
+
+
 class ServerConfig(BaseModel):
     """How the local vLLM server is started."""
 
@@ -76,7 +80,9 @@ class ServerConfig(BaseModel):
     port: int | None = None
     """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: vLLM's default.
+    """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: 0.5
+    (`CUDA_GPU_MEMORY_UTILIZATION`), leaving the other half to the trainer on the same GPU (vLLM's own
+    default, 0.9, leaves the trainer too little).
     Refused on CPU, where vLLM takes it as a fraction of one NUMA node's memory minus its own RSS (negative
     on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
     kv_cache_bytes: int | None = Field(None, gt=0)
@@ -311,7 +317,8 @@ class VLLMServer:
 
     def _memory_args(self) -> list[str]:
         """The KV cache size in bytes (`ServerConfig.kv_cache_bytes`, sized here on CPU when None), and on
-        CUDA `gpu_memory_utilization` when set."""
+        CUDA the share of the GPU's memory vLLM takes (`gpu_memory_utilization`, `CUDA_GPU_MEMORY_UTILIZATION`
+        unless set) when the KV cache size is not given."""
         c = self.config
         cuda = cuda_available()
         if not cuda and c.gpu_memory_utilization is not None:
@@ -325,8 +332,9 @@ class VLLMServer:
             available = memory_available_for_kv(self.model_dir)
             size = kv_cache_bytes(self.model_dir, seqs, c.max_model_len, available, c.dtype)
         args = [] if size is None else ["--kv-cache-memory-bytes", str(size)]
-        if c.gpu_memory_utilization is not None:
-            args += ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+        if cuda and size is None:
+            share = CUDA_GPU_MEMORY_UTILIZATION if c.gpu_memory_utilization is None else c.gpu_memory_utilization
+            args += ["--gpu-memory-utilization", str(share)]
         return args
 
     def start(self) -> None:

@@ -1,7 +1,8 @@
 """Does a run make the model better? Base vs trained held-out reward on tasks a program judges.
 
     python benchmarks/learning.py [--tasks one_word,uppercase,no_punctuation,exclaim]
-        [--losses grpo,dr_grpo,gspo] [--seeds 0] [--steps 20] [--home DIR] [-- extra autorl run flags]
+        [--losses grpo,dr_grpo,gspo] [--seeds 0] [--steps 20] [--home DIR] [--out NAME]
+        [-- extra autorl run flags]
 
 For each task of `benchmarks/learning_tasks/` (a task file, its judge `judges:<task>`, the shared
 `inputs.jsonl` with fixed train/validation splits), each loss and each seed, this runs `autorl run
@@ -13,7 +14,7 @@ The base model's answers come from the `baseline` stage, shared by the runs of a
 content, as are the inputs and the system prompt). Runs are kept under `--home` (default
 `.autorl-learning`): a rerun reuses finished runs and continues killed ones.
 
-Prints a table and writes `benchmarks/results/learning.json`.
+Prints a table and writes `benchmarks/results/learning.json` (`--out` names another file).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds (one run each).")
     parser.add_argument("--steps", type=int, default=20, help="Training steps per run.")
     parser.add_argument("--home", type=Path, default=Path(".autorl-learning"), help="Where the runs are kept.")
+    parser.add_argument("--out", default="learning", help="Result name: writes benchmarks/results/OUT.json.")
     parser.add_argument("extra", nargs="*", help="More `autorl run` flags, after `--`.")
     args = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -121,7 +123,7 @@ def main() -> None:
     print(f"\ntrained > base in {better}/{len(runs)} runs ({clear} with CIs apart); "
           f"gain median {statistics.median(gains):+.3f} (min {min(gains):+.3f}, max {max(gains):+.3f})")  # fmt: skip
     command = ["python", "benchmarks/learning.py", *sys.argv[1:]]
-    path = write_result("learning", {"command": command, "gain": summary(gains), "runs": runs}, started)
+    path = write_result(args.out, {"command": command, "gain": summary(gains), "runs": runs}, started)
     print(f"wrote {path}")
 
 

@@ -136,7 +136,7 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from autorl.trainer import lora_config
+    from autorl.engines import lora_config
 
     config = GRPOConfig(
         output_dir=str(output_dir),

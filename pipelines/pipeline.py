@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from autorl.backend import ensure_writable
+from autorl.engines import resolve_engine
 from autorl.errors import AutoRLError
 from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.vllm_server import VLLMServer
@@ -88,7 +89,8 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
     tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
-    record.update(keys=keys, status="running", stages={})
+    engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run fails before any server starts
+    record.update(keys=keys, status="running", stages={}, trainer_engine=engine)
     _link_training(run_dir, policy.run_dir)
     write_json(run_dir / RUN_FILE, record)
     console.print(f"run [bold]{name}[/bold] in {run_dir}")

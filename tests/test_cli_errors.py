@@ -64,3 +64,8 @@ def test_vllm_failing_to_start_shows_its_log(tmp_path):
     assert result.exit_code == 1
     assert "vLLM server exited during start-up; last log lines:" in result.output
     assert not list((tmp_path / "home").rglob("checkpoints/*")), "no checkpoint written"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on CUDA, unsloth may run")
+def test_unsloth_on_a_cpu_machine_is_one_line_before_any_server(tmp_path):
+    assert '"unsloth" needs a CUDA GPU' in error_line(run_cli(TASK, "--engine", "unsloth", "--home", str(tmp_path)))

@@ -208,3 +208,10 @@ def test_changing_the_tables_or_the_inputs_file_keeps_the_run_name(tmp_path):
     record = _open_record(run_dir, "mine", changed, RunConfig.for_task(changed))
     assert record["task"] == first  # the settings are in the record's config
     assert record["config"]["train"]["loss"] == "gspo" and record["config"]["trainer"]["lora_rank"] == 4
+
+
+def test_max_turns_flag_overrides_the_tasks(run):
+    tool_task = str(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
+    assert run(tool_task)[0].max_turns == 4
+    task, _ = run(tool_task, "--max-turns", "7")
+    assert task.max_turns == 7 and task.agent_settings()["max_turns"] == 7

@@ -131,15 +131,17 @@ def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_pa
         command(tmp_path, gpu_memory_utilization=0.5)
 
 
-def test_on_cuda_vllm_sizes_its_cache_from_gpu_memory_unless_told_bytes(tmp_path, monkeypatch):
+def test_on_cuda_vllm_takes_half_the_gpu_unless_told_a_share_or_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_server, "cuda_available", lambda: True)
     default = command(tmp_path)
     assert "--kv-cache-memory-bytes" not in default and "--max-num-seqs" not in default
-    chosen = command(tmp_path, gpu_memory_utilization=0.5, max_num_seqs=64)
-    assert chosen[chosen.index("--gpu-memory-utilization") + 1] == "0.5"
+    assert default[default.index("--gpu-memory-utilization") + 1] == "0.5"  # half the GPU left to the trainer
+    chosen = command(tmp_path, gpu_memory_utilization=0.3, max_num_seqs=64)
+    assert chosen[chosen.index("--gpu-memory-utilization") + 1] == "0.3"
     assert chosen[chosen.index("--max-num-seqs") + 1] == "64"
     explicit = command(tmp_path, kv_cache_bytes=10**9)
     assert explicit[explicit.index("--kv-cache-memory-bytes") + 1] == "1000000000"
+    assert "--gpu-memory-utilization" not in explicit
 
 
 def test_meminfo_files_are_read_in_bytes(tmp_path):

@@ -1,0 +1,92 @@
+"""Trainer engines: how the policy (frozen base model + trainable LoRA) is loaded for training.
+
+One objective, two loaders (`TrainerConfig.engine`): `peft` (transformers + PEFT, on CPU or a GPU) and
+`unsloth` (Unsloth's `FastLanguageModel` on a CUDA GPU: its fused kernels and gradient checkpointing).
+Both return a PEFT `PeftModel` with the LoRA that `TrainerConfig` describes, which `GRPOTrainer` trains
+with the same loss and saves as a standard PEFT adapter: vLLM loads it, and either engine resumes from
+the other's checkpoints.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Literal
+
+from .config import TrainerConfig
+from .errors import AutoRLError
+from .vllm_server import cuda_available
+
+log = logging.getLogger(__name__)
+
+EngineName = Literal["peft", "unsloth"]
+
+
+def unsloth_installed() -> bool:
+    return importlib.util.find_spec("unsloth") is not None
+
+
+def resolve_engine(engine: str) -> EngineName:
+    """The engine `TrainerConfig.engine` names, with "auto" resolved: unsloth on a CUDA machine where it
+    is installed, else peft. Raises AutoRLError (one line) for unsloth where it cannot run."""
+    if engine == "peft":
+        return "peft"
+    if engine == "auto":
+        return "unsloth" if cuda_available() and unsloth_installed() else "peft"
+    if not cuda_available():
+        raise AutoRLError('trainer engine "unsloth" needs a CUDA GPU and this machine has none; use engine "peft" or "auto"')
+    if not unsloth_installed():
+        raise AutoRLError('trainer engine "unsloth" is not installed: pip install -e ".[gpu]" (or use engine "peft")')
+    return "unsloth"
+
+
+def load_peft(model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype, device):
+    """The base model with a new LoRA (or the one saved in `checkpoint`, trainable), via transformers + PEFT."""
+    from peft import PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    if checkpoint is None:
+        return get_peft_model(base, lora_config(config))
+    return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
+
+
+def load_unsloth(model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype, device):
+    """The same, via Unsloth's `FastLanguageModel` (16-bit weights, Unsloth's gradient checkpointing); a
+    checkpoint's adapter is attached to the base model with PEFT, trainable, on Unsloth's patched model."""
+    from peft import PeftModel
+    from unsloth import FastLanguageModel
+
+    base, _ = FastLanguageModel.from_pretrained(str(model_dir), dtype=dtype, load_in_4bit=False)
+    if checkpoint is None:
+        return FastLanguageModel.get_peft_model(
+            base,
+            r=config.lora_rank,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.target_modules,
+            bias="none",
+            use_gradient_checkpointing="unsloth",
+            random_state=config.seed,
+        )
+    model = PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
+    FastLanguageModel.for_training(model)
+    return model
+
+
+LOADERS = {"peft": load_peft, "unsloth": load_unsloth}
+"""Each engine's loader: (model_dir, checkpoint or None, TrainerConfig, torch dtype, torch device) -> PeftModel."""
+
+
+def lora_config(config: TrainerConfig):
+    """The PEFT LoRA that `TrainerConfig` describes (rank, alpha, dropout, target modules)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.target_modules,
+        task_type="CAUSAL_LM",
+    )
