@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig
 from .embedded import resolve_base_model
 from .errors import AutoRLError
-from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .trajectories import TrajectoryGroup
 from .vllm_server import ServerConfig, VLLMServer
 

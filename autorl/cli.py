@@ -84,7 +84,9 @@ def fail(message: str) -> None:
 
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _per_loss_defaults(name: str) -> str:
@@ -112,7 +114,10 @@ RUN_FLAGS = field_flags(
 def run_command(
     ctx: typer.Context,
     task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
-    max_turns: Annotated[int | None, typer.Option(min=1, help="Model turns per rollout of a task with tools; default: the task's max_turns (4).")] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(min=1, help="Model turns per rollout of a task with tools; default: the task's max_turns (4)."),
+    ] = None,
     **values: Any,
 ) -> None:
     """Run the pipeline for TASK: inputs, system prompt, baseline, GRPO training, evaluation, report.
@@ -174,11 +179,20 @@ def show_command(
 @app.command("inputs")
 def inputs_command(
     task: Annotated[str, typer.Argument(help="The task in plain text, or the path of a .toml task file.")],
-    num_inputs: Annotated[int | None, typer.Option("--num-inputs", "-n", help="Inputs to generate (train + validation); default: the task's.")] = None,
-    out: Annotated[Path, typer.Option(help="JSONL file to write, one input per line; the system prompt goes beside it.")] = Path("inputs.jsonl"),
-    generator: Annotated[str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")] = "embedded",
+    num_inputs: Annotated[
+        int | None,
+        typer.Option("--num-inputs", "-n", help="Inputs to generate (train + validation); default: the task's."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="JSONL file to write, one input per line; the system prompt goes beside it.")
+    ] = Path("inputs.jsonl"),
+    generator: Annotated[
+        str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")
+    ] = "embedded",
     seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
-    val_fraction: Annotated[float, typer.Option(min=0.0, max=0.95, help="Share of the inputs held out for validation.")] = DEFAULT_VAL_FRACTION,
+    val_fraction: Annotated[
+        float, typer.Option(min=0.0, max=0.95, help="Share of the inputs held out for validation.")
+    ] = DEFAULT_VAL_FRACTION,
 ) -> None:
     """Generate a system prompt and N deduplicated train/validation inputs for TASK; print and write them."""
     from rich.panel import Panel
@@ -218,14 +232,39 @@ def inputs_command(
 
 @app.command("benchmark")
 def benchmark_command(
-    run: Annotated[str, typer.Argument(help="Run whose base model, checkpoints, system prompt, validation inputs and judge are used.")],
-    variants: Annotated[str | None, typer.Option(help="Comma-separated: base, RUN@latest, RUN@best, RUN@NNNN, provider/model, name@http://host:port/v1; append +prompt=FILE for another system prompt. Default: base,RUN@latest.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Directory for results.md/.csv, winrates.csv, scores.csv, scores.png; default HOME/runs/RUN/benchmark.")] = None,
-    inputs: Annotated[Path | None, typer.Option(help="JSONL file whose rows' `input` fields are the inputs; default: the run's validation split.")] = None,
-    judge: Annotated[str | None, typer.Option(help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute; default: the run's judge.")] = None,
+    run: Annotated[
+        str,
+        typer.Argument(help="Run whose base model, checkpoints, system prompt, validation inputs and judge are used."),
+    ],
+    variants: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated: base, RUN@latest, RUN@best, RUN@NNNN, provider/model, name@http://host:port/v1; append +prompt=FILE for another system prompt. Default: base,RUN@latest."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory for results.md/.csv, winrates.csv, scores.csv, scores.png; default HOME/runs/RUN/benchmark."
+        ),
+    ] = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(help="JSONL file whose rows' `input` fields are the inputs; default: the run's validation split."),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute; default: the run's judge."
+        ),
+    ] = None,
     samples: Annotated[int, typer.Option(min=1, help="Answers per variant and input (averaged per input).")] = 1,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Completion token cap per answer; default: the run's.")] = None,
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(".autorl"),
+    max_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Completion token cap per answer; default: the run's.")
+    ] = None,
+    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(
+        ".autorl"
+    ),
 ) -> None:
     """Compare agent variants on the same held-out inputs: mean score with 95% CI, win rates, a bar chart.
 

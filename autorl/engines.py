@@ -35,7 +35,9 @@ def resolve_engine(engine: str) -> EngineName:
     if engine == "auto":
         return "unsloth" if cuda_available() and unsloth_installed() else "peft"
     if not cuda_available():
-        raise AutoRLError('trainer engine "unsloth" needs a CUDA GPU and this machine has none; use engine "peft" or "auto"')
+        raise AutoRLError(
+            'trainer engine "unsloth" needs a CUDA GPU and this machine has none; use engine "peft" or "auto"'
+        )
     if not unsloth_installed():
         raise AutoRLError('trainer engine "unsloth" is not installed: pip install -e ".[gpu]" (or use engine "peft")')
     return "unsloth"

@@ -74,9 +74,57 @@ def _words(text: str) -> list[str]:
 
 
 _COMMON_WORDS = frozenset(
-    "that this with from your what when where which will would should could must have into each then than "
-    "them they their there these those about only also very more most some such reply replies answer user "
-    "users agent assistant task write text given make sure always never other".split()
+    [
+        "that",
+        "this",
+        "with",
+        "from",
+        "your",
+        "what",
+        "when",
+        "where",
+        "which",
+        "will",
+        "would",
+        "should",
+        "could",
+        "must",
+        "have",
+        "into",
+        "each",
+        "then",
+        "than",
+        "them",
+        "they",
+        "their",
+        "there",
+        "these",
+        "those",
+        "about",
+        "only",
+        "also",
+        "very",
+        "more",
+        "most",
+        "some",
+        "such",
+        "reply",
+        "replies",
+        "answer",
+        "user",
+        "users",
+        "agent",
+        "assistant",
+        "task",
+        "write",
+        "text",
+        "given",
+        "make",
+        "sure",
+        "always",
+        "never",
+        "other",
+    ]
 )
 
 
@@ -135,7 +183,7 @@ def system_prompt_problem(prompt: str, task: TaskSpec) -> str | None:
     if whole_markup or _FIELD_MARKER.search(prompt) or _TEMPLATE_SLOT.search(prompt):
         return "not natural language (JSON, code or template markup)"
     lowered = [word.casefold().strip(".,;:!?\"'") for word in words]
-    trigrams = list(zip(lowered, lowered[1:], lowered[2:]))
+    trigrams = list(zip(lowered, lowered[1:], lowered[2:], strict=False))
     if len(lowered) >= 12 and len(set(trigrams)) / len(trigrams) < MIN_DISTINCT_TRIGRAMS:
         return f"a repetition loop ({len(set(trigrams))} distinct of {len(trigrams)} word trigrams)"
     task_stems = _content_stems(task.description)

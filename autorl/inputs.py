@@ -407,7 +407,9 @@ def generate_inputs(
             prompt_hash=request.prompt_hash,
             attempt=request.attempt,
         )
-        for text, split, request in zip(texts, split_train_val(texts, config.val_fraction, seed), writer.sources)
+        for text, split, request in zip(
+            texts, split_train_val(texts, config.val_fraction, seed), writer.sources, strict=False
+        )
     ]
     return GeneratedInputs(
         system_prompt=written.text if written else None,

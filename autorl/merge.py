@@ -47,7 +47,7 @@ def read_adapter(adapter_dir: Path) -> tuple[dict, dict[str, tuple[torch.Tensor,
         raise AutoRLError(f"cannot merge {adapter_dir}: only plain LoRA adapters (no DoRA, no fan_in_fan_out) merge")
     parts: dict[str, dict[str, torch.Tensor]] = {}
     with safe_open(Path(adapter_dir) / "adapter_model.safetensors", "pt") as f:
-        for key in f.keys():
+        for key in f.keys():  # noqa: SIM118 (a safetensors file is not iterable)
             match = re.fullmatch(r"(.+)\.(lora_A|lora_B)\.weight", key.removeprefix(_ADAPTER_PREFIX))
             if match is None:
                 raise AutoRLError(f"cannot merge {adapter_dir}: unexpected adapter tensor {key}")

@@ -96,7 +96,10 @@ async def agent_rollout(
     that report a problem), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens).
     """
     tools = toolbox.openai_tools() if toolbox is not None else None
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": user_input}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": user_input},
+    ]
     items: list[MessageOrChoice] = list(messages)
     metrics: dict[str, float | int | bool] = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "completion_tokens": 0}
     truncated = False

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import AutoRLError
 
-
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 """The arguments schema of a tool that takes no arguments."""
 

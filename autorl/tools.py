@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import collections.abc
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -83,7 +84,9 @@ class Tool:
 
     def openai(self) -> dict[str, Any]:
         """This tool as an entry of the OpenAI `tools` request parameter."""
-        return ToolSpec.model_construct(name=self.name, description=self.description, parameters=self.parameters).to_openai()
+        return ToolSpec.model_construct(
+            name=self.name, description=self.description, parameters=self.parameters
+        ).to_openai()
 
     def argument_problem(self, arguments: dict[str, Any]) -> str | None:
         if self._validator is None:
@@ -318,12 +321,10 @@ async def _in_thread(function: Callable[..., Any], arguments: dict[str, Any]) ->
     def work() -> None:
         try:
             outcome, failed = function(**arguments), False
-        except BaseException as exc:  # noqa: BLE001 - the caller turns it into an error text
+        except BaseException as exc:
             outcome, failed = (exc if isinstance(exc, Exception | SystemExit) else RuntimeError(repr(exc))), True
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this call any more
             loop.call_soon_threadsafe(settle, outcome, failed)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits for this call any more
 
     threading.Thread(target=work, name=f"tool {getattr(function, '__name__', '')}", daemon=True).start()
     return await future
@@ -343,9 +344,10 @@ def signature_schema(function: Callable[..., Any]) -> tuple[dict[str, Any], str]
     """
     signature = inspect.signature(function)
     try:
-        hints = typing.get_type_hints(function if inspect.isroutine(function) else type(function).__call__,
-                                      include_extras=True)
-    except Exception:  # noqa: BLE001 - unresolvable hints: describe the parameters as any value
+        hints = typing.get_type_hints(
+            function if inspect.isroutine(function) else type(function).__call__, include_extras=True
+        )
+    except Exception:
         hints = {}
     summary, documented = _parse_docstring(inspect.getdoc(function) or "")
     properties: dict[str, Any] = {}
@@ -403,8 +405,10 @@ def _type_schema(hint: Any) -> dict[str, Any]:
         return {"type": "array", **({"items": _type_schema(items[0])} if len(set(items)) == 1 else {})}
     if hint is dict or origin in (dict, collections.abc.Mapping):
         return {"type": "object", **({"additionalProperties": _type_schema(args[1])} if args else {})}
-    raise TypeError(f"type {getattr(hint, '__name__', hint)!s} has no JSON schema here "
-                    "(str, int, float, bool, list, dict, Literal and Optional have)")
+    raise TypeError(
+        f"type {getattr(hint, '__name__', hint)!s} has no JSON schema here "
+        "(str, int, float, bool, list, dict, Literal and Optional have)"
+    )
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -424,10 +428,10 @@ def _argument_docs(lines: list[str]) -> dict[str, str]:
     for number, line in enumerate(lines):
         header = line.strip()
         if re.fullmatch(r"(Args|Arguments|Parameters):", header):
-            body, numpy = lines[number + 1:], False
+            body, numpy = lines[number + 1 :], False
             break
         if header == "Parameters" and number + 1 < len(lines) and re.fullmatch(r"-{3,}", lines[number + 1].strip()):
-            body, numpy = lines[number + 2:], True
+            body, numpy = lines[number + 2 :], True
             break
     else:
         return {}
@@ -441,8 +445,9 @@ def _argument_docs(lines: list[str]) -> dict[str, str]:
         if indent < base or (numpy and number + 1 < len(body) and re.fullmatch(r"-{3,}", body[number + 1].strip())):
             break  # the next section
         if indent == base:
-            entry = re.match(r"\*{0,2}(\w+)\s*(?:\(.*?\))?\s*:\s*(.*)$" if not numpy else r"(\w+)\s*(?::.*)?()$",
-                             line.strip())
+            entry = re.match(
+                r"\*{0,2}(\w+)\s*(?:\(.*?\))?\s*:\s*(.*)$" if not numpy else r"(\w+)\s*(?::.*)?()$", line.strip()
+            )
             if entry is None:
                 break
             name = entry.group(1)
@@ -464,7 +469,7 @@ def _jsonable(value: Any) -> Any:
     """What json.dumps cannot encode itself: pydantic models, dataclasses, dates, ...; else its str()."""
     try:
         return to_jsonable_python(value)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return str(value)
 
 

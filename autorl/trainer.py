@@ -251,4 +251,3 @@ class GRPOTrainer:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
-

@@ -39,7 +39,6 @@ from .die_with_parent import die_with_parent
 from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
 from .errors import AutoRLError, ServerStartError
 
-
 log = logging.getLogger(__name__)
 
 CPU_MAX_NUM_SEQS = 32
@@ -185,8 +184,11 @@ def kv_cache_bytes(
     if wanted > available_bytes:
         log.warning(
             "KV cache capped at %.2f GiB, the memory available (%d sequences x %d tokens want %.2f GiB); "
-            "lower max_num_seqs or max_model_len to stop this", available_bytes / 2**30, max_num_seqs,
-            max_model_len, wanted / 2**30,
+            "lower max_num_seqs or max_model_len to stop this",
+            available_bytes / 2**30,
+            max_num_seqs,
+            max_model_len,
+            wanted / 2**30,
         )
         return available_bytes
     return wanted
@@ -342,7 +344,7 @@ class VLLMServer:
         if self.merged and c.host not in LOOPBACK_HOSTS:
             raise AutoRLError(
                 f'lora_serving="merged" needs vLLM\'s development endpoints, which are only safe on loopback; '
-                f"host {c.host!r} is not (use lora_serving=\"adapter\" or host 127.0.0.1)"
+                f'host {c.host!r} is not (use lora_serving="adapter" or host 127.0.0.1)'
             )
         if c.port is not None and _port_in_use(c.host, c.port):
             raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")

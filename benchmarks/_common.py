@@ -16,7 +16,7 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def write_result(name: str, result: dict, started: float | None = None) -> Path:
     record = {
         **result,
         "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if started is not None:
         record["wall_time_s"] = round(time.monotonic() - started, 1)
@@ -142,7 +142,7 @@ def print_table(rows: list[dict]) -> None:
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for i, row in enumerate(table):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)))
         if i == 0:
             print("  ".join("-" * width for width in widths))
 

@@ -50,7 +50,9 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
     from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
     from benchmarks.learning_tasks import judges
 
-    rows = [json.loads(line) for line in (ROOT / "benchmarks" / "learning_tasks" / "inputs.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (ROOT / "benchmarks" / "learning_tasks" / "inputs.jsonl").read_text().splitlines()
+    ]
     inputs = [r["input"] for r in rows if r["split"] == "train"]
     system = "Answer the user's question with exactly one word and nothing else."
     peak = {"gpu_mib": 0}
@@ -67,10 +69,14 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
         records = []
         try:
             for step in range(steps):
-                complete = openai_completion(model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=MAX_TOKENS))
+                complete = openai_completion(
+                    model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=MAX_TOKENS)
+                )
                 started = time.monotonic()
                 texts = [inputs[(step * GROUPS_PER_STEP + i) % len(inputs)] for i in range(GROUPS_PER_STEP)]
-                groups = [art.TrajectoryGroup(agent_rollout(complete, system, t) for _ in range(GROUP_SIZE)) for t in texts]
+                groups = [
+                    art.TrajectoryGroup(agent_rollout(complete, system, t) for _ in range(GROUP_SIZE)) for t in texts
+                ]
                 groups = await art.gather_trajectory_groups(groups, pbar_desc=None)
                 rollouts_s = time.monotonic() - started
                 started = time.monotonic()
@@ -87,7 +93,10 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
                     "lora_load_s": train_call_s - metrics["step_time_s"], "tokens_per_s": tokens / rollouts_s,
                     "sampler_logprob_gap": metrics.get("sampler_logprob_gap", float("nan")), "reward": metrics["reward"],
                 })  # fmt: skip
-                print(f"{engine} step {step + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in records[-1].items()), flush=True)
+                print(
+                    f"{engine} step {step + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in records[-1].items()),
+                    flush=True,
+                )
         finally:
             backend.close()
         return records

@@ -85,7 +85,9 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     if config.max_tokens is not None:
         rollout = rollout.model_copy(update={"max_tokens": config.max_tokens})
     store = ArtifactStore(config.home / "artifacts")
-    console.print(f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})")
+    console.print(
+        f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})"
+    )
     try:
         answers = await answer_all(variants, texts, config.samples, rollout, store, calls, main.policy)
         for label, got in answers.items():
@@ -109,7 +111,11 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     out = config.out or config.home / "runs" / config.run / "benchmark"
     about = (
         f"{len(texts)} inputs ({source}), {config.samples} answer(s) per variant and input, judge `{judge_spec}` "
-        + ("(RULER: each input's answers judged together, head to head)." if isinstance(judge, RulerJudge) else "(per answer).")
+        + (
+            "(RULER: each input's answers judged together, head to head)."
+            if isinstance(judge, RulerJudge)
+            else "(per answer)."
+        )
     )
     scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame)
     return BenchmarkResult(results, wins, frame, out, sum(calls.values()))

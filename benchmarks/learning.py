@@ -80,14 +80,21 @@ def print_table(runs: list[dict]) -> None:
     header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "steps", "train s")
     rows = [header] + [
         (
-            r["task"], r["loss"], str(r["seed"]), _cell(r["base"]), _cell(r["trained"]), f"{r['gain']:+.3f}",
-            "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no", str(r["steps"]), f"{r['train_s']:.0f}",
-        )  # fmt: skip
+            r["task"],
+            r["loss"],
+            str(r["seed"]),
+            _cell(r["base"]),
+            _cell(r["trained"]),
+            f"{r['gain']:+.3f}",
+            "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no",
+            str(r["steps"]),
+            f"{r['train_s']:.0f}",
+        )
         for r in runs
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for i, row in enumerate(rows):
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)))
         if i == 0:
             print("  ".join("-" * width for width in widths))
 

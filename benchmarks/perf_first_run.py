@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +67,9 @@ def one_run(home: Path) -> dict:
 
 
 def print_run(number: int, run: dict) -> None:
-    print(f"\nrun {number}: {run['wall_s']:.0f} s, {run['server_starts']} vLLM server starts, model calls {run['model_calls']}")
+    print(
+        f"\nrun {number}: {run['wall_s']:.0f} s, {run['server_starts']} vLLM server starts, model calls {run['model_calls']}"
+    )
     header = ("stage", "seconds", "model calls", *(f"judge {kind}" for kind in JUDGING))
     rows = [header] + [
         (stage, f"{s['seconds']:.1f}", str(s["model_calls"]), *(str(s[f"judge_{kind}"]) for kind in JUDGING))
@@ -76,7 +77,7 @@ def print_run(number: int, run: dict) -> None:
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)))
     scored = ", ".join(f"{variant} {n}/{run['val_inputs']}" for variant, n in run["val_inputs_scored"].items())
     print(f"judge retries per group: {run['judge_retries_per_group']}; validation inputs scored: {scored}")
 

@@ -44,10 +44,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Loop, print_table, ratio_entry, summary, write_result  # noqa: E402
+from _common import Loop, print_table, ratio_entry, summary, write_result
 
-import autorl as art  # noqa: E402
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model  # noqa: E402
+import autorl as art
+from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 
 GROUP_SIZE = 8
 COMPLETION_TOKENS = 64
@@ -310,9 +310,14 @@ def main() -> None:
                                   f"the {GROUP_SIZE} sequences of the last step, median of {args.ablation_reps}"))  # fmt: skip
     result = {
         "benchmark": "one GRPO step (G=8 rollouts, judge, train): ours vs TRL GRPOTrainer on CPU",
-        "settings": {**vars(args), "dtype_resolved": dtype, "group_size": GROUP_SIZE,
-                     "completion_tokens": COMPLETION_TOKENS, "learning_rate": LEARNING_RATE,
-                     "reward": "share of the letter 'e' in the completion"},  # fmt: skip
+        "settings": {
+            **vars(args),
+            "dtype_resolved": dtype,
+            "group_size": GROUP_SIZE,
+            "completion_tokens": COMPLETION_TOKENS,
+            "learning_rate": LEARNING_RATE,
+            "reward": "share of the letter 'e' in the completion",
+        },
         "trl_step_s": summary(trl_steps[1:]),
         "trl_warmup_step_s": round(trl_steps[0], 2),
         "ours_step_s": {

@@ -19,13 +19,13 @@ import os
 import platform
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ruler import DEFAULT_RUBRIC  # noqa: E402
-from ruler.prompt import build_judge_prompt  # noqa: E402
+from ruler import DEFAULT_RUBRIC
+from ruler.prompt import build_judge_prompt
 
 GROUP_SIZE = 8
 RESULTS = Path(__file__).resolve().parent / "results" / "judge_tokens.json"
@@ -143,7 +143,7 @@ def main() -> None:
         "goal_met": ratio <= 1 / 3,
         "tokenizer": tokenizer,
         "machine": machine(),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

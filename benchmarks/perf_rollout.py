@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Loop, print_table, process_group_cpu_s, ratio_entry, summary, write_result  # noqa: E402
+from _common import Loop, print_table, process_group_cpu_s, ratio_entry, summary, write_result
 
-import autorl as art  # noqa: E402
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model  # noqa: E402
-from autorl.vllm_server import ServerConfig, VLLMServer  # noqa: E402
+import autorl as art
+from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.vllm_server import ServerConfig, VLLMServer
 
 SYSTEM = "You are a helpful assistant. Answer in a few sentences."
 TOPICS = [
@@ -147,6 +147,7 @@ def main() -> None:
     clients = []
     try:
         t = time.monotonic()
+
         # both servers start at once; from the loop's executor, whose threads live as long as the servers
         # (a server is SIGTERMed when the thread that started it exits: PR_SET_PDEATHSIG is per thread)
         async def start_both() -> None:
@@ -200,7 +201,7 @@ def main() -> None:
                 hf["bfloat16"], tokenizer, prompts, c, n, seed=0
             ),
         }
-        for name, run in runners.items():  # warm-up: first calls pay one-time costs (HF's is large)
+        for run in runners.values():  # warm-up: first calls pay one-time costs (HF's is large)
             run(PROMPTS[:8], 8, 8)
 
         results: dict[str, dict[int, list[float]]] = {name: {8: [], 32: []} for name in runners}

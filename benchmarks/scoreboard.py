@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from pipelines.evaluation import summarize  # noqa: E402
+from pipelines.evaluation import summarize
 
 RESULTS, WINRATES, SCORES, CHART = "results", "winrates.csv", "scores.csv", "scores.png"
 COLUMNS = ["variant", "mean", "ci_low", "ci_high", "n", "failed", "error"]
@@ -108,7 +108,9 @@ def plot(results: pd.DataFrame, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(results) + 2), 4), dpi=100)
     x = np.arange(len(results))
     means = results["mean"].fillna(0).to_numpy()
-    errors = np.vstack([(results["mean"] - results["ci_low"]).fillna(0), (results["ci_high"] - results["mean"]).fillna(0)])
+    errors = np.vstack(
+        [(results["mean"] - results["ci_low"]).fillna(0), (results["ci_high"] - results["mean"]).fillna(0)]
+    )
     ax.bar(x, means, yerr=errors, capsize=6, color="#4c72b0")
     for i, row in enumerate(results.itertuples()):
         if row.failed or np.isnan(row.mean):

@@ -93,13 +93,17 @@ class RunView:
         try:
             return system_prompt.load(self)
         except (KeyError, FileNotFoundError):
-            raise AutoRLError(f"run {self.name!r} has no system prompt yet (its system_prompt stage has not run)") from None
+            raise AutoRLError(
+                f"run {self.name!r} has no system prompt yet (its system_prompt stage has not run)"
+            ) from None
 
     def validation_inputs(self) -> list[str]:
         try:
             texts = inputs.load(self, "val")
         except (KeyError, FileNotFoundError):
-            raise AutoRLError(f"run {self.name!r} has no inputs yet (its inputs stage has not run); pass --inputs FILE") from None
+            raise AutoRLError(
+                f"run {self.name!r} has no inputs yet (its inputs stage has not run); pass --inputs FILE"
+            ) from None
         if not texts:
             raise AutoRLError(f"run {self.name!r} has no validation inputs; pass --inputs FILE")
         return texts
@@ -233,7 +237,12 @@ def answer_key(variant: Variant, text: str, samples: int, rollout: RolloutConfig
 
 
 async def answer_all(
-    variants: list[Variant], texts: list[str], samples: int, rollout: RolloutConfig, store: ArtifactStore, calls: Counter,
+    variants: list[Variant],
+    texts: list[str],
+    samples: int,
+    rollout: RolloutConfig,
+    store: ArtifactStore,
+    calls: Counter,
     tools: Policy,
 ) -> dict[str, Answers]:
     """Every variant's `samples` answers to every input, from the cache where it has them; API variants
@@ -281,7 +290,14 @@ class _VariantWork:
     """Answers of one variant: cached ones loaded, missing ones asked for and cached as each input finishes."""
 
     def __init__(
-        self, variant: Variant, texts: list[str], samples: int, rollout, store: ArtifactStore, calls: Counter, tools: Policy
+        self,
+        variant: Variant,
+        texts: list[str],
+        samples: int,
+        rollout,
+        store: ArtifactStore,
+        calls: Counter,
+        tools: Policy,
     ):
         self.variant, self.samples, self.rollout, self.store, self.calls = variant, samples, rollout, store, calls
         self.tools = tools
@@ -328,7 +344,8 @@ class _VariantWork:
             return group
 
         groups = [
-            TrajectoryGroup((respond(text) for _ in range(self.samples)), metadata={"input": text}) for text in self.missing
+            TrajectoryGroup((respond(text) for _ in range(self.samples)), metadata={"input": text})
+            for text in self.missing
         ]
         await gather_trajectory_groups(
             groups, pbar_desc=f"answers {self.variant.label}", max_exceptions=math.inf, after_each=keep
@@ -376,7 +393,11 @@ def litellm_completion(model: str, rollout: RolloutConfig) -> Complete:
         message: dict = {"role": "assistant", "content": choice.message.content or ""}
         if getattr(choice.message, "tool_calls", None):
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
                 for c in choice.message.tool_calls
             ]
         usage = getattr(response, "usage", None)

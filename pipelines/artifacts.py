@@ -162,7 +162,9 @@ class ArtifactStore:
             os.replace(tmp, target)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise AutoRLError(f"disk full while writing the {stage} artifact; the previous one is untouched") from None
+                raise AutoRLError(
+                    f"disk full while writing the {stage} artifact; the previous one is untouched"
+                ) from None
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,9 @@ class Policy:
     """The policy model on a local vLLM server, and the task's tools; each started on first use (a fully
     cached run starts neither)."""
 
-    def __init__(self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path):
+    def __init__(
+        self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
+    ):
         self.backend = LocalBackend(artifacts, server=config.server)
         self.model = TrainableModel(
             name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer
@@ -81,10 +83,14 @@ class Policy:
             self.backend.close()
 
 
-async def task_rollout(complete: Complete, system_prompt: str, text: str, task: TaskSpec, toolbox: Toolbox | None) -> Trajectory:
+async def task_rollout(
+    complete: Complete, system_prompt: str, text: str, task: TaskSpec, toolbox: Toolbox | None
+) -> Trajectory:
     """One answer to the input `text` by the model behind `complete`, with the task's tools and turns."""
     turns = task.max_turns if toolbox is not None else 1
-    return await agent_rollout(complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text})
+    return await agent_rollout(
+        complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text}
+    )
 
 
 @dataclass

@@ -17,9 +17,7 @@ GROUPS_FILE = "groups.jsonl"
 SCORES_FILE = "scores.parquet"
 
 
-async def judged_groups(
-    ctx, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str
-) -> list[TrajectoryGroup]:
+async def judged_groups(ctx, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str) -> list[TrajectoryGroup]:
     """One judged group per validation input; each trajectory's `metadata["variant"]` names its source."""
     groups = [TrajectoryGroup(answers) for answers in items]
     return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=ctx.score)

@@ -82,7 +82,9 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     run_dir = config.home / "runs" / name
     record = _open_record(run_dir, name, task, config)
     forced = forced_stages(config.force)
-    judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")  # a bad spec fails before any server starts
+    judge = load_judge(
+        config.judge, cache_dir=config.home / "cache" / "ruler"
+    )  # a bad spec fails before any server starts
     keys = stage_keys(task, config)
     store = ArtifactStore(config.home / "artifacts")
     calls: Counter = Counter()

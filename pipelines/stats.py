@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def mean_ci(values: list[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def mean_ci(
+    values: list[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean and percentile-bootstrap confidence interval (low, high); a single value is its own interval."""
     if not values:
         raise ValueError("no values")

@@ -181,7 +181,9 @@ class JudgeClient:
             try:
                 from autorl.vllm_server import embedded_endpoint
             except ImportError as exc:
-                raise JudgeSpecError(f"the embedded judge needs autorl.vllm_server, which fails to import: {exc}") from exc
+                raise JudgeSpecError(
+                    f"the embedded judge needs autorl.vllm_server, which fails to import: {exc}"
+                ) from exc
             endpoint = await asyncio.to_thread(embedded_endpoint)
             return _Target(f"openai/{endpoint.model}", endpoint.base_url, NO_KEY)
         if m.base_url:

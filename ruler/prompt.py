@@ -111,7 +111,7 @@ def shorten(text: str, limit: int) -> str:
     if len(text) <= limit + 40:
         return text
     head = limit * 2 // 3
-    return f"{text[:head]}…[shortened {len(text) - limit} chars]…{text[len(text) - (limit - head):]}"
+    return f"{text[:head]}…[shortened {len(text) - limit} chars]…{text[len(text) - (limit - head) :]}"
 
 
 def _shorten_message(message: Message, limit: int | None) -> Message:

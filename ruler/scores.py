@@ -105,7 +105,9 @@ def parse_verdicts(text: str, ids: Sequence[str]) -> dict[str, Verdict]:
         raise InvalidAnswer('the answer has no "scores" object')
     if set(scores) != set(ids):
         missing, extra = sorted(set(ids) - set(scores)), sorted(set(scores) - set(ids))
-        raise InvalidAnswer(f"{len(scores)} scores for {len(ids)} trajectories (missing ids {missing}, unknown {extra})")
+        raise InvalidAnswer(
+            f"{len(scores)} scores for {len(ids)} trajectories (missing ids {missing}, unknown {extra})"
+        )
     verdicts = {}
     for tid in ids:
         entry = scores[tid]

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny import tiny_model_dir, tiny_tokenizer  # noqa: E402
+from tiny import tiny_model_dir, tiny_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,13 @@ def test_a_tool_call_is_executed_and_its_result_answered():
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
     tool_message = trajectory.messages()[3]
     assert tool_message["tool_call_id"] == "c1" and "2000" in tool_message["content"]
-    assert trajectory.metrics == {"turns": 2, "tool_calls": 1, "tool_errors": 0, "completion_tokens": 10, "truncated": False}
+    assert trajectory.metrics == {
+        "turns": 2,
+        "tool_calls": 1,
+        "tool_errors": 0,
+        "completion_tokens": 10,
+        "truncated": False,
+    }
     assert trajectory.tools and trajectory.tools[0]["function"]["name"] == "convert"
     assert sent[1][0][-1] == tool_message  # the second turn saw the result
     assert sent[0][1] == trajectory.tools

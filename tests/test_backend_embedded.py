@@ -44,7 +44,9 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
                 )
                 choice = response.choices[0]
                 assert choice.logprobs.content[0].token.startswith("token_id:")
-                return art.Trajectory(messages_and_choices=[*messages, choice], reward=len(choice.message.content or ""))
+                return art.Trajectory(
+                    messages_and_choices=[*messages, choice], reward=len(choice.message.content or "")
+                )
 
             groups = await art.gather_trajectory_groups(
                 [art.TrajectoryGroup(rollout(i) for i in range(4))], pbar_desc=None
@@ -135,9 +137,13 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
         await model.register(backend)
         toolbox = await Toolbox.open(task)
         try:
-            complete = openai_completion(model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=48))
+            complete = openai_completion(
+                model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=48)
+            )
             question = "Convert 3 miles to kilometres with the convert tool."
-            rollouts = [agent_rollout(complete, task.description, question, toolbox=toolbox, max_turns=2) for _ in range(6)]
+            rollouts = [
+                agent_rollout(complete, task.description, question, toolbox=toolbox, max_turns=2) for _ in range(6)
+            ]
             group = await art.TrajectoryGroup(rollouts)
             assert not group.exceptions and len(group) == 6
             for i, trajectory in enumerate(group.trajectories):

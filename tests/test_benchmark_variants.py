@@ -36,7 +36,10 @@ def make_run(home: Path, name: str = "r", rewards: tuple[float, ...] = (0.6, 0.4
         rows = [("Train me.", "train"), *((text, "val") for text in VAL)]
         (out / "inputs.jsonl").write_text(
             "".join(
-                json.dumps({"input": t, "split": s, "difficulty": "easy", "generator": "g", "prompt_hash": "0", "attempt": 1}) + "\n"
+                json.dumps(
+                    {"input": t, "split": s, "difficulty": "easy", "generator": "g", "prompt_hash": "0", "attempt": 1}
+                )
+                + "\n"
                 for t, s in rows
             )
         )
@@ -53,7 +56,12 @@ def make_run(home: Path, name: str = "r", rewards: tuple[float, ...] = (0.6, 0.4
     run_dir = home / "runs" / name
     run_dir.mkdir(parents=True)
     config = RunConfig(steps=max(len(rewards), 1), name=name, wandb=False)
-    record = {"name": name, "task": {"description": "Arithmetic.", "rubric": ""}, "config": config.model_dump(mode="json"), "keys": keys}
+    record = {
+        "name": name,
+        "task": {"description": "Arithmetic.", "rubric": ""},
+        "config": config.model_dump(mode="json"),
+        "keys": keys,
+    }
     (run_dir / "run.json").write_text(json.dumps(record))
 
 
@@ -133,7 +141,11 @@ def test_variants_resolve_to_the_base_model_checkpoints_prompts_and_endpoints(ho
     assert (base.run, base.step, base.system_prompt, base.identity["lora"]) == (main, 0, PROMPT, None)
     assert resolve("r@latest", main, runs).step == 2
     assert resolve("r@best", main, runs).step == 1  # step 1 had the higher training reward
-    assert resolve("r@1", main, runs).identity == resolve("r@0001", main, runs).identity != resolve("r@2", main, runs).identity
+    assert (
+        resolve("r@1", main, runs).identity
+        == resolve("r@0001", main, runs).identity
+        != resolve("r@2", main, runs).identity
+    )
     prompt = home / "terse.txt"
     prompt.write_text("Be terse.\n")
     assert resolve(f"r@latest+prompt={prompt}", main, runs).system_prompt == "Be terse."
@@ -190,7 +202,9 @@ def benchmark(home: Path, *args: str):
 
 
 def test_bad_input_ends_in_one_error_line(home):
-    assert "run 'r' has no checkpoint 0009 (checkpoints: 0001, 0002)" in error_line(benchmark(home, "--variants", "base,r@0009"))
+    assert "run 'r' has no checkpoint 0009 (checkpoints: 0001, 0002)" in error_line(
+        benchmark(home, "--variants", "base,r@0009")
+    )
     result = CliRunner().invoke(app, ["benchmark", "ghost", "--home", str(home)])
     assert "no run named 'ghost'" in error_line(result) and "(runs: r)" in error_line(result)
     empty = home / "empty.jsonl"
@@ -248,7 +262,9 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
     class Judge:
         async def score_group(self, message_lists, *, rubric, tools, task=None):
             told.append(task)
-            return [TrajectoryScore(trajectory_id=str(i), explanation="", score=0.5) for i, _ in enumerate(message_lists, 1)]
+            return [
+                TrajectoryScore(trajectory_id=str(i), explanation="", score=0.5) for i, _ in enumerate(message_lists, 1)
+            ]
 
     def groups() -> list[TrajectoryGroup]:
         answers = [[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": a}] for a in ("4", "5")]

@@ -45,7 +45,9 @@ def test_port_in_use(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        assert f"port {port} on 127.0.0.1 is in use" in error_line(run_cli(TASK, "--home", str(tmp_path), "--port", str(port)))
+        assert f"port {port} on 127.0.0.1 is in use" in error_line(
+            run_cli(TASK, "--home", str(tmp_path), "--port", str(port))
+        )
 
 
 def test_group_size_one_gives_no_signal(tmp_path):
@@ -57,8 +59,14 @@ def test_vllm_failing_to_start_shows_its_log(tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()
     # Sizes the KV cache like a small llama; vLLM then fails on the architecture.
-    config = {"model_type": "llama", "architectures": ["NoSuchArch"], "num_hidden_layers": 2,
-              "num_attention_heads": 4, "hidden_size": 64, "max_position_embeddings": 2048}
+    config = {
+        "model_type": "llama",
+        "architectures": ["NoSuchArch"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "hidden_size": 64,
+        "max_position_embeddings": 2048,
+    }
     (broken / "config.json").write_text(json.dumps(config))
     result = run_cli(TASK, "--model", str(broken), "--home", str(tmp_path / "home"))
     assert result.exit_code == 1

@@ -8,7 +8,8 @@ from autorl.errors import AutoRLError
 
 
 @pytest.mark.parametrize(
-    ("cuda", "installed", "auto"), [(False, False, "peft"), (False, True, "peft"), (True, False, "peft"), (True, True, "unsloth")]
+    ("cuda", "installed", "auto"),
+    [(False, False, "peft"), (False, True, "peft"), (True, False, "peft"), (True, True, "unsloth")],
 )
 def test_auto_picks_unsloth_only_on_cuda_where_it_is_installed(monkeypatch, cuda, installed, auto):
     monkeypatch.setattr(engines, "cuda_available", lambda: cuda)

@@ -67,8 +67,14 @@ MASK = [[1, 1, 0], [1, 1, 1]]
 def variant_loss(loss: str, epsilon: float, epsilon_high: float, **kwargs):
     logprobs = torch.tensor(LOGPROBS, requires_grad=True)
     total, stats = clipped_policy_loss(
-        logprobs, torch.tensor(OLD), torch.tensor(ADVANTAGES), torch.tensor(MASK), epsilon, epsilon_high,
-        loss=loss, **kwargs,
+        logprobs,
+        torch.tensor(OLD),
+        torch.tensor(ADVANTAGES),
+        torch.tensor(MASK),
+        epsilon,
+        epsilon_high,
+        loss=loss,
+        **kwargs,
     )
     normalised = total / loss_normaliser(loss, [sum(row) for row in MASK])
     normalised.backward()
@@ -148,7 +154,7 @@ def test_cispo_weights_logprobs_by_the_clipped_ratio_without_its_gradient():
     assert (stats["clipped_high_tokens"], stats["clipped_low_tokens"]) == (2.0, 0.0)
     # d/d logprob = -w A / 5: the weight is a constant (stop-gradient), unlike the ratio in PPO
     for row, advantage in enumerate(ADVANTAGES):
-        expected = [-w * advantage / 5 * m for w, m in zip(weights[row], MASK[row])]
+        expected = [-w * advantage / 5 * m for w, m in zip(weights[row], MASK[row], strict=False)]
         assert grad[row].tolist() == pytest.approx(expected, rel=1e-6)
 
 

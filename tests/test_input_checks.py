@@ -123,11 +123,17 @@ def test_a_json_format_in_a_system_prompt_passes():
         ("Solve it.", "too short"),
         ("You solve math word problems. " * 60, "cut off at 1500"),
         ("math_word_problems_solver system prompt_v2", "not natural language (3 words)"),
-        ("Solve math 3.14159 2.71828 problems 1.41421 by 1.73205 step 2.23606 and 0.57721 answer 1.61803", "letters and spaces"),
+        (
+            "Solve math 3.14159 2.71828 problems 1.41421 by 1.73205 step 2.23606 and 0.57721 answer 1.61803",
+            "letters and spaces",
+        ),
         ('{"system_prompt": "You solve math word problems step by step and answer."}', "JSON, code or template"),
         ("[[ ## system_prompt ## ]] You solve math word problems step by step.", "JSON, code or template"),
         ("You solve math word problems about {{topic}} step by step.", "JSON, code or template"),
-        ("Solve the math problem. Solve the math problem. Solve the math problem. Solve the math problem.", "repetition loop"),
+        (
+            "Solve the math problem. Solve the math problem. Solve the math problem. Solve the math problem.",
+            "repetition loop",
+        ),
         ("You are a helpful assistant. Be polite and friendly to everyone you talk to.", "unrelated to the task"),
     ],
 )

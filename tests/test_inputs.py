@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -26,7 +26,22 @@ from autorl.task import TaskSpec
 
 TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
 SYSTEM_PROMPT = "You solve math word problems step by step and end with 'Answer: <number>'."
-WORDS = "apple river tiger violin copper meadow lantern pepper glacier orbit saddle thimble walnut ember".split()
+WORDS = [
+    "apple",
+    "river",
+    "tiger",
+    "violin",
+    "copper",
+    "meadow",
+    "lantern",
+    "pepper",
+    "glacier",
+    "orbit",
+    "saddle",
+    "thimble",
+    "walnut",
+    "ember",
+]
 
 Reply = Callable[[dict], str]
 """Maps a chat-completions request body to the assistant message content."""
@@ -173,7 +188,9 @@ def test_same_seed_same_inputs_and_split(fake_server):
 
 def test_generator_with_nothing_usable_fails_after_the_call_cap(fake_server):
     server = fake_server(scripted(["I am a language model."] * 10))
-    with pytest.raises(InputGenerationError, match=r"only 0 of 5 unique inputs after 3 generator calls \(3 unparseable"):
+    with pytest.raises(
+        InputGenerationError, match=r"only 0 of 5 unique inputs after 3 generator calls \(3 unparseable"
+    ):
         generate(server, n=5, max_calls=3, concurrency=2)
     assert len(server.input_requests()) == 3
 
@@ -198,7 +215,11 @@ def test_non_positive_n_is_rejected(n):
 
 def test_generator_forms():
     lm, name = generator_lm("Qwen/Qwen3-8B@http://127.0.0.1:8000/v1")
-    assert (lm.model, lm.kwargs["api_base"], name) == ("openai/Qwen/Qwen3-8B", "http://127.0.0.1:8000/v1", "Qwen/Qwen3-8B")
+    assert (lm.model, lm.kwargs["api_base"], name) == (
+        "openai/Qwen/Qwen3-8B",
+        "http://127.0.0.1:8000/v1",
+        "Qwen/Qwen3-8B",
+    )
     lm, name = generator_lm("openai/gpt-4.1-mini")
     assert (lm.model, name) == ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini")
     with pytest.raises(AutoRLError, match="names no model"):
@@ -302,7 +323,9 @@ def stage_context(server: FakeOpenAIServer, tmp_path, **config):
     from pipelines.artifacts import ArtifactStore
 
     console = Console(record=True, width=200)
-    run_config = SimpleNamespace(**{"generator": f"fake@{server.base_url}", "seed": 0, "num_inputs": None, "inputs_file": None, **config})
+    run_config = SimpleNamespace(
+        **{"generator": f"fake@{server.base_url}", "seed": 0, "num_inputs": None, "inputs_file": None, **config}
+    )
     keys = {"inputs": "k-inputs", "system_prompt": "k-prompt"}
     return SimpleNamespace(
         task=TASK, config=run_config, store=ArtifactStore(tmp_path), keys=keys, console=console, calls=Counter()

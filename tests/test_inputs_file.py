@@ -43,7 +43,9 @@ def test_rows_without_a_split_are_split_like_generated_inputs(tmp_path):
     assert [row.input for row in result.inputs] == texts  # stripped, other fields ignored
     assert [row.split for row in result.inputs] == split_train_val(texts, DEFAULT_VAL_FRACTION, 3)
     assert result.val and result.train and result.stats.calls == 0
-    assert [row.split for row in inputs_from_file(path, seed=4).inputs] == split_train_val(texts, DEFAULT_VAL_FRACTION, 4)
+    assert [row.split for row in inputs_from_file(path, seed=4).inputs] == split_train_val(
+        texts, DEFAULT_VAL_FRACTION, 4
+    )
 
 
 def test_a_given_split_is_kept_and_exact_duplicates_are_dropped(tmp_path):
@@ -53,13 +55,17 @@ def test_a_given_split_is_kept_and_exact_duplicates_are_dropped(tmp_path):
             {"input": "What is the opposite of up?"}, {"input": "What is the opposite of hot?"}]  # fmt: skip
     result = inputs_from_file(write_rows(tmp_path / "in.jsonl", rows))
     assert [row.split for row in result.inputs][:2] == ["val", "train"]
-    assert [row.input for row in result.inputs] == [*QUESTIONS[:4], "What is the opposite of up?", "What is the opposite of hot?"]
+    assert [row.input for row in result.inputs] == [
+        *QUESTIONS[:4],
+        "What is the opposite of up?",
+        "What is the opposite of hot?",
+    ]
     assert (result.stats.raw, result.stats.duplicates, result.stats.unique) == (7, 1, 6)  # near-duplicates stay
 
 
 def test_a_file_that_autorl_inputs_wrote_reads_back(tmp_path):
     rows = [GeneratedInput(input=text, split=split, difficulty="easy", generator="g", prompt_hash="0", attempt=1)
-            for text, split in zip(QUESTIONS[:3], ["train", "val", "train"])]  # fmt: skip
+            for text, split in zip(QUESTIONS[:3], ["train", "val", "train"], strict=False)]  # fmt: skip
     path = write_inputs_jsonl(rows, tmp_path / "generated.jsonl")
     assert [(row.input, row.split) for row in inputs_from_file(path).inputs] == [(r.input, r.split) for r in rows]
     assert [tuple(row) for row in read_input_rows(path)] == [(r.input, r.split) for r in rows]
@@ -69,13 +75,25 @@ def test_a_file_that_autorl_inputs_wrote_reads_back(tmp_path):
     ("lines", "message"),
     [
         (['{"input": "What is the capital of Peru?"}', "{not json"], r"in.jsonl:2: not valid JSON \("),
-        (['{"text": "What is the capital of Peru?"}'], r'in.jsonl:1: expected a JSON object with a non-empty string field "input"'),
+        (
+            ['{"text": "What is the capital of Peru?"}'],
+            r'in.jsonl:1: expected a JSON object with a non-empty string field "input"',
+        ),
         (['{"input": 3}'], r'in.jsonl:1: expected a JSON object with a non-empty string field "input"'),
         (['["What is the capital of Peru?"]'], r"in.jsonl:1: expected a JSON object"),
-        (['{"input": "What is the capital of Peru?", "split": "test"}'], r"in.jsonl:1: \"split\" must be \"train\" or \"val\", got 'test'"),
+        (
+            ['{"input": "What is the capital of Peru?", "split": "test"}'],
+            r"in.jsonl:1: \"split\" must be \"train\" or \"val\", got 'test'",
+        ),
         (["", "  "], r"inputs file .*in.jsonl has no inputs"),
-        ([json.dumps({"input": q, "split": "train"}) for q in QUESTIONS[:3]], r"in.jsonl: 3 train and 0 validation inputs"),
-        ([json.dumps({"input": q, "split": "val"}) for q in QUESTIONS[:3]], r"in.jsonl: 0 train and 3 validation inputs"),
+        (
+            [json.dumps({"input": q, "split": "train"}) for q in QUESTIONS[:3]],
+            r"in.jsonl: 3 train and 0 validation inputs",
+        ),
+        (
+            [json.dumps({"input": q, "split": "val"}) for q in QUESTIONS[:3]],
+            r"in.jsonl: 0 train and 3 validation inputs",
+        ),
         ([json.dumps({"input": QUESTIONS[0]})], r"in.jsonl: 1 train and 0 validation inputs"),
     ],
 )

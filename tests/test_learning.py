@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import learning  # noqa: E402  (a script of benchmarks/, imported as the benchmark runs it)
+import learning
 
 pytestmark = pytest.mark.slow
 STEPS = 8

@@ -96,7 +96,9 @@ def test_the_notes_server_lists_calls_and_reports_errors(tmp_path):
     assert results[0] == "saved note 1: plumber"
     assert results[1].startswith("[1] plumber: Thursday 9am, 555-0134 (")
     assert results[2] == "error: Error executing tool add_note: a note needs a non-empty title and text"  # isError
-    assert results[3] == "error: invalid arguments for 'add_note': 'text' is a required property"  # checked before the call
+    assert (
+        results[3] == "error: invalid arguments for 'add_note': 'text' is a required property"
+    )  # checked before the call
     assert results[4] == "no notes found"
     assert toolbox.calls == {"ok": 3, "error": 2}
     resources = "Resources of MCP server 'python notes_server.py':\n- notes://recent (recent notes): The 10 latest"
@@ -171,7 +173,9 @@ def test_a_streamable_http_server_by_url(tmp_path):
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         [sys.executable, str(NOTES / "notes_server.py"), "--http", str(port)],
-        env={**os.environ, "NOTES_DB": ":memory:"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "NOTES_DB": ":memory:"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 20

@@ -25,7 +25,12 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
     assert stage_keys(TASK, RunConfig()) == base  # deterministic
     assert changed(base, stage_keys(TASK, RunConfig(train={"learning_rate": 1e-4}))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(steps=3))) == {"evaluate", "report"}
-    assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {"baseline", "train", "evaluate", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {
+        "baseline",
+        "train",
+        "evaluate",
+        "report",
+    }
     assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"system_prompt"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
 
@@ -42,10 +47,12 @@ def test_a_failed_write_leaves_the_previous_artifact_valid(tmp_path):
     store = ArtifactStore(tmp_path)
     with store.write("inputs", "k1", {}) as out:
         (out / "inputs.jsonl").write_text("old\n")
-    with pytest.raises(AutoRLError, match="disk full while writing the inputs artifact"):
-        with store.write("inputs", "k1", {}) as out:
-            (out / "inputs.jsonl").write_text("new, half")
-            raise OSError(errno.ENOSPC, "No space left on device")
+    with (
+        pytest.raises(AutoRLError, match="disk full while writing the inputs artifact"),
+        store.write("inputs", "k1", {}) as out,
+    ):
+        (out / "inputs.jsonl").write_text("new, half")
+        raise OSError(errno.ENOSPC, "No space left on device")
     assert store.exists("inputs", "k1")
     assert (store.path("inputs", "k1") / "inputs.jsonl").read_text() == "old\n"
     assert [p.name for p in (tmp_path / "inputs").iterdir()] == ["k1"], "no temporary directory left"
@@ -69,7 +76,10 @@ def test_a_run_name_taken_by_another_task_is_refused(tmp_path):
     run.mkdir(parents=True)
     (run / "run.json").write_text('{"name": "mine", "task": {"description": "something else"}, "wandb_id": "x"}')
     line = cli_error("run", "Summarise a news article", "--name", "mine", "--home", str(tmp_path))
-    assert line == "error: run 'mine' exists with a different task; choose another --name, or pass --resume to replace its task"
+    assert (
+        line
+        == "error: run 'mine' exists with a different task; choose another --name, or pass --resume to replace its task"
+    )
 
 
 def test_task_file_with_unknown_field(tmp_path):
@@ -116,7 +126,9 @@ def test_editing_a_module_imported_through_others_changes_the_code_version(tmp_p
     package = tmp_path / "codekeypkg"
     (package / "sub").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "stage.py").write_text("from typing import TYPE_CHECKING\nfrom . import helper\nif TYPE_CHECKING:\n    from . import typing_only\n")
+    (package / "stage.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom . import helper\nif TYPE_CHECKING:\n    from . import typing_only\n"
+    )
     (package / "helper.py").write_text("def run():\n    from .sub.deep import value\n    return value\n")
     (package / "sub" / "__init__.py").write_text("")
     (package / "sub" / "deep.py").write_text("value = 1\n")
@@ -143,7 +155,9 @@ def test_coverage_under_80_percent_is_a_warning_in_the_report():
     assert coverage_warning(_evaluated({"base": 5, "latest": 5})) is None  # 5/6 = 83%
     warning = coverage_warning(_evaluated({"base": 1, "latest": 6}))
     assert "base 1" in warning and "latest" not in warning and "too few inputs" in warning
-    table = "\n".join(_validation_table({**_evaluated({"base": 1, "latest": 6}), "judging": {"groups": 6, "failed": 5}}))
+    table = "\n".join(
+        _validation_table({**_evaluated({"base": 1, "latest": 6}), "judging": {"groups": 6, "failed": 5}})
+    )
     assert "| base | 0 | 0.500 | [0.400, 0.600] | 1/6 |" in table
     assert "**Warning:**" in table and "6 groups: 5 could not be scored" in table
 
@@ -156,7 +170,9 @@ def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_count
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
     stages = {
-        "baseline": {"summary": {"val_inputs": 6, "variants": {"base": {"mean": 0.801, "inputs": 5}}}},  # its own judging
+        "baseline": {
+            "summary": {"val_inputs": 6, "variants": {"base": {"mean": 0.801, "inputs": 5}}}
+        },  # its own judging
         "evaluate": {"summary": _evaluated({"base": 2, "latest": 2}) | {"judging": {"groups": 6}}},
     }
     record = {"name": "r1", "status": "done", "task": {"description": "t"}, "stages": stages}
@@ -181,7 +197,12 @@ def test_the_stage_context_counts_what_the_judge_did():
             if message_lists[0][0]["content"] == "bad":
                 raise RuntimeError("judge down")
             return [
-                TrajectoryScore(trajectory_id=str(i), explanation="", score=i / 2, metrics={"ruler_attempts": 2.0, "ruler_shortened": float(i == 2)})
+                TrajectoryScore(
+                    trajectory_id=str(i),
+                    explanation="",
+                    score=i / 2,
+                    metrics={"ruler_attempts": 2.0, "ruler_shortened": float(i == 2)},
+                )
                 for i in (1, 2)
             ]
 

@@ -60,7 +60,11 @@ class FakeJudgeServer:
                         "created": int(time.time()),
                         "model": body["model"],
                         "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply.content},
+                                "finish_reason": "stop",
+                            }
                         ],
                         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
                     }
@@ -154,7 +158,9 @@ def test_retries_clamps_and_serves_repeats_from_cache(server, tmp_path):
     assert c[0].metrics["ruler_attempts"] == 2
 
     again_a = run(judge.score_group(group_a, rubric=ruler.DEFAULT_RUBRIC))
-    again_b = run(ruler.ruler(group_b, server.judge_model(), retry=FAST_RETRY, cache_dir=tmp_path))  # a new judge, same cache
+    again_b = run(
+        ruler.ruler(group_b, server.judge_model(), retry=FAST_RETRY, cache_dir=tmp_path)
+    )  # a new judge, same cache
     assert len(server.requests) == 6  # both served from the disk cache
     assert [s.score for s in again_a] == [0.9, 0.2, 0.9]
     assert [s.score for s in again_b] == [1.0, 0.1]
@@ -185,7 +191,9 @@ def test_server_errors_and_timeouts_are_retried(server):
 def test_gives_up_after_max_attempts_with_one_line_error(server):
     judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
     server.script.extend(Reply(content="not json at all") for _ in range(4))
-    with pytest.raises(JudgeFailedError, match="failed 4 times; last failure: InvalidAnswer: the answer is not JSON") as info:
+    with pytest.raises(
+        JudgeFailedError, match="failed 4 times; last failure: InvalidAnswer: the answer is not JSON"
+    ) as info:
         run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
     assert "\n" not in str(info.value)
     assert len(server.requests) == 4

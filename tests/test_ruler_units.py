@@ -89,8 +89,14 @@ def test_scores_are_clamped_and_flagged():
         ('{"verdict": 1}', 'no "scores" object'),
         (answer({"1": 0.5}), r"1 scores for 2 trajectories \(missing ids \['2'\]"),
         (answer({"1": 0.5, "2": 0.5, "3": 0.1}), r"unknown \['3'\]"),
-        ('{"scores": {"1": {"explanation": "e", "score": 1}, "1": {"explanation": "e", "score": 0}, "2": {}}}', "duplicate"),
-        ('{"scores": {"1": {"explanation": "e", "score": NaN}, "2": {"explanation": "e", "score": 1}}}', "finite numeric"),
+        (
+            '{"scores": {"1": {"explanation": "e", "score": 1}, "1": {"explanation": "e", "score": 0}, "2": {}}}',
+            "duplicate",
+        ),
+        (
+            '{"scores": {"1": {"explanation": "e", "score": NaN}, "2": {"explanation": "e", "score": 1}}}',
+            "finite numeric",
+        ),
         (answer({"1": True, "2": 0.5}), "finite numeric"),
         (answer({"1": "0.9", "2": 0.5}), "finite numeric"),
     ],
@@ -253,7 +259,9 @@ def test_combined_judge_weights_and_namespaces_metrics():
     assert [s.score for s in scores] == pytest.approx([0.5 + 0.5 * 0.2, 0.5 + 0.5 * 0.4])
     assert scores[0].metrics == {"fixed_score": 1.0, "fixed/calls": 1.0, "length_score": 0.2, "length_2_score": 0.2}
     assert scores[1].explanation == "fixed: f; length: length = 0.4; length_2: length = 0.4"
-    assert [s.score for s in run(CombinedJudge([length, Fixed()]).score_group([chat("s", "q", "ab")], rubric="r"))] == [0.6]
+    assert [s.score for s in run(CombinedJudge([length, Fixed()]).score_group([chat("s", "q", "ab")], rubric="r"))] == [
+        0.6
+    ]
 
 
 def test_a_judge_returning_the_wrong_number_of_scores_is_an_error(caplog):
@@ -276,7 +284,11 @@ def test_swallowed_bad_group_is_logged_and_dropped(caplog):
 
 @pytest.mark.parametrize(
     "args, message",
-    [(([],), "at least one judge"), (([42],), "not judges"), (([FunctionJudge(len)], [1, 2]), "one finite weight per judge")],
+    [
+        (([],), "at least one judge"),
+        (([42],), "not judges"),
+        (([FunctionJudge(len)], [1, 2]), "one finite weight per judge"),
+    ],
 )
 def test_combined_judge_rejects_bad_construction(args, message):
     with pytest.raises(JudgeSpecError, match=message):
@@ -414,7 +426,9 @@ def test_custom_judges_get_the_task_only_when_they_take_it():
 
         async def score_group(self, message_lists, *, rubric, tools):
             count = len(message_lists)
-            return [ruler.TrajectoryScore(trajectory_id=str(i), explanation="o", score=1.0) for i in range(1, count + 1)]
+            return [
+                ruler.TrajectoryScore(trajectory_id=str(i), explanation="o", score=1.0) for i in range(1, count + 1)
+            ]
 
     class New(Old):
         name = "new"

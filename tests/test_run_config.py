@@ -103,7 +103,9 @@ def test_no_flag_gives_the_default_config(run):
 
 
 def test_every_train_and_trainer_flag_sets_its_field(run):
-    wanted = {(section, name): other_value(model, name) for section, model in SECTIONS.items() for name in model.model_fields}
+    wanted = {
+        (section, name): other_value(model, name) for section, model in SECTIONS.items() for name in model.model_fields
+    }
     args = [arg for (section, name), value in wanted.items() for arg in flag_args(f"{section}.{name}", value)]
     _, config = run(TASK, *args)
     for (section, name), value in wanted.items():
@@ -114,7 +116,12 @@ def test_run_flags_take_their_defaults_from_run_config(run, tmp_path):
     _, config = run(TASK, "--steps", "3", "--group-size", "6", "--inputs", "9", "--lr", "1e-4", "--max-tokens", "64",
                     "--port", "8123", "--force", "train,report", "--no-wandb", "--inputs-file", "in.jsonl")  # fmt: skip
     assert (config.steps, config.group_size, config.num_inputs, config.train.learning_rate) == (3, 6, 9, 1e-4)
-    assert (config.rollout.max_tokens, config.server.port, config.force, config.wandb) == (64, 8123, ["train", "report"], False)
+    assert (config.rollout.max_tokens, config.server.port, config.force, config.wandb) == (
+        64,
+        8123,
+        ["train", "report"],
+        False,
+    )
     assert config.inputs_file == Path("in.jsonl")
     assert config.model_dump(include={"groups_per_step", "eval_samples", "model", "judge", "generator", "seed"}) == (
         RunConfig().model_dump(include={"groups_per_step", "eval_samples", "model", "judge", "generator", "seed"})
@@ -146,7 +153,10 @@ def task_file(tmp_path: Path, text: str) -> Path:
 
 
 def test_flag_over_task_table_over_default(run, tmp_path):
-    path = task_file(tmp_path, '[train]\nloss = "gspo"\nlearning_rate = 5e-5\n[trainer]\nlora_rank = 16\ntarget_modules = ["q_proj"]\n')
+    path = task_file(
+        tmp_path,
+        '[train]\nloss = "gspo"\nlearning_rate = 5e-5\n[trainer]\nlora_rank = 16\ntarget_modules = ["q_proj"]\n',
+    )
     _, config = run(str(path))
     assert (config.train.loss, config.train.learning_rate, config.train.epsilon) == ("gspo", 5e-5, 3e-4)
     assert (config.trainer.lora_rank, config.trainer.target_modules, config.trainer.lora_alpha) == (16, ["q_proj"], 16)
@@ -167,9 +177,14 @@ def test_inputs_file_flag_over_task_file(run, tmp_path):
 
 def test_an_unknown_or_bad_task_table_key_is_one_line(tmp_path):
     line = error_line(str(task_file(tmp_path, "[train]\nlr = 1e-4\n")))
-    assert line.startswith("error: the task's [train] table: unknown field 'train.lr' (known fields: learning_rate, loss,")
+    assert line.startswith(
+        "error: the task's [train] table: unknown field 'train.lr' (known fields: learning_rate, loss,"
+    )
     line = error_line(str(task_file(tmp_path, "[trainer]\nlora_rank = 0\n")))
-    assert line == "error: the task's [trainer] table: field 'trainer.lora_rank': Input should be greater than or equal to 1 (got 0)"
+    assert (
+        line
+        == "error: the task's [trainer] table: field 'trainer.lora_rank': Input should be greater than or equal to 1 (got 0)"
+    )
     with pytest.raises(AutoRLError, match=r"\[trainer\] table: unknown field 'trainer.rank'"):
         RunConfig.for_task(TaskSpec(description="x", trainer={"rank": 4}))
 
@@ -204,7 +219,9 @@ def test_changing_the_tables_or_the_inputs_file_keeps_the_run_name(tmp_path):
     run_dir = tmp_path / "runs" / "mine"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"name": "mine", "task": first, "wandb_id": "x"}))
-    changed = TaskSpec(description=TASK, train={"loss": "gspo"}, trainer={"lora_rank": 4}, inputs_file=tmp_path / "in.jsonl")
+    changed = TaskSpec(
+        description=TASK, train={"loss": "gspo"}, trainer={"lora_rank": 4}, inputs_file=tmp_path / "in.jsonl"
+    )
     record = _open_record(run_dir, "mine", changed, RunConfig.for_task(changed))
     assert record["task"] == first  # the settings are in the record's config
     assert record["config"]["train"]["loss"] == "gspo" and record["config"]["trainer"]["lora_rank"] == 4

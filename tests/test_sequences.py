@@ -13,11 +13,11 @@ USER = {"role": "user", "content": "Reply to a customer asking for a refund."}
 
 
 def trained(seq):
-    return [t for t, m in zip(seq.input_ids, seq.mask) if m]
+    return [t for t, m in zip(seq.input_ids, seq.mask, strict=False) if m]
 
 
 def test_sampled_tokens_are_the_only_trained_tokens(tokenizer):
-    reply_ids = tokenizer.encode("Yes, please.", add_special_tokens=False) + [tokenizer.eos_token_id]
+    reply_ids = [*tokenizer.encode("Yes, please.", add_special_tokens=False), tokenizer.eos_token_id]
     logprobs = [-0.5 - i for i in range(len(reply_ids))]
     traj = Trajectory(messages_and_choices=[SYSTEM, USER, choice("Yes, please.", reply_ids, logprobs)])
     seq = tokenize_trajectory(traj, tokenizer)
@@ -31,8 +31,8 @@ def test_sampled_tokens_are_the_only_trained_tokens(tokenizer):
 
 
 def test_multi_turn_trains_each_choice_and_not_dict_assistant_messages(tokenizer):
-    first = tokenizer.encode("yes", add_special_tokens=False) + [tokenizer.eos_token_id]
-    second = tokenizer.encode("no", add_special_tokens=False) + [tokenizer.eos_token_id]
+    first = [*tokenizer.encode("yes", add_special_tokens=False), tokenizer.eos_token_id]
+    second = [*tokenizer.encode("no", add_special_tokens=False), tokenizer.eos_token_id]
     traj = Trajectory(
         messages_and_choices=[
             SYSTEM,
@@ -80,15 +80,17 @@ def test_a_three_turn_tool_trajectory_trains_the_model_turns_only(tokenizer):
 
     def call_choice(arguments: str) -> tuple[Choice, list[int]]:
         text = f'<tool_call>\n{{"name": "add", "arguments": {arguments}}}\n</tool_call>'
-        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
         sampled = choice("", ids)
         call = {"id": f"c{arguments}", "type": "function", "function": {"name": "add", "arguments": arguments}}
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
-        return sampled.model_copy(update={"message": sampled.message.model_validate(message), "finish_reason": "tool_calls"}), ids
+        return sampled.model_copy(
+            update={"message": sampled.message.model_validate(message), "finish_reason": "tool_calls"}
+        ), ids
 
     first, first_ids = call_choice('{"a": 1}')
     second, second_ids = call_choice('{"a": 2}')
-    answer_ids = tokenizer.encode("yes", add_special_tokens=False) + [tokenizer.eos_token_id]
+    answer_ids = [*tokenizer.encode("yes", add_special_tokens=False), tokenizer.eos_token_id]
     traj = Trajectory(
         messages_and_choices=[
             SYSTEM, USER,
@@ -102,8 +104,10 @@ def test_a_three_turn_tool_trajectory_trains_the_model_turns_only(tokenizer):
     assert trained(seq) == first_ids + second_ids + answer_ids
     span_starts = [i for i in range(1, len(seq.mask)) if seq.mask[i] and not seq.mask[i - 1]]
     assert len(span_starts) == 3
-    context = tokenizer.decode([t for t, m in zip(seq.input_ids, seq.mask) if not m])
+    context = tokenizer.decode([t for t, m in zip(seq.input_ids, seq.mask, strict=False) if not m])
     assert "<tool_response>\n3\n</tool_response>" in context and "<tool_response>\n4\n</tool_response>" in context
     assert '"name": "add"' in context.split("<|im_start|>user")[0]  # the tools, in the system turn
     # what the trainer sees is the template's rendering of the whole conversation
-    assert tokenizer.decode(seq.input_ids) + "\n" == tokenizer.apply_chat_template(traj.messages(), tools=tools, tokenize=False)
+    assert tokenizer.decode(seq.input_ids) + "\n" == tokenizer.apply_chat_template(
+        traj.messages(), tools=tools, tokenize=False
+    )

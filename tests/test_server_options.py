@@ -102,13 +102,13 @@ def test_kv_cache_is_capped_by_the_memory_available_down_to_one_sequence(tiny_mo
     with pytest.raises(AutoRLError, match=r"at least 0\.00 GiB .*max_model_len 300.*lower max_model_len") as error:
         kv_cache_bytes(tiny_model, 4, 300, available_bytes=65535)
     assert "\n" not in str(error.value)
-    with pytest.raises(AutoRLError, match="config.json"):
+    with pytest.raises(AutoRLError, match=r"config\.json"):
         kv_cache_bytes(tiny_model / "missing", 4, 300, available_bytes=10**9)
 
 
 def test_a_config_without_the_sizes_asks_for_kv_cache_bytes(tmp_path):
     write_config(tmp_path, {"n_layer": 12, "n_head": 12, "n_embd": 768})  # GPT-2's names
-    with pytest.raises(AutoRLError, match="num_attention_heads.*kv_cache_bytes"):
+    with pytest.raises(AutoRLError, match=r"num_attention_heads.*kv_cache_bytes"):
         kv_bytes_per_token(tmp_path)
 
 

@@ -67,14 +67,20 @@ def test_ready_made_task_files_load(path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('description = "x"\nnum_input = 3', r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, train, trainer\)"),
+        (
+            'description = "x"\nnum_input = 3',
+            r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, train, trainer\)",
+        ),
         ('description = "x"\nnum_inputs = "many"', r"field 'num_inputs': Input should be a valid integer.*'many'"),
         ('description = "x"\nnum_inputs = 0', r"field 'num_inputs': Input should be greater than 0"),
         ('description = "x"\nseed_examples = "one"', r"field 'seed_examples': Input should be a valid list"),
         ("num_inputs = 3", r"field 'description' is required"),
         ('description = "   "', r"field 'description': must not be empty"),
         ('description = "x"\n[[tools]]\nname = "a b"', r"field 'tools\[0\]\.name': String should match pattern"),
-        ('description = "x"\n[[tools]]\nname = "t"\nargs = 1', r"unknown field 'tools\[0\]\.args' \(known fields: name,"),
+        (
+            'description = "x"\n[[tools]]\nname = "t"\nargs = 1',
+            r"unknown field 'tools\[0\]\.args' \(known fields: name,",
+        ),
         (
             'description = "x"\n[[tools]]\nname = "t"\nparameters = { type = "string" }',
             r"field 'tools\[0\]\.parameters': must be a JSON schema with type = \"object\"",
@@ -97,7 +103,7 @@ def test_empty_task_is_rejected(task):
 
 
 def test_missing_task_file_is_reported(tmp_path):
-    with pytest.raises(AutoRLError, match="task file not found: .*nope.toml"):
+    with pytest.raises(AutoRLError, match=r"task file not found: .*nope\.toml"):
         load_task(str(tmp_path / "nope.toml"))
 
 
@@ -113,7 +119,10 @@ def test_docs_describe_every_field_and_their_example_loads(tmp_path):
 
 def test_run_settings_load_as_given_and_the_inputs_file_is_relative_to_the_task_file(tmp_path):
     (tmp_path / "tasks").mkdir()
-    path = write(tmp_path / "tasks", 'description = "x"\ninputs_file = "data/in.jsonl"\n[train]\nloss = "gspo"\n[trainer]\nlora_rank = 4\n')
+    path = write(
+        tmp_path / "tasks",
+        'description = "x"\ninputs_file = "data/in.jsonl"\n[train]\nloss = "gspo"\n[trainer]\nlora_rank = 4\n',
+    )
     task = load_task(str(path))
     assert task.train == {"loss": "gspo"} and task.trainer == {"lora_rank": 4}  # only what the file sets
     assert task.inputs_file == tmp_path / "tasks" / "data" / "in.jsonl"

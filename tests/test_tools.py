@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import pytest
 
@@ -106,7 +106,7 @@ def test_schema_of_every_supported_hint_and_numpy_docstring():
     def search(
         query: str,
         mode: Literal["any", "all"] = "any",
-        limit: Optional[int] = None,
+        limit: int | None = None,
         tags: list[str] | None = None,
         weights: dict[str, float] | None = None,
         exact: bool = False,
@@ -140,7 +140,11 @@ def test_schema_of_every_supported_hint_and_numpy_docstring():
     assert properties["mode"] == {"enum": ["any", "all"], "type": "string", "default": "any"}
     assert properties["limit"] == {"type": ["integer", "null"], "default": None}
     assert properties["tags"] == {"type": ["array", "null"], "items": {"type": "string"}, "default": None}
-    assert properties["weights"] == {"type": ["object", "null"], "additionalProperties": {"type": "number"}, "default": None}
+    assert properties["weights"] == {
+        "type": ["object", "null"],
+        "additionalProperties": {"type": "number"},
+        "default": None,
+    }
     assert properties["exact"] == {"type": "boolean", "description": "Match whole words only.", "default": False}
     assert properties["note"] == {"type": "string", "description": "A free-text note.", "default": ""}
     assert properties["anything"] == {"default": None}
@@ -158,18 +162,37 @@ def test_a_hint_without_a_json_schema_is_refused():
 
 
 def test_sync_and_async_functions_run_and_results_are_encoded(functions):
-    task = TaskSpec(description="x", tools=[tool(functions, "add"), tool(functions, "greet"), tool(functions, "profile"),
-                                            tool(functions, "size", "box.size")])
-    results, toolbox = run(opened_calls(
-        task, ("add", '{"a": 1, "b": 5}'), ("add", '{"a": 1}'), ("greet", '{"name": "Ada"}'), ("profile", '{"name": "Ada"}'),
-        ("size", ""),
-    ))
+    task = TaskSpec(
+        description="x",
+        tools=[
+            tool(functions, "add"),
+            tool(functions, "greet"),
+            tool(functions, "profile"),
+            tool(functions, "size", "box.size"),
+        ],
+    )
+    results, toolbox = run(
+        opened_calls(
+            task,
+            ("add", '{"a": 1, "b": 5}'),
+            ("add", '{"a": 1}'),
+            ("greet", '{"name": "Ada"}'),
+            ("profile", '{"name": "Ada"}'),
+            ("size", ""),
+        )
+    )
     assert results == ["6", "3", "hello Ada", '{"name": "Ada", "tags": ["a", "b"], "when": "2024-01-02"}', "3"]
     assert toolbox.calls == {"ok": 5}
     entries = toolbox.openai_tools()
     assert [entry["function"]["name"] for entry in entries] == ["add", "greet", "profile", "size"]  # the task's order
-    assert entries[0] == {"type": "function", "function": {"name": "add", "description": "Add two integers.",
-                                                          "parameters": signature_schema(load_function(f"{functions}:add"))[0]}}
+    assert entries[0] == {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": signature_schema(load_function(f"{functions}:add"))[0],
+        },
+    }
 
 
 def test_every_tool_problem_is_an_error_text(functions):
@@ -186,20 +209,22 @@ def test_every_tool_problem_is_an_error_text(functions):
         ],
     )
     started = time.monotonic()
-    results, toolbox = run(opened_calls(
-        task,
-        ("nope", "{}"),
-        ("add", '{"a": 1'),
-        ("add", "[1, 2]"),
-        ("add", '{"a": "one"}'),
-        ("add", '{"b": 1}'),
-        ("add", '{"a": 1, "c": 2}'),
-        ("boom", '{"reason": "the disk is full"}'),
-        ("quit", "{}"),
-        ("hang", '{"seconds": 5}'),
-        ("hang_async", '{"seconds": 5}'),
-        ("lookup", "{}"),
-    ))
+    results, toolbox = run(
+        opened_calls(
+            task,
+            ("nope", "{}"),
+            ("add", '{"a": 1'),
+            ("add", "[1, 2]"),
+            ("add", '{"a": "one"}'),
+            ("add", '{"b": 1}'),
+            ("add", '{"a": 1, "c": 2}'),
+            ("boom", '{"reason": "the disk is full"}'),
+            ("quit", "{}"),
+            ("hang", '{"seconds": 5}'),
+            ("hang_async", '{"seconds": 5}'),
+            ("lookup", "{}"),
+        )
+    )
     assert time.monotonic() - started < 3  # the hanging calls were abandoned at the timeout
     expected = [
         "error: unknown tool 'nope'; available: add, boom, quit, hang, hang_async, lookup",
@@ -219,8 +244,11 @@ def test_every_tool_problem_is_an_error_text(functions):
 
 
 def test_a_long_error_is_shortened_to_one_line(functions):
-    results, _ = run(opened_calls(TaskSpec(description="x", tools=[tool(functions, "boom")]),
-                                  ("boom", json.dumps({"reason": "line\n" * 200}))))
+    results, _ = run(
+        opened_calls(
+            TaskSpec(description="x", tools=[tool(functions, "boom")]), ("boom", json.dumps({"reason": "line\n" * 200}))
+        )
+    )
     assert len(results[0]) == 400 and "\n" not in results[0] and results[0].endswith("...")
 
 
@@ -230,7 +258,9 @@ def test_calls_run_concurrently_and_from_other_tasks(functions):
     async def scenario():
         toolbox = await asyncio.create_task(Toolbox.open(task))
         started = time.monotonic()
-        results = await asyncio.gather(*(asyncio.create_task(toolbox.call("hang", '{"seconds": 0.5}')) for _ in range(4)))
+        results = await asyncio.gather(
+            *(asyncio.create_task(toolbox.call("hang", '{"seconds": 0.5}')) for _ in range(4))
+        )
         elapsed = time.monotonic() - started
         await asyncio.create_task(toolbox.aclose())
         return results, elapsed
@@ -246,12 +276,18 @@ def test_calls_run_concurrently_and_from_other_tasks(functions):
 @pytest.mark.parametrize(
     ("function", "message"),
     [
-        ("missing.py:f", r"tool 't': function '.*missing.py:f' cannot be loaded: FileNotFoundError: no file .*missing.py"),
+        (
+            "missing.py:f",
+            r"tool 't': function '.*missing.py:f' cannot be loaded: FileNotFoundError: no file .*missing.py",
+        ),
         ("{functions}:nothing", r"cannot be loaded: AttributeError: .*functions.py has no attribute 'nothing'"),
         ("{functions}:NOT_CALLABLE", r"cannot be loaded: TypeError: NOT_CALLABLE is a int, not a function"),
         ("{broken}:f", r"cannot be loaded: ZeroDivisionError: division by zero"),
         ("no_such_module_here:f", r"cannot be loaded: ModuleNotFoundError: No module named 'no_such_module_here'"),
-        ("{typed}:f", r"tool 't': function .*: parameter 'x': type object has no JSON schema .*; give the tool's `parameters`"),
+        (
+            "{typed}:f",
+            r"tool 't': function .*: parameter 'x': type object has no JSON schema .*; give the tool's `parameters`",
+        ),
     ],
 )
 def test_a_function_that_cannot_be_loaded_is_one_line_at_open(tmp_path, functions, function, message):
@@ -274,7 +310,9 @@ def test_module_functions_load_and_given_parameters_are_kept():
 
 def test_two_tools_with_one_name_are_refused(functions):
     task = TaskSpec(description="x", tools=[tool(functions, "add"), tool(functions, "add", "greet")])
-    with pytest.raises(AutoRLError, match=r"two tools are named 'add': from function .*functions.py:add and from function"):
+    with pytest.raises(
+        AutoRLError, match=r"two tools are named 'add': from function .*functions.py:add and from function"
+    ):
         run(Toolbox.open(task))
 
 
@@ -297,7 +335,9 @@ def write(directory: Path, text: str) -> Path:
 
 def test_task_file_tools_servers_and_turns(tmp_path):
     (tmp_path / "tasks").mkdir()
-    path = write(tmp_path / "tasks", '''
+    path = write(
+        tmp_path / "tasks",
+        """
 description = "x"
 max_turns = 6
 tool_timeout_s = 2.5
@@ -320,12 +360,15 @@ function = "lib/unit_tools.py:convert"
 [[tools]]
 name = "dumps"
 function = "json:dumps"
-''')
+""",
+    )
     task = load_task(path)
     here = tmp_path / "tasks"
     assert (task.max_turns, task.tool_timeout_s) == (6, 2.5)
     assert task.mcp_servers == [
-        McpServerSpec(command=["python", "server.py", "--db", "data/notes.sqlite"], env={"NOTES_DB": "notes.sqlite"}, cwd=here),
+        McpServerSpec(
+            command=["python", "server.py", "--db", "data/notes.sqlite"], env={"NOTES_DB": "notes.sqlite"}, cwd=here
+        ),
         McpServerSpec(command=["server"], cwd=here / "work"),
         McpServerSpec(url="http://127.0.0.1:8765/mcp"),
     ]
@@ -339,17 +382,34 @@ function = "json:dumps"
     [
         ("max_turns = 0", r"field 'max_turns': Input should be greater than or equal to 1"),
         ("tool_timeout_s = 0", r"field 'tool_timeout_s': Input should be greater than 0"),
-        ("[[mcp_servers]]\nenv = {}", r"field 'mcp_servers\[0\]': give exactly one of `command` \(a stdio server\) or `url`"),
+        (
+            "[[mcp_servers]]\nenv = {}",
+            r"field 'mcp_servers\[0\]': give exactly one of `command` \(a stdio server\) or `url`",
+        ),
         ('[[mcp_servers]]\ncommand = ["a"]\nurl = "http://h/mcp"', r"field 'mcp_servers\[0\]': give exactly one of"),
-        ('[[mcp_servers]]\ncommand = "python server.py"', r"field 'mcp_servers\[0\]\.command': Input should be a valid list"),
+        (
+            '[[mcp_servers]]\ncommand = "python server.py"',
+            r"field 'mcp_servers\[0\]\.command': Input should be a valid list",
+        ),
         ("[[mcp_servers]]\ncommand = []", r"field 'mcp_servers\[0\]': `command` must name a program"),
         ('[[mcp_servers]]\nurl = "localhost:8765"', r"field 'mcp_servers\[0\]\.url': String should match pattern"),
         ('[[mcp_servers]]\nurl = "http://h/mcp"\nenv = { A = "1" }', r"`env` and `cwd` apply to a stdio server"),
-        ('[[mcp_servers]]\ncommand = ["a"]\nargs = ["b"]', r"unknown field 'mcp_servers\[0\]\.args' \(known fields: command, url, env, cwd\)"),
-        ('[[tools]]\nname = "t"\nfunction = "tools.py"', r"field 'tools\[0\]\.function': must be `file.py:name` or `module:name`"),
-        ('[[tools]]\nname = "t"\nparameters = { type = "object", properties = { a = { type = "nope" } } }',
-         r"field 'tools\[0\]\.parameters': not a valid JSON schema: 'nope' is not valid"),
-        ('[[tools]]\nname = "t"\nfunctions = "a.py:f"', r"unknown field 'tools\[0\]\.functions' \(known fields: name, description, parameters, function\)"),
+        (
+            '[[mcp_servers]]\ncommand = ["a"]\nargs = ["b"]',
+            r"unknown field 'mcp_servers\[0\]\.args' \(known fields: command, url, env, cwd\)",
+        ),
+        (
+            '[[tools]]\nname = "t"\nfunction = "tools.py"',
+            r"field 'tools\[0\]\.function': must be `file.py:name` or `module:name`",
+        ),
+        (
+            '[[tools]]\nname = "t"\nparameters = { type = "object", properties = { a = { type = "nope" } } }',
+            r"field 'tools\[0\]\.parameters': not a valid JSON schema: 'nope' is not valid",
+        ),
+        (
+            '[[tools]]\nname = "t"\nfunctions = "a.py:f"',
+            r"unknown field 'tools\[0\]\.functions' \(known fields: name, description, parameters, function\)",
+        ),
     ],
 )
 def test_malformed_tool_fields_name_the_field(tmp_path, text, message):
@@ -360,18 +420,20 @@ def test_malformed_tool_fields_name_the_field(tmp_path, text, message):
 
 
 def test_a_function_tool_without_parameters_has_no_openai_entry_of_its_own():
-    with pytest.raises(ValueError, match="use autorl.tools.Toolbox.openai_tools"):
+    with pytest.raises(ValueError, match=r"use autorl\.tools\.Toolbox\.openai_tools"):
         ToolSpec(name="t", function="json:dumps").to_openai()
 
 
 def test_the_unit_conversion_example_converts():
     task = load_task(REPO / "pipelines" / "tasks" / "unit_conversion_tool.toml")
-    results, toolbox = run(opened_calls(
-        task,
-        ("convert", '{"value": 13.1, "from_unit": "miles", "to_unit": "km"}'),
-        ("convert", '{"value": 212, "from_unit": "degF", "to_unit": "degC"}'),
-        ("convert", '{"value": 1, "from_unit": "kg", "to_unit": "parsec"}'),
-    ))
+    results, toolbox = run(
+        opened_calls(
+            task,
+            ("convert", '{"value": 13.1, "from_unit": "miles", "to_unit": "km"}'),
+            ("convert", '{"value": 212, "from_unit": "degF", "to_unit": "degC"}'),
+            ("convert", '{"value": 1, "from_unit": "kg", "to_unit": "parsec"}'),
+        )
+    )
     assert results[:2] == ["13.1 mi = 21.0824 km", "212 degF = 100 degC"]
     assert results[2].startswith("error: 'convert' raised ValueError: unknown unit 'parsec'")
     parameters = toolbox.openai_tools()[0]["function"]["parameters"]
@@ -380,8 +442,11 @@ def test_the_unit_conversion_example_converts():
 
 
 def test_a_result_is_a_str_that_says_whether_the_tool_answered(functions):
-    results, _ = run(opened_calls(TaskSpec(description="x", tools=[tool(functions, "add")]),
-                                  ("add", '{"a": 1}'), ("add", "{}")))
+    results, _ = run(
+        opened_calls(TaskSpec(description="x", tools=[tool(functions, "add")]), ("add", '{"a": 1}'), ("add", "{}"))
+    )
     assert [(result.ok, result.text, type(result.text)) for result in results] == [
-        (True, "3", str), (False, "error: invalid arguments for 'add': 'a' is a required property", str)]
+        (True, "3", str),
+        (False, "error: invalid arguments for 'add': 'a' is a required property", str),
+    ]
     assert isinstance(results[0], str) and json.dumps({"content": results[0]}) == '{"content": "3"}'

@@ -38,7 +38,7 @@ def sample_groups(trainer: GRPOTrainer, target: range, group_size: int, generato
                 messages_and_choices=[*messages, choice(tok.decode(s, skip_special_tokens=True), s, lp)],
                 reward=sum(t in target for t in s) / len(s),
             )
-            for s, lp in zip(sampled, lps)
+            for s, lp in zip(sampled, lps, strict=False)
         ]
         groups.append(TrajectoryGroup(trajectories))
     return groups

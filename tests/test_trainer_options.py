@@ -4,15 +4,14 @@ variant trains, and the KL penalty measures the distance to the base model; PPO 
 and truncated completions can be left out."""
 
 import math
-
 import random
 
 import pytest
 import torch
 from tiny import choice
 
-from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 import autorl.trainer
+from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, training_dtype
 
 PROMPT = [
@@ -55,12 +54,14 @@ def test_sharing_the_prompt_gives_the_same_update(tiny_model, tmp_path, micro_ba
     config = TrainConfig(learning_rate=1e-2, micro_batch_size=micro_batch_size)
     results = {}
     for share in (False, True):
-        trainer = GRPOTrainer(tiny_model, tmp_path / str(share), TrainerConfig(seed=0, dtype="float32", share_prompt_prefix=share))
+        trainer = GRPOTrainer(
+            tiny_model, tmp_path / str(share), TrainerConfig(seed=0, dtype="float32", share_prompt_prefix=share)
+        )
         data = groups(trainer.tokenizer)
         gradients = record_gradients(trainer)
         forward, continued = trainer.model.forward, []
 
-        def counting_forward(*args, **kwargs):
+        def counting_forward(*args, forward=forward, continued=continued, **kwargs):
             continued.append(kwargs.get("past_key_values") is not None)
             return forward(*args, **kwargs)
 

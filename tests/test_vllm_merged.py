@@ -36,6 +36,7 @@ def test_merged_server_serves_a_merged_lora_and_returns_to_the_base_weights(tmp_
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     adapter = random_lora(model_dir, tmp_path / "lora", r=8, lora_alpha=16)
     server = VLLMServer(model_dir, "policy", tmp_path / "vllm.log", ServerConfig(lora_serving="merged"))
+
     def merged_dirs() -> set[Path]:  # where load_merged may write: /dev/shm, or the temporary directory
         return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}
 

@@ -20,7 +20,6 @@ from autorl.inputs import (
 )
 from autorl.task import TaskSpec
 
-
 NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()
 FILE = "inputs.jsonl"

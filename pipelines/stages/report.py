@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-from autorl.task import RUN_SETTINGS  # noqa: E402
+from autorl.task import RUN_SETTINGS
 
-from .. import evaluation  # noqa: E402
-from . import evaluate, inputs, system_prompt, train  # noqa: E402
+from .. import evaluation
+from . import evaluate, inputs, system_prompt, train
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "train", "evaluate")
@@ -123,5 +122,3 @@ def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) ->
                 "",
             ]
     return "\n".join(lines) + "\n"
-
-

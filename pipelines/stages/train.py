@@ -80,7 +80,8 @@ async def run(ctx: StageContext) -> dict:
                 return group
             scored = await ctx.score(group)
             if scored is not None:
-                atomic_file(step_dir / scored.metadata.pop("file"), lambda tmp: tmp.write_text(scored.model_dump_json()))
+                path, text = step_dir / scored.metadata.pop("file"), scored.model_dump_json()  # noqa: B023 (this step's)
+                atomic_file(path, lambda tmp: tmp.write_text(text))
             return scored
 
         await ctx.policy.start()
@@ -90,7 +91,8 @@ async def run(ctx: StageContext) -> dict:
         metrics = await ctx.policy.model.train(scored, config=config.train)
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
-        atomic_file(work / "trajectories" / f"{checkpoint_name(step)}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
+        frame_path = work / "trajectories" / f"{checkpoint_name(step)}.parquet"
+        atomic_file(frame_path, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
         ctx.tracker.log(metrics, step)
         ctx.console.print(
             f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
@@ -99,7 +101,9 @@ async def run(ctx: StageContext) -> dict:
         )
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
-    atomic_file(work / MANIFEST, lambda tmp: tmp.write_text(canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary})))
+    atomic_file(
+        work / MANIFEST, lambda tmp: tmp.write_text(canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
+    )
     return summary
 
 
@@ -111,4 +115,3 @@ def best_step(ctx: StageContext) -> int:
 
 def history_frame(ctx: StageContext) -> pd.DataFrame:
     return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])
-
