@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .atomic import atomic_text
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig
 from .embedded import resolve_base_model
@@ -224,6 +225,4 @@ def _reconcile_history(run_dir: Path) -> None:
         for s in range(1, latest[0] + 1)
         if (checkpoints / checkpoint_name(s) / METRICS_FILE).is_file()
     ]
-    tmp = run_dir / (HISTORY_FILE + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, run_dir / HISTORY_FILE)
+    atomic_text(run_dir / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in records))

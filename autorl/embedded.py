@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_dir, atomic_text
 from .errors import ModelNotFoundError
 
 DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
@@ -79,9 +78,7 @@ def _install_chat_template(model_dir: Path, template: Path) -> None:
     text = template.read_text(encoding="utf-8")
     if target.is_file() and target.read_text(encoding="utf-8") == text:
         return
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_text(target, text)
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:
@@ -96,13 +93,6 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)
-    try:
+    with atomic_dir(target) as tmp:  # replaces a stale, incomplete directory from a killed conversion
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if target.exists():  # a stale, incomplete directory from a killed conversion
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from .atomic import atomic_file
 from .errors import AutoRLError
 
 MERGED_FILE = "model.safetensors"
@@ -95,14 +94,8 @@ class LoraMerger:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         tensors = self.merged(adapter_dir)
-        fd, tmp = tempfile.mkstemp(prefix=".merged.", suffix=".safetensors", dir=out_dir)
-        os.close(fd)
-        try:
-            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt"})
-            os.replace(tmp, out_dir / MERGED_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        contiguous = {k: v.contiguous() for k, v in tensors.items()}
+        atomic_file(out_dir / MERGED_FILE, lambda tmp: save_file(contiguous, str(tmp), metadata={"format": "pt"}))
         return out_dir
 
 

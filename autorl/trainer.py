@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,6 +14,7 @@ import torch
 from openai.types.chat.chat_completion import Choice
 from transformers import AutoTokenizer
 
+from .atomic import atomic_dir
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
 from .engines import LOADERS, resolve_engine
@@ -237,17 +235,9 @@ class GRPOTrainer:
 
     def save(self, step: int, metrics: dict[str, float]) -> Path:
         """Write `checkpoints/NNNN/` (PEFT adapter, optimizer state, metrics) atomically."""
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
         target = self.checkpoints / checkpoint_name(step)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=self.checkpoints))
-        try:
+        with atomic_dir(target) as tmp:  # replaces an incomplete checkpoint left by a killed run
             self.model.save_pretrained(tmp)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             (tmp / METRICS_FILE).write_text(json.dumps({"step": step, **metrics}))
-            tmp.chmod(0o755)
-            if target.exists():  # an incomplete checkpoint left by a killed run
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return target

@@ -14,16 +14,15 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from autorl.atomic import atomic_dir, atomic_text
 from autorl.errors import AutoRLError
 
 MANIFEST = "artifact.json"
@@ -151,23 +150,18 @@ class ArtifactStore:
     @contextmanager
     def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
         """Yield a temporary directory to fill; on success it becomes the artifact, atomically."""
-        target = self.path(stage, key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
         try:
-            yield tmp
-            (tmp / MANIFEST).write_text(canonical_json({"stage": stage, "key": key, "created": time.time(), **meta}))
-            if target.exists():  # replaced by --force
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+            with atomic_dir(self.path(stage, key)) as tmp:  # replaces an artifact removed by --force
+                yield tmp
+                (tmp / MANIFEST).write_text(
+                    canonical_json({"stage": stage, "key": key, "created": time.time(), **meta})
+                )
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise AutoRLError(
                     f"disk full while writing the {stage} artifact; the previous one is untouched"
                 ) from None
             raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def summary(self, stage: str, key: str) -> dict[str, Any]:
         """The summary written for an artifact; empty when it has none."""
@@ -183,17 +177,5 @@ class ArtifactStore:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Write JSON atomically (temp file + rename), for files updated in place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def atomic_file(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` and rename the result onto `path`."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write JSON atomically, for files updated in place."""
+    atomic_text(path, json.dumps(value, indent=2, default=str))

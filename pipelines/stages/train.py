@@ -13,11 +13,12 @@ from __future__ import annotations
 import pandas as pd
 
 from autorl import gather_trajectory_groups
+from autorl.atomic import atomic_file, atomic_text
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
-from ..artifacts import MANIFEST, atomic_file, canonical_json
+from ..artifacts import MANIFEST, canonical_json
 from ..context import StageContext
 from ..evaluation import scores_frame
 from . import inputs, system_prompt
@@ -80,8 +81,7 @@ async def run(ctx: StageContext) -> dict:
                 return group
             scored = await ctx.score(group)
             if scored is not None:
-                path, text = step_dir / scored.metadata.pop("file"), scored.model_dump_json()  # noqa: B023 (this step's)
-                atomic_file(path, lambda tmp: tmp.write_text(text))
+                atomic_text(step_dir / scored.metadata.pop("file"), scored.model_dump_json())  # noqa: B023 (this step's)
             return scored
 
         await ctx.policy.start()
@@ -101,9 +101,7 @@ async def run(ctx: StageContext) -> dict:
         )
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
-    atomic_file(
-        work / MANIFEST, lambda tmp: tmp.write_text(canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
-    )
+    atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
 
 
