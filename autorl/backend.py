@@ -15,7 +15,7 @@ from .config import TrainConfig
 from .embedded import resolve_base_model
 from .errors import AutoRLError
 from .trajectories import TrajectoryGroup
-from .vllm_server import ServerConfig, VLLMServer
+from .vllm_server import ServerConfig, VLLMServer, install_exit_hooks
 
 if TYPE_CHECKING:
     from .model import TrainableModel
@@ -60,6 +60,7 @@ class LocalBackend:
     """
 
     def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):
+        install_exit_hooks()  # here, in the thread that makes the backend: SIGTERM is the main thread's to take
         self.path = Path(path)
         self.server_config = server or ServerConfig()
         self._models: dict[str, _ModelState] = {}

@@ -340,6 +340,7 @@ class VLLMServer:
         return args
 
     def start(self) -> None:
+        install_exit_hooks()
         c = self.config
         if self.merged and c.host not in LOOPBACK_HOSTS:
             raise AutoRLError(
@@ -493,9 +494,21 @@ def _on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds through finally blocks and atexit, which stop the servers
 
 
-atexit.register(stop_all_servers)
-if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, _on_sigterm)
+_exit_hooks = threading.Lock()
+_exit_hooks_installed = False
+
+
+def install_exit_hooks() -> None:
+    """Stop this process's servers at exit and on SIGTERM (which then exits like Ctrl-C does); once, when
+    the first server is about to start or a `LocalBackend` is made, never at import. SIGTERM is taken
+    only from the main thread and only while nobody else handles it (the CLI cancels its run instead)."""
+    global _exit_hooks_installed
+    with _exit_hooks:
+        if not _exit_hooks_installed:
+            atexit.register(stop_all_servers)
+            _exit_hooks_installed = True
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 _shared_servers: dict[Path, VLLMServer] = {}

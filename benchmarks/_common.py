@@ -1,8 +1,9 @@
-"""Shared helpers of the performance scripts (`perf_*.py`): machine info, statistics, result files.
+"""Shared helpers of the benchmark scripts (`perf_*.py`, `learning.py`, `gpu_check.py`): machine info,
+statistics, result files.
 
 Every perf script measures ours and a baseline in the same run, interleaved, repeats the pair and
-reports medians; it writes `benchmarks/results/<name>.json` with a `ratios` list (read by
-`perf_summary.py`) and the machine it ran on. Timings never go into test assertions.
+reports medians; it writes `benchmarks/results/<name>.json` with a `ratios` list (printed by
+`print_table`) and the machine it ran on. Timings never go into test assertions.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ A variant is written as one of
 optionally followed by `+prompt=FILE`: the same model with the system prompt in FILE. Otherwise a
 checkpoint answers with its own run's system prompt, and `base` and API models with the benchmarked run's.
 
-Base and checkpoints of a run are served by that run's policy server (one local vLLM server, each
-checkpoint's LoRA loaded by name); runs are served one after another, never two servers at once.
+Base and checkpoints of a run are served by that run's policy server (one local vLLM server, serving
+one checkpoint after the other: merged into the weights under merged serving, the CPU default, or as a
+LoRA requested by its own name under adapter serving); runs are served one after another, never two
+servers at once.
 Answers are cached in the artifact store, one artifact `benchmark_answers/<key>/` per variant and
 input, keyed by what they depend on: the model (for a checkpoint, the hash of its LoRA weights), the
 system prompt, the input, the number of samples and the sampling settings.

@@ -1,7 +1,8 @@
 """A run makes the model better: the learning benchmark's `one_word` task, a few steps, from the CLI.
 
-The margin and the step count come from `python benchmarks/learning.py --tasks one_word --losses grpo
---seeds 0,1,2 --steps 8` (README, "What training buys"): every seed gained well above `MARGIN`.
+The margin and the settings come from `python benchmarks/learning.py --tasks one_word --losses grpo
+--seeds 0,1,2 --steps 6 --out learning_regression -- --max-tokens 32`
+(benchmarks/results/learning_regression.json): every seed gained well above `MARGIN`.
 """
 
 import sys
@@ -13,12 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning
 
 pytestmark = pytest.mark.slow
-STEPS = 8
+STEPS = 6
+EXTRA = ["--max-tokens", "32"]  # one-word answers need few tokens; the test runs faster
 MARGIN = 0.1
 """Held-out mean reward (0-1) the trained LoRA must gain over the base model."""
 
 
 def test_a_short_run_raises_the_held_out_reward(tmp_path):
-    run = learning.one_run("one_word", "grpo", seed=0, steps=STEPS, home=tmp_path, extra=[])
+    run = learning.one_run("one_word", "grpo", seed=0, steps=STEPS, home=tmp_path, extra=EXTRA)
     assert run["base"]["inputs"] == run["trained"]["inputs"] == 16  # every validation input scored
     assert run["gain"] > MARGIN, run

@@ -3,6 +3,7 @@ sized in bytes; and which running server an embedded judge may reuse."""
 
 import json
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -150,3 +151,13 @@ def test_meminfo_files_are_read_in_bytes(tmp_path):
     assert vllm_server._meminfo(str(tmp_path / "node")) == {"MemTotal": 13068500 * 1024, "MemFree": 3888924 * 1024}
     assert vllm_server._meminfo(str(tmp_path / "proc"))["MemAvailable"] == 21736224 * 1024
     assert vllm_server._meminfo(str(tmp_path / "proc"))["HugePages_Total"] == 0
+
+
+def test_importing_the_server_module_takes_no_signal_and_a_backend_does(tmp_path):
+    code = (
+        "import signal, autorl, autorl.vllm_server as v; before = signal.getsignal(signal.SIGTERM); "
+        f"autorl.LocalBackend({str(tmp_path)!r}); "
+        "print(before == signal.SIG_DFL, signal.getsignal(signal.SIGTERM) is v._on_sigterm)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"]
