@@ -24,14 +24,11 @@ from typing import Any
 
 from autorl.atomic import atomic_dir, atomic_text
 from autorl.errors import AutoRLError
+from ruler.prompt import canonical_json  # one stable JSON text for every key and manifest
 
 MANIFEST = "artifact.json"
 SUMMARY = "summary.json"
 """Beside the manifest: the figures the stage returned, as `run.json` records them."""
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 PROJECT_PACKAGES = ("autorl", "ruler", "pipelines", "benchmarks")
