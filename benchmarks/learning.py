@@ -57,6 +57,7 @@ def one_run(task: str, loss: str, seed: int, steps: int, home: Path, extra: list
         raise SystemExit(f"{' '.join(command[3:])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     record = json.loads((home / "runs" / command[command.index("--name") + 1] / "run.json").read_text())
     variants = record["stages"]["evaluate"]["summary"]["variants"]
+    train = record["stages"]["train"]
     history = [json.loads(line) for line in (home / "runs" / record["name"] / "history.jsonl").read_text().splitlines()]
     return {
         "task": task,
@@ -66,7 +67,7 @@ def one_run(task: str, loss: str, seed: int, steps: int, home: Path, extra: list
         "base": _figure(variants["base"]),
         "trained": _figure(variants["latest"]),
         "gain": round(variants["latest"]["mean"] - variants["base"]["mean"], 4),
-        "train_s": record["stages"]["train"]["seconds"],
+        "train_s": None if train["cached"] else train["seconds"],  # a cached rerun has not timed it
         "wall_s": round(time.monotonic() - started, 1),
         "train_reward_first_last": [history[0]["reward"], history[steps - 1]["reward"]],
     }
@@ -88,7 +89,7 @@ def print_table(runs: list[dict]) -> None:
             f"{r['gain']:+.3f}",
             "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no",
             str(r["steps"]),
-            f"{r['train_s']:.0f}",
+            "cached" if r["train_s"] is None else f"{r['train_s']:.0f}",
         )
         for r in runs
     ]

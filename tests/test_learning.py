@@ -2,7 +2,8 @@
 
 The margin and the settings come from `python benchmarks/learning.py --tasks one_word --losses grpo
 --seeds 0,1,2 --steps 6 --out learning_regression -- --max-tokens 32`
-(benchmarks/results/learning_regression.json): every seed gained well above `MARGIN`.
+(benchmarks/results/learning_regression.json): held-out gains +0.230, +0.216, +0.147 over seeds 0-2 (base
+0.16-0.20), so `MARGIN` sits two thirds below the smallest.
 """
 
 import sys
@@ -16,7 +17,7 @@ import learning
 pytestmark = pytest.mark.slow
 STEPS = 6
 EXTRA = ["--max-tokens", "32"]  # one-word answers need few tokens; the test runs faster
-MARGIN = 0.1
+MARGIN = 0.05
 """Held-out mean reward (0-1) the trained LoRA must gain over the base model."""
 
 
