@@ -2,8 +2,8 @@
 
 Each scores the last assistant message only, and densely: a small model's answers to a task differ in
 these scores from the start, so a group carries signal. (All-or-nothing criteria that the embedded base
-model never meets, such as "a JSON object with keys a and b" or "end with a fixed sentence", tied every
-group in our trials: GRPO cannot learn from them.) A task file names its judge as
+model never meets, such as "a JSON object with keys a and b" or "end with a fixed sentence", tied nearly
+every group in our trials: GRPO has next to nothing to learn from.) A task file names its judge as
 `benchmarks.learning_tasks.judges:<function>`.
 """
 
