@@ -49,9 +49,9 @@ DIFFICULTIES: dict[Difficulty, str] = {
 }
 LENGTHS = ("short: one sentence", "medium: two to four sentences", "long: a detailed message with context")
 SYSTEM_PROMPT_TRIES = 3
+"""Calls (with different seeds) for a system prompt that parses and passes the checks, before falling back."""
 MIN_YIELD_PER_CALL = 0.5
 """The fewest new unique inputs a call is expected to bring when planning a round of calls."""
-"""Calls (with different seeds) for a system prompt that parses and passes the checks, before falling back."""
 
 logger = logging.getLogger(__name__)
 

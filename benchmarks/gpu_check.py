@@ -47,13 +47,12 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
 
     sys.path.insert(0, str(ROOT))
     import autorl as art
+    from autorl.inputs import read_inputs_jsonl
     from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
     from benchmarks.learning_tasks import judges
 
-    rows = [
-        json.loads(line) for line in (ROOT / "benchmarks" / "learning_tasks" / "inputs.jsonl").read_text().splitlines()
-    ]
-    inputs = [r["input"] for r in rows if r["split"] == "train"]
+    rows = read_inputs_jsonl(ROOT / "benchmarks" / "learning_tasks" / "inputs.jsonl")
+    inputs = [row.input for row in rows if row.split == "train"]
     system = "Answer the user's question with exactly one word and nothing else."
     peak = {"gpu_mib": 0}
     sampling = threading.Event()

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from _common import ROOT, summary, write_result
 
+from autorl.backend import read_history
+
 TASKS_DIR = ROOT / "benchmarks" / "learning_tasks"
 TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 LOSSES = ("grpo", "dr_grpo", "gspo")
@@ -58,7 +60,7 @@ def one_run(task: str, loss: str, seed: int, steps: int, home: Path, extra: list
     record = json.loads((home / "runs" / command[command.index("--name") + 1] / "run.json").read_text())
     variants = record["stages"]["evaluate"]["summary"]["variants"]
     train = record["stages"]["train"]
-    history = [json.loads(line) for line in (home / "runs" / record["name"] / "history.jsonl").read_text().splitlines()]
+    history = read_history(home / "runs" / record["name"])
     return {
         "task": task,
         "loss": loss,
