@@ -1,4 +1,5 @@
-"""Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served."""
+"""Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served, and a
+restarted backend that resumes at the newest checkpoint."""
 
 import asyncio
 
@@ -81,43 +82,25 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
         finally:
             backend.close()
 
-    base_url = asyncio.run(scenario())
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(base_url.removesuffix("/v1") + "/health", timeout=2)
-
-
-def test_a_restarted_backend_resumes_at_the_newest_checkpoint(tmp_path):
-    async def scenario():
-        model = art.TrainableModel(name="agent", project="it")
-        backend = art.LocalBackend(tmp_path)
-        await model.register(backend)
-        try:
-            client = model.openai_client()
-
-            async def rollout(reward: float) -> art.Trajectory:
-                messages = [{"role": "user", "content": "Say yes."}]
-                response = await client.chat.completions.create(
-                    model=model.get_inference_name(), messages=messages, max_tokens=8, logprobs=True
-                )
-                return art.Trajectory(messages_and_choices=[*messages, response.choices[0]], reward=reward)
-
-            group = await art.TrajectoryGroup(rollout(r) for r in (0.0, 1.0))
-            await model.train([group])
-        finally:
-            backend.close()
+    async def restarted():
+        """A new backend on the same directory resumes at the newest checkpoint and serves it."""
         again = art.TrainableModel(name="agent", project="it")
-        backend = art.LocalBackend(tmp_path)
+        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving))
         await again.register(backend)
         try:
             assert await again.get_step() == 1
-            if backend.server_config.serves_merged():  # the default on CPU
-                assert again.get_inference_name() == "agent" and backend._state(again).resident == 1
-            else:
-                assert again.get_inference_name() == "agent@0001"
+            assert again.get_inference_name() == NAMES[serving][1]
+            if serving == "merged":
+                assert backend._state(again).resident == 1
+            served = {m.id for m in (await again.openai_client().models.list()).data}
+            assert NAMES[serving][1] in served
         finally:
             backend.close()
 
-    asyncio.run(scenario())
+    base_url = asyncio.run(scenario())
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(base_url.removesuffix("/v1") + "/health", timeout=2)
+    asyncio.run(restarted())
 
 
 def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):

@@ -1,4 +1,5 @@
-"""End to end: `autorl run` on the embedded model through a real vLLM server, as a user runs it.
+"""End to end: `autorl run` on the embedded model through a real vLLM server, as a user runs it, and
+`autorl benchmark` of a run's base model against its latest checkpoint.
 
 The runs share one home, so later runs reuse the inputs and system prompt the first one generated.
 """
@@ -9,8 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from wandb_records import history as wandb_history
 
@@ -104,12 +107,26 @@ def steps_in_history(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in (run_dir / "history.jsonl").read_text().splitlines()]
 
 
-def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
+@dataclass
+class FirstRun:
+    output: str
+    seconds: float
+    server_processes: set[int]
+    """The run's processes while its vLLM server ran."""
+
+
+@pytest.fixture(scope="module")
+def first_run(home) -> FirstRun:
+    """A two-step run named "first" (with W&B, offline); the other runs reuse its inputs and system prompt."""
     started = time.monotonic()
     process = autorl(home, "first", "--steps", "2")
     children = wait_until(process, server_running(process))
     output = finish(process)
-    first_seconds = time.monotonic() - started
+    return FirstRun(output, time.monotonic() - started, children)
+
+
+def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home, first_run):
+    output, first_seconds, children = first_run.output, first_run.seconds, first_run.server_processes
     run_dir = home / "runs" / "first"
     assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
     assert (run_dir / "checkpoints" / "0002" / "adapter_model.safetensors").is_file()
@@ -157,6 +174,32 @@ def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home):
     assert stages["inputs"]["cached"] and stages["system_prompt"]["cached"] and stages["baseline"]["cached"]
     assert not stages["train"]["cached"] and not stages["evaluate"]["cached"]
     assert steps_in_history(run_dir) == [1]  # the run now points at the new training
+
+
+def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(home, first_run, tmp_path):
+    """Base model against the run's latest checkpoint, judged by the run's embedded RULER judge."""
+
+    def benchmark() -> str:
+        args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
+        result = subprocess.run(
+            [sys.executable, "-m", "autorl.cli", *args], capture_output=True, text=True, timeout=1800
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    first = benchmark()
+    results = pd.read_csv(tmp_path / "results.csv")
+    assert list(results["variant"]) == ["base", "first@latest"] and not results["failed"].any(), first
+    assert (results["n"] >= 1).all() and results["mean"].between(0, 1).all(), first
+    written = {p.name for p in tmp_path.iterdir()}
+    assert {"results.md", "results.csv", "winrates.csv", "scores.csv", "scores.png"} <= written
+    assert "| first@latest |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "scores.png").read_bytes()[:4] == b"\x89PNG"
+    assert "model calls this run: 0" not in first
+
+    again = benchmark()
+    assert "model calls this run: 0" in again
+    assert pd.read_csv(tmp_path / "results.csv").equals(results)
 
 
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
