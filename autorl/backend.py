@@ -116,7 +116,9 @@ class LocalBackend:
                     )
                 step = await self.get_step(model) + 1
                 metrics = await asyncio.to_thread(state.trainer.step, groups, config)
-                if metrics["groups_trained"] == 0:
+                if not groups:
+                    log.warning("step %d: no trajectory groups to train on; the LoRA is unchanged", step)
+                elif metrics["groups_trained"] == 0:
                     log.warning(
                         "step %d: no training signal (%d of %d groups had tied rewards); the LoRA is unchanged",
                         step,

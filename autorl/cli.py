@@ -97,7 +97,7 @@ def _per_loss_defaults(name: str) -> str:
 RUN_FLAGS = field_flags(
     RunConfig,
     {
-        "steps": {}, "group_size": {}, "groups_per_step": {}, "num_inputs": {"names": ("--inputs",)},
+        "steps": {}, "group_size": {}, "groups_per_step": {}, "max_idle_steps": {}, "num_inputs": {"names": ("--inputs",)},
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
@@ -139,7 +139,7 @@ def run_command(
         run_async(run_pipeline(spec, config, err))
     except ValidationError as exc:
         first = exc.errors()[0]
-        fail(f"{flag_for(RUN_FLAGS, first['loc'])}: {first['msg']}")
+        fail(f"{flag_for(RUN_FLAGS, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
     except AutoRLError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

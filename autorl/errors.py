@@ -21,3 +21,8 @@ class FatalError(AutoRLError):
 class McpServerDied(FatalError):
     """An MCP server of the task did not start, died a second time (it is restarted once), or did not
     restart (`autorl.mcp_servers`)."""
+
+
+class DiskFullError(AutoRLError):
+    """A write failed for lack of disk space (`autorl.atomic`); what was being written is absent or the
+    previous version, so the same command resumes once space is freed."""

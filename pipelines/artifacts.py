@@ -9,7 +9,6 @@ either complete or absent: a crash or a full disk mid-write leaves the previous 
 from __future__ import annotations
 
 import ast
-import errno
 import functools
 import hashlib
 import importlib.util
@@ -23,7 +22,6 @@ from types import ModuleType
 from typing import Any
 
 from autorl.atomic import atomic_dir, atomic_text
-from autorl.errors import AutoRLError
 from ruler.prompt import canonical_json  # one stable JSON text for every key and manifest
 
 MANIFEST = "artifact.json"
@@ -146,19 +144,11 @@ class ArtifactStore:
 
     @contextmanager
     def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
-        """Yield a temporary directory to fill; on success it becomes the artifact, atomically."""
-        try:
-            with atomic_dir(self.path(stage, key)) as tmp:  # replaces an artifact removed by --force
-                yield tmp
-                (tmp / MANIFEST).write_text(
-                    canonical_json({"stage": stage, "key": key, "created": time.time(), **meta})
-                )
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise AutoRLError(
-                    f"disk full while writing the {stage} artifact; the previous one is untouched"
-                ) from None
-            raise
+        """Yield a temporary directory to fill; on success it becomes the artifact, atomically (a full
+        disk is a `DiskFullError`, and the previous artifact is untouched)."""
+        with atomic_dir(self.path(stage, key)) as tmp:  # replaces an artifact removed by --force
+            yield tmp
+            (tmp / MANIFEST).write_text(canonical_json({"stage": stage, "key": key, "created": time.time(), **meta}))
 
     def summary(self, stage: str, key: str) -> dict[str, Any]:
         """The summary written for an artifact; empty when it has none."""

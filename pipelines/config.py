@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.embedded import DEFAULT_BASE_MODEL
@@ -34,6 +35,9 @@ class RunConfig(BaseModel):
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
+    max_idle_steps: int = Field(3, ge=0)
+    """Training steps in a row that may train nothing (every group tied, or none scorable by the judge); one
+    more ends the run with an error instead of a silent run of no-op steps. 0: no limit."""
     num_inputs: int | None = Field(None, ge=2)
     """Inputs to generate, train and validation together; unset: the task's `num_inputs`."""
     eval_samples: int = Field(2, ge=2)
@@ -51,7 +55,8 @@ class RunConfig(BaseModel):
     home: Path = Path(".autorl")
     """Where runs (`runs/<name>`) and the artifact cache (`artifacts/`) live."""
     name: str | None = None
-    """Run name; unset: one derived from the task text and the model."""
+    """Run name (letters, digits, '.', '_', '-'; a directory name under `runs/`); unset: one derived from the
+    task text and the model."""
     wandb: bool = True
     """Log to Weights & Biases (offline unless WANDB_MODE says otherwise)."""
     force: list[str] = Field(default_factory=list)
@@ -63,6 +68,13 @@ class RunConfig(BaseModel):
     sequences of `max_model_len` tokens: above a default run's largest batch (a training step's `group_size` x
     `groups_per_step` = 16 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
+
+    @field_validator("name")
+    @classmethod
+    def _a_directory_name(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", name):
+            raise ValueError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
+        return name
 
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:

@@ -30,6 +30,7 @@ from ruler.loading import load_judge
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
+from .run_lock import run_locks
 from .stages import STAGE_MODULES
 from .tracking import Tracker
 
@@ -80,13 +81,26 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     console = console or Console(stderr=True)
     name = config.name or default_run_name(task, config.model)
     run_dir = config.home / "runs" / name
+    keys = stage_keys(task, config)
+    store = ArtifactStore(config.home / "artifacts")
+    with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
+        return await _run_locked(task, config, console, name, run_dir, keys, store)
+
+
+async def _run_locked(
+    task: TaskSpec,
+    config: RunConfig,
+    console: Console,
+    name: str,
+    run_dir: Path,
+    keys: dict[str, str],
+    store: ArtifactStore,
+) -> dict[str, Any]:
     record = _open_record(run_dir, name, task, config)
     forced = forced_stages(config.force)
     judge = load_judge(
         config.judge, cache_dir=config.home / "cache" / "ruler"
     )  # a bad spec fails before any server starts
-    keys = stage_keys(task, config)
-    store = ArtifactStore(config.home / "artifacts")
     calls: Counter = Counter()
     policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
     tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))

@@ -11,6 +11,7 @@ from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import STAGES, RunConfig
 from pipelines.pipeline import forced_stages, stage_keys
+from pipelines.stages.train import check_idle_steps
 from pipelines.stats import mean_ci
 
 TASK = TaskSpec(description="Turn a casual sentence into formal business English")
@@ -48,7 +49,7 @@ def test_a_failed_write_leaves_the_previous_artifact_valid(tmp_path):
     with store.write("inputs", "k1", {}) as out:
         (out / "inputs.jsonl").write_text("old\n")
     with (
-        pytest.raises(AutoRLError, match="disk full while writing the inputs artifact"),
+        pytest.raises(AutoRLError, match=r"disk full while writing .*inputs/k1; nothing was half-written"),
         store.write("inputs", "k1", {}) as out,
     ):
         (out / "inputs.jsonl").write_text("new, half")
@@ -216,3 +217,16 @@ def test_the_stage_context_counts_what_the_judge_did():
     assert asyncio.run(ctx.score(group("bad"))) is None
     assert ctx.judging == Counter(groups=2, failed=1, retries=1, shortened=1)
     assert ctx.calls["judge"] == 2
+
+
+def test_a_run_of_idle_steps_ends_with_one_line_after_the_limit():
+    def history(*trained: int) -> list[dict]:
+        return [{"step": i + 1, "groups_trained": n} for i, n in enumerate(trained)]
+
+    check_idle_steps(history(2, 0, 0, 0), limit=3)  # three idle steps: allowed
+    check_idle_steps(history(0, 0, 0, 0, 0), limit=0)  # 0: no limit
+    check_idle_steps(history(0, 0, 0, 1), limit=3)  # a step that trained ends the streak
+    with pytest.raises(AutoRLError) as error:
+        check_idle_steps(history(1, 0, 0, 0, 0), limit=3)
+    assert str(error.value).startswith("4 training steps in a row trained nothing")
+    assert "--max-idle-steps" in str(error.value) and "\n" not in str(error.value)

@@ -16,6 +16,7 @@ from autorl import gather_trajectory_groups
 from autorl.atomic import atomic_file, atomic_text
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.errors import AutoRLError
 from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import MANIFEST, canonical_json
@@ -88,6 +89,11 @@ async def run(ctx: StageContext) -> dict:
         scored = await gather_trajectory_groups(
             groups, pbar_desc=f"step {step}/{config.steps}", max_exceptions=0.25, after_each=score_and_save
         )
+        if not scored:
+            ctx.console.print(
+                f"[yellow]step {step}: no group could be scored ({len(groups)} dropped: the judge failed on each, "
+                "see the warnings above); this step trains nothing[/yellow]"
+            )
         metrics = await ctx.policy.model.train(scored, config=config.train)
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
@@ -99,10 +105,26 @@ async def run(ctx: StageContext) -> dict:
             f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}  "
             f"train {metrics['step_time_s']:.1f}s"
         )
+        check_idle_steps(read_history(work), config.max_idle_steps)
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
+
+
+def check_idle_steps(history: list[dict], limit: int) -> None:
+    """Raise when the last `limit + 1` steps of `history` all trained nothing (no limit when `limit` is 0).
+    Counted from the history, so a resumed run counts the steps before the kill too."""
+    idle = 0
+    for entry in reversed(history):
+        if entry["groups_trained"] > 0:
+            break
+        idle += 1
+    if limit and idle > limit:
+        raise AutoRLError(
+            f"{idle} training steps in a row trained nothing (every group tied or unscored; see each step's "
+            "line): fix the judge or the rubric so that answers score apart, or raise --max-idle-steps"
+        )
 
 
 def best_step(ctx: StageContext) -> int:

@@ -1,0 +1,83 @@
+"""A full disk, for real: a size-limited tmpfs filled up. A write that does not fit is one clear error,
+leaves no half-written file and no temporary behind, keeps the previous version, and the same write
+succeeds once space is freed. Mounting needs root (CI runs as root); elsewhere the tests are skipped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import choice
+
+from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+from autorl.atomic import atomic_text
+from autorl.checkpoints import latest_checkpoint
+from autorl.errors import DiskFullError
+from autorl.trainer import OPTIMIZER_FILE, GRPOTrainer
+
+
+def mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, unmounted after the test."""
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk, "2m"):
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill `disk` up to `leave` free bytes with one file; removing it frees the space."""
+    stat = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * max(stat.f_bavail * stat.f_frsize - leave, 0))
+    return filler
+
+
+def test_a_file_that_does_not_fit_is_one_line_and_the_old_one_stays(small_disk):
+    path = small_disk / "run.json"
+    atomic_text(path, "old")
+    filler = fill(small_disk, leave=64 * 1024)
+    with pytest.raises(DiskFullError) as error:
+        atomic_text(path, "x" * 1024 * 1024)
+    assert str(error.value).startswith(f"disk full while writing {path};") and "\n" not in str(error.value)
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "run.json"], "no temporary left"
+    filler.unlink()
+    atomic_text(path, "x" * 1024 * 1024)  # space freed: the same write succeeds
+    assert path.stat().st_size == 1024 * 1024
+
+
+def test_a_checkpoint_that_does_not_fit_is_absent_and_saves_once_space_is_freed(tiny_model, small_disk):
+    checkpoints = small_disk / "checkpoints"
+    trainer = GRPOTrainer(tiny_model, checkpoints, TrainerConfig())
+    prompt = [{"role": "user", "content": "hi"}]
+    group = TrajectoryGroup(
+        [
+            Trajectory(messages_and_choices=[*prompt, choice(text, [5, 6, 7])], reward=r)
+            for text, r in (("a", 0.0), ("b", 1.0))
+        ]
+    )
+    metrics = trainer.step([group], TrainConfig())
+    filler = fill(small_disk, leave=16 * 1024)  # less than the adapter and optimizer state take
+    with pytest.raises(DiskFullError, match=r"disk full while writing .*checkpoints/0001; nothing was half-written"):
+        trainer.save(1, metrics)
+    assert latest_checkpoint(checkpoints) is None
+    assert not list(checkpoints.iterdir()), "no partial checkpoint or temporary left"
+    filler.unlink()
+    path = trainer.save(1, metrics)
+    assert latest_checkpoint(checkpoints) == (1, path)
+    assert torch.load(path / OPTIMIZER_FILE)["state"], "the checkpoint is complete"
