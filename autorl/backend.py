@@ -13,7 +13,7 @@ from .atomic import atomic_text
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig
 from .embedded import resolve_base_model
-from .errors import AutoRLError
+from .errors import AutoRLError, ServerDiedError
 from .trajectories import TrajectoryGroup
 from .vllm_server import ServerConfig, VLLMServer, install_exit_hooks
 
@@ -40,10 +40,13 @@ class _ModelState:
         self.trainer = None
         """The GRPOTrainer, created at the first training step."""
         self.lock = asyncio.Lock()
-        self.loaded: set[str] = set()
-        """LoRA names loaded into the server (adapter serving)."""
+        self.loaded: dict[str, int] = {}
+        """LoRA names loaded into the server, and their steps (adapter serving)."""
         self.resident = 0
         """The step whose weights the server holds (merged serving; 0: the base model)."""
+        self.restarts = 0
+        """Times the server died and was restarted."""
+        self.restart_lock = asyncio.Lock()
 
 
 class LocalBackend:
@@ -93,6 +96,7 @@ class LocalBackend:
         _reconcile_history(run_dir)
         model.inference_base_url = server.base_url
         model.inference_api_key = LOCAL_API_KEY
+        model._gate.recover = lambda: self.recover(model)
         model.inference_model_name = served_name
         latest = latest_checkpoint(run_dir / "checkpoints")
         if latest is not None:
@@ -131,7 +135,7 @@ class LocalBackend:
                 model.inference_model_name = await self.serve_checkpoint(model, step)
                 if previous in state.loaded:  # only the newest LoRA stays resident
                     await asyncio.to_thread(state.server.unload_lora, previous)
-                    state.loaded.discard(previous)
+                    del state.loaded[previous]
             finally:
                 model._gate.open()
         return {"step": step, **metrics}
@@ -144,6 +148,11 @@ class LocalBackend:
         with one checkpoint after the other.
         """
         state = self._state(model)
+        if not state.server.running:
+            await self.recover(model)
+        return await self._load_checkpoint(model, state, step)
+
+    async def _load_checkpoint(self, model: TrainableModel, state: _ModelState, step: int) -> str:
         path = None
         if step > 0:
             path = state.run_dir / "checkpoints" / checkpoint_name(step)
@@ -159,8 +168,38 @@ class LocalBackend:
         name = inference_name(model.name, step)
         if name not in state.loaded:
             await asyncio.to_thread(state.server.load_lora, name, path)
-            state.loaded.add(name)
+            state.loaded[name] = step
         return name
+
+    async def recover(self, model: TrainableModel) -> bool:
+        """Restart the model's server if it died, serving what it served (merged: the resident checkpoint;
+        adapter: every loaded LoRA) on the same port; returns whether the server runs now, i.e. whether a
+        request that failed to reach it is worth sending again. The model's clients call this when a
+        request cannot connect or is cut (`autorl.model`). Raises `ServerDiedError` when the server died
+        more than `ServerConfig.max_restarts` times."""
+        state = self._models.get(model.name)
+        if state is None:
+            return False
+        async with state.restart_lock:  # requests that failed together: the first restarts, the rest retry
+            if state.server.running:
+                return True
+            code = state.server.exit_code
+            if state.restarts >= self.server_config.max_restarts:
+                raise ServerDiedError(
+                    f"the vLLM server of {model.name!r} died {state.restarts + 1} times (last exit code {code}); "
+                    f"see {state.server.log_path}"
+                )
+            state.restarts += 1
+            log.warning(
+                "the vLLM server of %r died (exit code %s); restarting it (%d of at most %d)",
+                model.name, code, state.restarts, self.server_config.max_restarts,
+            )  # fmt: skip
+            resident, loaded = state.resident, dict(state.loaded)
+            state.resident, state.loaded = 0, {}
+            await asyncio.to_thread(state.server.restart)
+            for step in sorted({resident, *loaded.values()} - {0}):
+                await self._load_checkpoint(model, state, step)
+            return True
 
     def _state(self, model: TrainableModel) -> _ModelState:
         if model.name not in self._models:

@@ -26,3 +26,7 @@ class McpServerDied(FatalError):
 class DiskFullError(AutoRLError):
     """A write failed for lack of disk space (`autorl.atomic`); what was being written is absent or the
     previous version, so the same command resumes once space is freed."""
+
+
+class ServerDiedError(FatalError):
+    """The policy's vLLM server died more often than `ServerConfig.max_restarts` allows."""

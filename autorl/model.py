@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,11 +17,14 @@ from .trajectories import TrajectoryGroup
 
 
 class InferenceGate:
-    """Holds back requests to the policy while a training step runs."""
+    """Holds back requests to the policy while a training step runs, and asks the backend to recover a
+    server that requests cannot reach."""
 
     def __init__(self) -> None:
         self._open = asyncio.Event()
         self._open.set()
+        self.recover: Callable[[], Awaitable[bool]] | None = None
+        """Set by the backend: restarts the model's server if it died; True when a retry may succeed."""
 
     def close(self) -> None:
         self._open.clear()
@@ -32,16 +36,28 @@ class InferenceGate:
         await self._open.wait()
 
 
-class _GatedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that waits for the gate before each request."""
+RECOVERY_RETRIES = 2
+"""Times one request is sent again after its server was found dead and recovered."""
 
-    def __init__(self, gate: InferenceGate):
+
+class _GatedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that waits for the gate before each request, and sends a request again when it
+    could not reach the server or was cut off and the gate's `recover` brought the server back."""
+
+    def __init__(self, gate: InferenceGate, inner: httpx.AsyncBaseTransport | None = None):
         self._gate = gate
-        self._inner = httpx.AsyncHTTPTransport()
+        self._inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._gate.wait()
-        return await self._inner.handle_async_request(request)
+        retries = 0
+        while True:
+            await self._gate.wait()
+            try:
+                return await self._inner.handle_async_request(request)
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
+                retries += 1
+                if retries > RECOVERY_RETRIES or self._gate.recover is None or not await self._gate.recover():
+                    raise
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -15,6 +15,7 @@ SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import math
@@ -102,6 +103,9 @@ class ServerConfig(BaseModel):
     """Weights dtype for inference (auto, bfloat16, float32, ...)."""
     startup_timeout_s: float = 600.0
     """How long to wait for the server's health check before giving up."""
+    max_restarts: int = Field(3, ge=0)
+    """Times a `LocalBackend` restarts a model's server that died (on the same port, serving what it
+    served); one more death ends the run with `ServerDiedError`."""
     tool_call_parser: str | None = "hermes"
     """vLLM's parser of tool calls in the model's output (`--enable-auto-tool-choice --tool-call-parser`),
     which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
@@ -289,6 +293,11 @@ class VLLMServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of a server process that ended by itself (None while it runs or once stopped)."""
+        return None if self._process is None else self._process.poll()
+
     def command(self) -> list[str]:
         c = self.config
         return [
@@ -350,6 +359,19 @@ class VLLMServer:
         if c.port is not None and _port_in_use(c.host, c.port):
             raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")
         self.port = c.port or free_port(c.host)
+        self._launch()
+
+    def restart(self) -> None:
+        """Start a new server process in place of one that died, on the same port, so clients keep their URL."""
+        port = self.port
+        self.stop()
+        if _port_in_use(self.config.host, port):
+            raise ServerStartError(f"vLLM server died and its port {port} was taken meanwhile; rerun to resume")
+        self.port = port
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start the server process on `self.port` and wait until it is healthy."""
         VLLMServer.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
@@ -459,7 +481,11 @@ class VLLMServer:
         process, self._process = self._process, None
         _live_servers.discard(self)
         self._merger = None
-        if process is None or process.poll() is not None:
+        if process is None:
+            return
+        if process.poll() is not None:  # died: what it started (its engine core) may live on in its group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             return
         for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10)):
             try:

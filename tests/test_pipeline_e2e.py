@@ -19,6 +19,9 @@ from wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
+SECRET = "sk-autorl-test-0123456789abcdef-never-write-me"
+"""A fake API key in every run's environment: no file a run writes may hold it."""
+ENV = {**os.environ, "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HF_TOKEN": SECRET}
 SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2"]
 
 
@@ -41,6 +44,7 @@ def autorl(home: Path, name: str, *args: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         preexec_fn=_foreground_signals,
+        env=ENV,
     )
 
 
@@ -181,9 +185,8 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
 
     def benchmark() -> str:
         args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
-        result = subprocess.run(
-            [sys.executable, "-m", "autorl.cli", *args], capture_output=True, text=True, timeout=1800
-        )
+        command = [sys.executable, "-m", "autorl.cli", *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=ENV)
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout + result.stderr
 
@@ -217,7 +220,20 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     work = home / "artifacts" / "train" / record(home, "killed")["keys"]["train"]
     assert not (work / "checkpoints" / "0002").exists()
 
-    finish(autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb"))
+    # the resumed run's policy server is killed as step 3 starts: restarted, the run loses no step
+    resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb")
+    train_key = record(home, "killed")["keys"]["train"]
+
+    def policy_server() -> set[int]:  # the vLLM server serving the training (merged: under its key)
+        return {
+            p for p in alive(descendants(resumed.pid)) if train_key.encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+        }
+
+    wait_until(resumed, lambda: (work / "steps" / "0003").exists() and policy_server())
+    for pid in policy_server():
+        os.kill(pid, signal.SIGKILL)
+    output = finish(resumed)
+    assert "the vLLM server of" in output and "died" in output and "restarting it (1 of at most 3)" in output
     run_dir = home / "runs" / "killed"
     assert steps_in_history(run_dir) == [1, 2, 3]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
@@ -255,3 +271,14 @@ def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_onc
     assert "interrupted; rerun the same command to resume" in output
     assert not wait_gone(children, 10), "vLLM processes outlived SIGTERM"
     assert record(home, "terminated")["status"] == "interrupted"
+
+
+def test_no_file_a_run_wrote_holds_the_api_key(home, first_run):
+    """Artifacts, logs, reports, parquet and W&B files of every run in the home (and the embedded
+    servers' logs): the key in the environment appears in none of them."""
+    from autorl.embedded import cache_dir
+
+    files = [p for p in [*home.rglob("*"), *(cache_dir() / "logs").glob("*")] if p.is_file() and not p.is_symlink()]
+    suffixes = {p.suffix for p in files}
+    assert {".json", ".jsonl", ".parquet", ".md", ".wandb", ".log"} <= suffixes, suffixes
+    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []

@@ -45,8 +45,8 @@ def settings(task, config) -> dict:
     }
 
 
-SERVER_PLACEMENT = {"host", "port", "startup_timeout_s"}
-"""Server settings that say where and how patiently the server runs, not what it computes."""
+SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts"}
+"""Server settings that say where, how patiently and how persistently the server runs, not what it computes."""
 
 
 def steps_done(ctx: StageContext) -> int:
