@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -22,7 +23,7 @@ import ruler
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import JudgeFailedError, JudgeModel, RetryPolicy, RulerJudge
 
-FAST_RETRY = RetryPolicy(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.05, jitter=0)
+FAST_RETRY = RetryPolicy(max_attempts=4, outage_s=1.5, initial_backoff_s=0.01, max_backoff_s=0.05, jitter=0)
 
 
 @dataclass
@@ -83,21 +84,50 @@ class FakeJudgeServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._http.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self._http.server_port}/v1"
-        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True)
+        self._handler = Handler
+        self._lock = threading.Lock()
+        self._exited = False
+        self._http: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    def _listen(self) -> None:
+        with self._lock:
+            if self._exited:
+                return
+            self._http = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
+            self._http.daemon_threads = True
+            self.port = self._http.server_port
+            threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True).start()
+
+    def _close(self) -> None:
+        with self._lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+
+    def close_for(self, seconds: float) -> None:
+        """Close the port, so connections are refused, and listen on it again after `seconds`."""
+        self._close()
+        reopen = threading.Timer(seconds, self._listen)
+        reopen.daemon = True
+        reopen.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def judge_model(self, **fields) -> JudgeModel:
         return JudgeModel(model="fake-judge", base_url=self.base_url, **fields)
 
     def __enter__(self) -> FakeJudgeServer:
-        self._thread.start()
+        self._listen()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        with self._lock:
+            self._exited = True
+        self._close()
 
 
 @pytest.fixture
@@ -199,6 +229,27 @@ def test_gives_up_after_max_attempts_with_one_line_error(server):
     assert len(server.requests) == 4
 
 
+def test_a_judge_outage_shorter_than_outage_s_costs_time_not_the_group(server):
+    """Connections refused (the judge's port is closed), then a storm of 429s, then an answer."""
+    patient = RetryPolicy(outage_s=20, initial_backoff_s=0.1, max_backoff_s=0.5)
+    judge = RulerJudge(server.judge_model(), retry=patient, cache_dir=None)
+    group = [conversation("q", "a"), conversation("q", "b")]
+    server.script.extend(
+        [*(Reply(status=429, content="slow down") for _ in range(3)), Reply(content=scores_json(_1=1, _2=0))]
+    )
+    server.close_for(1.0)
+    started = time.monotonic()
+    scores = run(judge.score_group(group, rubric="r"))
+    assert [s.score for s in scores] == [1.0, 0.0]
+    assert scores[0].metrics["ruler_attempts"] >= 4  # 3 x 429, the answer (and the refused ones, if not
+    assert len(server.requests) == 4 and time.monotonic() - started >= 1.0  # retried inside the client)
+
+    server.close_for(30)  # down for longer than the budget: the group fails with one line
+    short = RulerJudge(server.judge_model(), retry=RetryPolicy(outage_s=1, initial_backoff_s=0.2), cache_dir=None)
+    with pytest.raises(JudgeFailedError, match=r"the judge could not answer for [01]s \(\d+ attempts, outage_s 1\)"):
+        run(short.score_group(group, rubric="r"))
+
+
 def test_client_errors_are_not_retried(server):
     judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
     server.script.append(Reply(status=401, content="bad key"))
@@ -263,7 +314,9 @@ def test_ruler_score_group_swallows_a_failed_judge(server, caplog):
         judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
         result = run(ruler.ruler_score_group(group, judge, swallow_exceptions=True))
     assert result is None
-    assert "could not score a group of 2 trajectories" in caplog.text and "failed 4 times" in caplog.text
+    assert "could not score a group of 2 trajectories" in caplog.text
+    assert re.search(r"the judge could not answer for \ds \(\d+ attempts, outage_s 1.5\)", caplog.text)
+    assert "InternalServerError" in caplog.text
 
 
 def test_the_request_states_the_task_bounds_the_answer_and_fits_the_context(server):
