@@ -6,11 +6,6 @@ load torch until a trainer is needed.
 """
 
 import importlib
-import os
-
-# LiteLLM (under DSPy and RULER) would download its model price map at import; use the bundled one so
-# nothing reaches the network unasked. Set LITELLM_LOCAL_MODEL_COST_MAP=False to opt back in.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _EXPORTS = {
     "AutoRLError": "errors",

@@ -1,9 +1,10 @@
 """Generate the policy's system prompt and N train/validation inputs from a task, with DSPy.
 
 Two typed DSPy signatures, `WriteSystemPrompt` and `WriteInputs`, run through `dspy.JSONAdapter`
-on a `dspy.LM` that points at the generator: `"embedded"` (the local vLLM server on the embedded
-model), any LiteLLM model string (`"openai/gpt-4.1-mini"`), or `name@http://host:port/v1` for model
-`name` on any OpenAI-compatible server (the same forms as a judge model). Every call sends a `response_format` JSON schema that bounds each string's
+on a `dspy.LM` that points at the generator, a model spec (`ruler.endpoint`, the same forms as a judge
+model): `"embedded"` (the local vLLM server on the embedded model), any LiteLLM model string
+(`"openai/gpt-4.1-mini"`), or `name@http://host:port/v1` for model `name` on any OpenAI-compatible
+server. Every call sends a `response_format` JSON schema that bounds each string's
 length and the list's size, so a server with guided decoding (vLLM) can only produce JSON that
 parses, even from a 135M model.
 
@@ -34,6 +35,8 @@ from typing import Any, Literal, NamedTuple, get_args
 import dspy
 from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import Progress
+
+from ruler.endpoint import ModelEndpoint, use_local_cost_map
 
 from .dedup import DEFAULT_VAL_FRACTION, NEAR_DUPLICATE_THRESHOLD, DedupIndex, Split, split_train_val
 from .errors import AutoRLError
@@ -191,23 +194,13 @@ _ADAPTER = dspy.JSONAdapter()
 def generator_lm(generator: str, **settings: Any) -> tuple[dspy.LM, str]:
     """A `dspy.LM` for the generator, and the model name to record (never an address or a key).
 
-    `generator` is "embedded", `name@http://host:port/v1` (model `name` on an OpenAI-compatible server,
-    sent no key), or a LiteLLM model string (its key read from the provider's usual variable).
-    DSPy's response cache is off: the pipeline caches the artifacts.
+    `generator` is a model spec (`ruler.endpoint`): "embedded", `name@http://host:port/v1` (model `name` on
+    an OpenAI-compatible server, sent no key), or a LiteLLM model string (its key read from the provider's
+    usual variable). DSPy's response cache is off: the pipeline caches the artifacts.
     """
-    if generator == "embedded":
-        from .vllm_server import embedded_endpoint
-
-        endpoint = embedded_endpoint()
-        name, api_base = endpoint.model, endpoint.base_url
-    else:
-        name, at, url = generator.partition("@http")
-        api_base = "http" + url if at else None
-        if not name.strip():
-            raise AutoRLError(f"generator {generator!r} names no model: use embedded, provider/model or name@URL")
-    if api_base is None:
-        return dspy.LM(generator, cache=False, **settings), generator
-    return dspy.LM(f"openai/{name}", api_base=api_base, api_key="EMPTY", cache=False, **settings), name
+    use_local_cost_map()  # before DSPy imports LiteLLM
+    target = ModelEndpoint.parse(generator).target()
+    return dspy.LM(**target.params(), cache=False, **settings), target.name
 
 
 def _response_format(name: str, properties: dict[str, Any]) -> dict[str, Any]:

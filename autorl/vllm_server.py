@@ -29,12 +29,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
+
+from ruler.endpoint import ModelEndpoint
 
 from .die_with_parent import die_with_parent
 from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
@@ -227,14 +228,6 @@ def memory_available_for_kv(model_dir: Path) -> int:
             pass
     weights = sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in Path(model_dir).glob(pattern))
     return available - weights - MEMORY_MARGIN_BYTES
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """An OpenAI-compatible endpoint: where to send requests and which model name to ask for."""
-
-    base_url: str
-    model: str
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -552,8 +545,8 @@ def running_server_for(model_dir: Path) -> VLLMServer | None:
     return next((s for s in _live_servers if s.running and not s.merged and s.model_dir.resolve() == model_dir), None)
 
 
-def embedded_endpoint(config: ServerConfig | None = None) -> Endpoint:
-    """The embedded base model behind an OpenAI-compatible endpoint.
+def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
+    """The embedded base model behind an OpenAI-compatible endpoint (its served name at the server's URL).
 
     Reuses a server this process already runs on the embedded model's plain weights (see
     `running_server_for`); otherwise starts one shared server, stopped at exit.
@@ -566,4 +559,4 @@ def embedded_endpoint(config: ServerConfig | None = None) -> Endpoint:
             server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
             server.start()
             _shared_servers[model_dir.resolve()] = server
-        return Endpoint(server.base_url, server.served_name)
+        return ModelEndpoint(model=server.served_name, base_url=server.base_url)

@@ -46,8 +46,8 @@ from pipelines.config import RunConfig
 from pipelines.context import Policy, task_rollout
 from pipelines.runs import load_run
 from pipelines.stages import inputs, system_prompt, train
-from ruler.backend import JudgeModel, import_litellm
-from ruler.errors import JudgeSpecError
+from ruler.endpoint import LiteLLMTarget, ModelEndpoint, import_litellm
+from ruler.errors import ModelSpecError
 from ruler.retry import describe
 
 STAGE = "benchmark_answers"
@@ -128,7 +128,7 @@ class Variant:
     """For the base model and checkpoints: the run whose server serves it."""
     step: int = 0
     """For a run's variant: the checkpoint step (0: the base model)."""
-    api: JudgeModel | None = None
+    api: ModelEndpoint | None = None
     """For an API model: the model, and its endpoint when it is `name@URL`."""
 
 
@@ -185,11 +185,11 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
     return variant
 
 
-def _api_model(label: str, spec: str) -> JudgeModel:
+def _api_model(label: str, spec: str) -> ModelEndpoint:
     try:
-        model = JudgeModel.parse(spec)
+        model = ModelEndpoint.parse(spec)
         model.check_provider()
-    except JudgeSpecError:
+    except ModelSpecError:
         raise AutoRLError(
             f"variant {label!r} resolves to nothing (no known LiteLLM provider/model, nor name@URL); use {FORMS}"
         ) from None
@@ -364,11 +364,13 @@ class _VariantWork:
             name = await v.run.policy.serve_step(v.step)
             config = v.run.config.model_copy(update={"rollout": rollout})
             return (lambda text: v.run.policy.answer(v.system_prompt, text, config, name)), nothing
-        if v.api.base_url:
-            client = Model(name=v.api.model, inference_base_url=v.api.base_url).openai_client()
-            complete, close = openai_completion(client, v.api.model, rollout), client.close
+        target = v.api.target()
+        if target.api_base:  # an OpenAI-compatible server: the client the policy is asked with
+            endpoint = Model(name=target.name, inference_base_url=target.api_base, inference_api_key=target.api_key)
+            client = endpoint.openai_client()
+            complete, close = openai_completion(client, target.name, rollout), client.close
         else:
-            complete, close = litellm_completion(v.api.model, rollout), nothing
+            complete, close = litellm_completion(target, rollout), nothing
 
         async def respond(text: str) -> Trajectory:
             self.calls["policy"] += 1
@@ -377,13 +379,14 @@ class _VariantWork:
         return respond, close
 
 
-def litellm_completion(model: str, rollout: RolloutConfig) -> Complete:
-    """Completions of a LiteLLM model (the key comes from the provider's usual environment variable); its
-    turns join the conversation as plain assistant messages (an API model is not trained)."""
+def litellm_completion(target: LiteLLMTarget, rollout: RolloutConfig) -> Complete:
+    """Completions of a provider-routed LiteLLM model (the key comes from the provider's usual environment
+    variable, or the model's `api_key_env`); its turns join the conversation as plain assistant messages
+    (an API model is not trained)."""
 
     async def complete(messages: list[dict], tools: list[dict] | None) -> Turn:
         response = await import_litellm().acompletion(
-            model=model,
+            **target.params(),
             messages=messages,
             max_tokens=rollout.max_tokens,
             temperature=rollout.temperature,

@@ -10,7 +10,8 @@ Custom judges follow the `ruler.Judge` protocol; `ruler.load_judge("module:attri
 from .api import ruler, ruler_score_group
 from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
 from .cache import JudgeCache, default_cache_dir
-from .errors import JudgeFailedError, JudgeSpecError, RulerError, RulerInputError
+from .endpoint import ModelEndpoint
+from .errors import JudgeFailedError, JudgeSpecError, ModelSpecError, RulerError, RulerInputError
 from .judges import CombinedJudge, FunctionJudge, Judge
 from .loading import load_judge
 from .retry import RetryPolicy
@@ -28,6 +29,8 @@ __all__ = [
     "JudgeFailedError",
     "JudgeModel",
     "JudgeSpecError",
+    "ModelEndpoint",
+    "ModelSpecError",
     "RetryPolicy",
     "RulerError",
     "RulerInputError",

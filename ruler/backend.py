@@ -1,44 +1,32 @@
-"""Judge backends: which model answers, and one chat call to it through LiteLLM.
-
-A judge model is named by a string:
-- a LiteLLM model (`openai/gpt-4.1-mini`, `anthropic/claude-sonnet-4-5`, `ollama/qwen3:8b`, ...), whose
-  key LiteLLM reads from the provider's usual environment variable;
-- `"embedded"`: the embedded base model on autorl's local vLLM server, started on first use;
-- `name@http://host:port/v1`: model `name` on any OpenAI-compatible server (a vLLM server, for one).
-"""
+"""The judge model (`JudgeModel`: a model spec, `ruler.endpoint`, plus how RULER calls it) and one chat call
+to it through LiteLLM."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
+from .endpoint import FORMS, LiteLLMTarget, ModelEndpoint, import_litellm
 from .errors import JudgeSpecError
 
 DEFAULT_JUDGE_MODEL = "openai/gpt-4.1-mini"
-EMBEDDED = "embedded"
-NO_KEY = "EMPTY"
-"""The key sent to an OpenAI-compatible endpoint when none is configured (local servers ignore it)."""
 CREDENTIAL_WORDS = {"key", "secret", "password", "credential", "credentials", "authorization", "headers", "token"}
 
 
-class JudgeModel(BaseModel):
+class JudgeModel(ModelEndpoint):
     """The model RULER asks, and how it is called."""
 
-    model_config = ConfigDict(frozen=True)
+    kind: ClassVar[str] = "judge"
+    forms: ClassVar[str] = f"{FORMS}, or 'module:attribute' (a judge of your own)"
+    spec_error: ClassVar[type[JudgeSpecError]] = JudgeSpecError
 
     model: str = Field(DEFAULT_JUDGE_MODEL, min_length=1)
     """A LiteLLM model string, `"embedded"`, or the served model name when `base_url` is set."""
-    base_url: str | None = None
-    """An OpenAI-compatible endpoint (`http://host:port/v1`) serving `model`; None: LiteLLM's provider routing."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding the API key. None: the provider's usual variable for LiteLLM
-    models, and no key for a `base_url` endpoint. The key itself is never stored, hashed or logged."""
     temperature: float | None = None
     """Sampling temperature; None: the provider's default."""
     max_tokens: int | None = Field(None, ge=1)
@@ -62,19 +50,6 @@ class JudgeModel(BaseModel):
             raise ValueError(f"extra_params may not carry credentials ({', '.join(secret)}); use api_key_env")
         return params
 
-    @classmethod
-    def parse(cls, spec: str) -> JudgeModel:
-        """A judge model from its string form: a LiteLLM model, `"embedded"`, or `name@http(s)://host/v1`."""
-        name, base_url = spec, None
-        for scheme in ("@http://", "@https://"):
-            if scheme in spec:
-                name, _, rest = spec.partition(scheme)
-                base_url = scheme[1:] + rest
-        try:
-            return cls(model=name, base_url=base_url)
-        except ValidationError as exc:
-            raise JudgeSpecError(f"judge {spec!r}: {exc.errors()[0]['msg']}") from None
-
     def identity(self) -> dict[str, Any]:
         """What identifies this judge's answers in the cache: the model and its sampling settings.
 
@@ -87,35 +62,13 @@ class JudgeModel(BaseModel):
         """`context_tokens`, else for the embedded judge its server's default `max_model_len`, else None."""
         if self.context_tokens is not None:
             return self.context_tokens
-        if self.model == EMBEDDED:
+        if self.is_embedded:
             try:
                 from autorl.vllm_server import ServerConfig
             except ImportError:
                 return None
             return ServerConfig().max_model_len
         return None
-
-    def check_provider(self) -> None:
-        """Raise `JudgeSpecError` unless LiteLLM knows the provider of a provider-routed model."""
-        if self.model == EMBEDDED or self.base_url:
-            return
-        litellm = import_litellm()
-        try:
-            litellm.get_llm_provider(self.model)
-        except litellm.BadRequestError:
-            raise JudgeSpecError(
-                f"judge {self.model!r} names no known LiteLLM provider; use 'provider/model' (e.g. "
-                f"{DEFAULT_JUDGE_MODEL}), 'embedded', 'name@http://host:port/v1', or 'module:attribute'"
-            ) from None
-
-
-def import_litellm():
-    """LiteLLM, imported on first use (it takes seconds), quiet, and without fetching its price list online."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
 
 
 _STATED_CONTEXT = re.compile(r"maximum (?:context length|model length) (?:is|of) (\d+)", re.IGNORECASE)
@@ -159,44 +112,12 @@ class Usage:
             self.cost_usd = (self.cost_usd or 0.0) + float(cost)
 
 
-@dataclass(frozen=True)
-class _Target:
-    """Where one call goes, as LiteLLM wants it."""
-
-    model: str
-    api_base: str | None
-    api_key: str | None
-
-
 class JudgeClient:
     """Sends chat requests for one `JudgeModel`; the embedded server is started on the first request."""
 
     def __init__(self, model: JudgeModel):
         self.model = model
-        self._target: _Target | None = None
-
-    async def _resolve(self) -> _Target:
-        m = self.model
-        if m.model == EMBEDDED:
-            try:
-                from autorl.vllm_server import embedded_endpoint
-            except ImportError as exc:
-                raise JudgeSpecError(
-                    f"the embedded judge needs autorl.vllm_server, which fails to import: {exc}"
-                ) from exc
-            endpoint = await asyncio.to_thread(embedded_endpoint)
-            return _Target(f"openai/{endpoint.model}", endpoint.base_url, NO_KEY)
-        if m.base_url:
-            return _Target(f"openai/{m.model}", m.base_url, self._api_key() or NO_KEY)
-        return _Target(m.model, None, self._api_key())
-
-    def _api_key(self) -> str | None:
-        name = self.model.api_key_env
-        if name is None:
-            return None
-        if not os.environ.get(name):
-            raise JudgeSpecError(f"environment variable {name} (the judge's api_key_env) is not set")
-        return os.environ[name]
+        self._target: LiteLLMTarget | None = None
 
     async def complete(
         self,
@@ -211,16 +132,14 @@ class JudgeClient:
         `extra_params` (`max_tokens` or `max_completion_tokens`) wins over both.
         """
         if self._target is None:
-            self._target = await self._resolve()
-        m, target = self.model, self._target
+            self._target = await asyncio.to_thread(self.model.target)
+        m = self.model
         cap = None if {"max_tokens", "max_completion_tokens"} & set(m.extra_params) else (max_tokens or m.max_tokens)
         sampling = {"temperature": m.temperature, "max_tokens": cap}
         response = await import_litellm().acompletion(
-            model=target.model,
+            **self._target.params(),
             messages=messages,
             response_format=response_format,
-            api_base=target.api_base,
-            api_key=target.api_key,
             timeout=m.timeout_s,
             num_retries=0,  # RULER retries itself, with backoff and answer validation
             max_retries=0,

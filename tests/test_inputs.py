@@ -23,6 +23,7 @@ from autorl.inputs import (
     write_inputs_jsonl,
 )
 from autorl.task import TaskSpec
+from ruler.errors import ModelSpecError
 
 TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
 SYSTEM_PROMPT = "You solve math word problems step by step and end with 'Answer: <number>'."
@@ -222,7 +223,7 @@ def test_generator_forms():
     )
     lm, name = generator_lm("openai/gpt-4.1-mini")
     assert (lm.model, name) == ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini")
-    with pytest.raises(AutoRLError, match="names no model"):
+    with pytest.raises(ModelSpecError, match="names no model; use 'provider/model'"):
         generator_lm("@http://127.0.0.1:8000/v1")
 
 

@@ -10,7 +10,6 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
 import ruler
-from autorl.errors import AutoRLError
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import (
     CombinedJudge,
@@ -20,6 +19,7 @@ from ruler import (
     JudgeModel,
     JudgeSpecError,
     RetryPolicy,
+    RulerError,
     RulerInputError,
     RulerJudge,
 )
@@ -128,7 +128,7 @@ def test_backoff_doubles_up_to_the_cap():
 def test_bad_groups_fail_with_one_line(lists, message):
     with pytest.raises(RulerInputError, match=message) as info:
         run(ruler.ruler(lists, UNREACHABLE, cache_dir=None))
-    assert isinstance(info.value, AutoRLError) and "\n" not in str(info.value)
+    assert isinstance(info.value, RulerError) and "\n" not in str(info.value)
 
 
 def test_empty_trajectory_group_fails_for_any_judge():
@@ -145,7 +145,7 @@ def test_unknown_provider_is_one_clear_error(spec):
 
 @pytest.mark.parametrize("spec", ["", "@http://127.0.0.1:8000/v1"])
 def test_an_empty_model_name_is_one_clear_error(spec):
-    with pytest.raises(JudgeSpecError, match="at least 1 character"):
+    with pytest.raises(JudgeSpecError, match=f"judge '{spec}' names no model; use 'provider/model'"):
         ruler.load_judge(spec)
 
 
