@@ -205,8 +205,12 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
     assert pd.read_csv(tmp_path / "results.csv").equals(results)
 
 
+PROGRAM_JUDGE = ["--judge", "benchmarks.perf.learning_tasks.judges:uppercase"]
+"""A judge that is a program, for runs that test what happens around the judge: no judge server starts."""
+
+
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
-    process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb")
+    process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *PROGRAM_JUDGE)
 
     def in_step_two() -> bool:  # step 1 is checkpointed: step 2's rollouts are under way
         run_file = home / "runs" / "killed" / "run.json"
@@ -221,7 +225,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     assert not (work / "checkpoints" / "0002").exists()
 
     # the resumed run's policy server is killed as step 3 starts: restarted, the run loses no step
-    resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb")
+    resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *PROGRAM_JUDGE)
     train_key = record(home, "killed")["keys"]["train"]
 
     def policy_server() -> set[int]:  # the vLLM server serving the training (merged: under its key)
@@ -241,7 +245,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
 
 
 def test_ctrl_c_stops_the_run_and_its_server(home):
-    process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb")
+    process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb", *PROGRAM_JUDGE)
     children = wait_until(process, server_running(process))
     os.kill(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=180)
