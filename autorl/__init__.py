@@ -1,8 +1,7 @@
 """autorl: train LLM agents with reinforcement learning from a plain-text task description.
 
 The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``.
-Names are imported on first use, so ``import autorl`` (and the `ruler` library on top of it) does not
-load torch until a trainer is needed.
+Names are imported on first use, so ``import autorl`` does not load torch until a trainer is needed.
 """
 
 import importlib
@@ -22,7 +21,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'autorl' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -215,7 +215,7 @@ class LocalBackend:
     async def __aenter__(self) -> LocalBackend:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.close()
 
 

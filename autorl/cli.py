@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipelines.config import RunConfig
+from ruler.errors import RulerError
 
 from .cli_options import command_signature, field_flags, flag_for, given_values
 from .config import LOSS_DEFAULTS
@@ -30,6 +31,8 @@ app = typer.Typer(
 )
 err = Console(stderr=True, soft_wrap=True)  # long lines (paths) stay whole in logs
 T = TypeVar("T")
+USER_ERRORS = (AutoRLError, RulerError)
+"""Errors a user can cause, autorl's and its judge library's: each ends a command with its one line."""
 
 
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -140,7 +143,7 @@ def run_command(
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(f"{flag_for(RUN_FLAGS, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
-    except AutoRLError as exc:
+    except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         exit_interrupted("interrupted; rerun the same command to resume from the last checkpoint")
@@ -172,7 +175,7 @@ def show_command(
 
     try:
         Console(width=200).print(show_table(home, run))
-    except AutoRLError as exc:
+    except USER_ERRORS as exc:
         fail(str(exc))
 
 
@@ -205,7 +208,7 @@ def inputs_command(
     try:
         config = GenerationConfig(val_fraction=val_fraction)
         result = generate_inputs(load_task(task), num_inputs, generator, seed, config)
-    except AutoRLError as exc:
+    except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         exit_interrupted("interrupted")
@@ -272,8 +275,8 @@ def benchmark_command(
     and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
     is reported as failed and the others finish.
     """
-    from benchmarks.head_to_head import BenchmarkConfig, check_finished, run_benchmark
-    from benchmarks.scoreboard import RESULTS, markdown_table
+    from benchmarks.compare.head_to_head import BenchmarkConfig, check_finished, run_benchmark
+    from benchmarks.compare.scoreboard import RESULTS, markdown_table
 
     try:
         config = BenchmarkConfig(
@@ -281,7 +284,7 @@ def benchmark_command(
             samples=samples, max_tokens=max_tokens, home=home,
         )  # fmt: skip
         result = run_async(run_benchmark(config, err))
-    except AutoRLError as exc:
+    except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         exit_interrupted("interrupted; rerun the same command to reuse the answers already made")
@@ -289,7 +292,7 @@ def benchmark_command(
     err.print(f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}", highlight=False)
     try:
         check_finished(result)
-    except AutoRLError as exc:
+    except USER_ERRORS as exc:
         fail(str(exc))
 
 

@@ -27,7 +27,7 @@ class TrainConfig(BaseModel):
 
     learning_rate: float = Field(3e-4, gt=0)
     """AdamW learning rate of the LoRA weights. The default is the one the learning benchmark supports
-    for the embedded model with a rank-8 LoRA (benchmarks/learning.py; README, "What training buys");
+    for the embedded model with a rank-8 LoRA (benchmarks/perf/learning.py; README, "What training buys");
     larger models usually want less."""
     loss: LossName = "grpo"
     """The policy objective, named as TRL names it. A, the advantage; r, the importance ratio
@@ -76,7 +76,7 @@ class TrainConfig(BaseModel):
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): 1.15-1.3x faster
-    updates than 4 on CPU (benchmarks/perf_grpo_step.py); lower it when activations do not fit."""
+    updates than 4 on CPU (benchmarks/perf/perf_grpo_step.py); lower it when activations do not fit."""
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -109,7 +109,7 @@ class TrainerConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Training dtype of the frozen base weights. auto: bfloat16 where the hardware runs it fast (a CUDA GPU
     with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.3x faster updates than float32 on such a
-    CPU, benchmarks/perf_grpo_step.py), else float32. The LoRA weights and their optimizer state stay
+    CPU, benchmarks/perf/perf_grpo_step.py), else float32. The LoRA weights and their optimizer state stay
     float32 either way."""
     seed: int = 0
     """Seed of the LoRA initialisation."""

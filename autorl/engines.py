@@ -12,11 +12,15 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .config import TrainerConfig
 from .errors import AutoRLError
 from .vllm_server import cuda_available
+
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig, PeftModel
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,7 @@ EngineName = Literal["peft", "unsloth"]
 
 
 def unsloth_installed() -> bool:
+    """Whether Unsloth can be imported (found without importing it: importing it patches transformers)."""
     return importlib.util.find_spec("unsloth") is not None
 
 
@@ -43,7 +48,9 @@ def resolve_engine(engine: str) -> EngineName:
     return "unsloth"
 
 
-def load_peft(model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype, device):
+def load_peft(
+    model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype: torch.dtype, device: torch.device
+) -> PeftModel:
     """The base model with a new LoRA (or the one saved in `checkpoint`, trainable), via transformers + PEFT."""
     from peft import PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -54,7 +61,9 @@ def load_peft(model_dir: Path, checkpoint: Path | None, config: TrainerConfig, d
     return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
 
 
-def load_unsloth(model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype, device):
+def load_unsloth(
+    model_dir: Path, checkpoint: Path | None, config: TrainerConfig, dtype: torch.dtype, device: torch.device
+) -> PeftModel:
     """The same, via Unsloth's `FastLanguageModel` (16-bit weights, Unsloth's gradient checkpointing); a
     checkpoint's adapter is attached to the base model with PEFT, trainable, on Unsloth's patched model."""
     from peft import PeftModel
@@ -81,7 +90,7 @@ LOADERS = {"peft": load_peft, "unsloth": load_unsloth}
 """Each engine's loader: (model_dir, checkpoint or None, TrainerConfig, torch dtype, torch device) -> PeftModel."""
 
 
-def lora_config(config: TrainerConfig):
+def lora_config(config: TrainerConfig) -> LoraConfig:
     """The PEFT LoRA that `TrainerConfig` describes (rank, alpha, dropout, target modules)."""
     from peft import LoraConfig
 

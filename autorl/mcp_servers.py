@@ -31,6 +31,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -275,7 +276,7 @@ def _settle(future: asyncio.Future, outcome: Any) -> None:
             future.set_result(outcome)
 
 
-async def _listed(method, field: str) -> list:
+async def _listed(method: Callable[..., Awaitable[Any]], field: str) -> list:
     """Every page of a `list_tools` / `list_resources` answer."""
     items, cursor = [], None
     while True:

@@ -17,7 +17,9 @@ from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field
 
-from .trajectories import MessageOrChoice, Trajectory, choice_to_message
+from ruler.messages import as_message
+
+from .trajectories import MessageOrChoice, Trajectory
 
 if TYPE_CHECKING:
     from .tools import Toolbox
@@ -106,7 +108,7 @@ async def agent_rollout(
     for _ in range(max_turns):
         turn = await complete(messages, tools)
         items.append(turn.item)
-        messages.append(_message(turn.item))
+        messages.append(as_message(turn.item))
         metrics["turns"] += 1
         metrics["completion_tokens"] += turn.completion_tokens
         truncated = truncated or turn.finish_reason == "length"
@@ -122,7 +124,3 @@ async def agent_rollout(
             messages.append(message)
     metrics["truncated"] = truncated
     return Trajectory(messages_and_choices=items, tools=tools, metadata=metadata or {}, metrics=metrics)
-
-
-def _message(item: MessageOrChoice) -> dict[str, Any]:
-    return choice_to_message(item) if isinstance(item, Choice) else item

@@ -39,6 +39,8 @@ from .errors import AutoRLError, McpServerDied
 from .task import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
+    import mcp.types
+
     from .mcp_servers import McpServer
 
 ERROR_LIMIT = 400
@@ -250,7 +252,7 @@ def _function_tool(spec: ToolSpec) -> Tool:
     return Tool(spec.name, spec.description or summary, parameters, f"function {spec.function}", _runner(function))
 
 
-def _mcp_tool(server: McpServer, tool) -> Tool:
+def _mcp_tool(server: McpServer, tool: mcp.types.Tool) -> Tool:
     async def run(arguments: dict[str, Any]) -> tuple[bool, Any]:
         return await server.call_tool(tool.name, arguments)
 

@@ -224,7 +224,7 @@ class GRPOTrainer:
         width = max(len(s.input_ids) for s in sequences)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
-        def padded(values: list, fill) -> list:
+        def padded(values: list[int], fill: int) -> list[int]:
             return values + [fill] * (width - len(values))
 
         input_ids = torch.tensor([padded(s.input_ids, pad_id) for s in sequences], device=self.device)

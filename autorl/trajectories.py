@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ruler.messages import as_message
+
 from .errors import FatalError
 
 MessageOrChoice = dict[str, Any] | Choice
-
-
-def choice_to_message(choice: Choice) -> dict[str, Any]:
-    """The assistant message of a `Choice` as a plain chat message dict."""
-    message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
-    if choice.message.tool_calls:
-        message["tool_calls"] = [call.model_dump(exclude_none=True) for call in choice.message.tool_calls]
-    return message
 
 
 class Trajectory(BaseModel):
@@ -59,7 +53,7 @@ class Trajectory(BaseModel):
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
-        return [choice_to_message(m) if isinstance(m, Choice) else m for m in self.messages_and_choices]
+        return [as_message(m) for m in self.messages_and_choices]
 
     def log(self, message: str) -> None:
         self.logs.append(message)
@@ -102,7 +96,7 @@ class TrajectoryGroup(BaseModel):
         """How many rollouts of this group have not been awaited yet."""
         return len(self._pending)
 
-    async def resolve(self, on_done=None) -> TrajectoryGroup:
+    async def resolve(self, on_done: Callable[[bool], object] | None = None) -> TrajectoryGroup:
         """Run the pending rollouts concurrently; `on_done(ok: bool)` is called after each one."""
 
         async def run(awaitable: Awaitable[Trajectory]) -> Trajectory | BaseException:

@@ -30,16 +30,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from types import FrameType
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from ruler.endpoint import ModelEndpoint
-
 from .die_with_parent import die_with_parent
-from .embedded import DEFAULT_BASE_MODEL, cache_dir, resolve_base_model
 from .errors import AutoRLError, ServerStartError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class ServerConfig(BaseModel):
     loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
     the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
     server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
-    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf_rollout.py). The
+    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf/perf_rollout.py). The
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
@@ -128,7 +129,7 @@ class ServerConfig(BaseModel):
     VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to
     all cores but one while the engine process busy-waits for it on the last core. In-process, the
     model's threads use every core: on 2 cores 1.1-1.3x the tokens/s of LoRA requests and 1.5-1.6x with
-    merged weights, same greedy outputs (benchmarks/perf_rollout.py). No effect on a CUDA machine, or
+    merged weights, same greedy outputs (benchmarks/perf/perf_rollout.py). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
 
     def resolved_max_num_seqs(self) -> int | None:
@@ -442,7 +443,7 @@ class VLLMServer:
         with tempfile.TemporaryDirectory(prefix="autorl-merged-", dir=_memory_dir(self._merger.nbytes)) as out:
             self._reload_weights(self._merger.write(Path(path), Path(out)))
 
-    def _served_dtype(self):
+    def _served_dtype(self) -> torch.dtype:
         """The torch dtype the server runs the model in (vLLM resolves dtype "auto" itself), read from its
         `/server_info` development endpoint: merged weights written in it load without a conversion."""
         import torch
@@ -495,21 +496,25 @@ class VLLMServer:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
 _live_servers: set[VLLMServer] = set()
-_shared_lock = threading.Lock()
+
+
+def live_servers() -> list[VLLMServer]:
+    """The servers this process started and has not stopped."""
+    return list(_live_servers)
 
 
 def stop_all_servers() -> None:
     """Stop every server this process started (also run at exit)."""
-    for server in list(_live_servers):
+    for server in live_servers():
         server.stop()
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through finally blocks and atexit, which stop the servers
 
 
@@ -528,35 +533,3 @@ def install_exit_hooks() -> None:
             _exit_hooks_installed = True
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-_shared_servers: dict[Path, VLLMServer] = {}
-"""The servers `embedded_endpoint` started, by model directory; they never load a LoRA."""
-
-
-def running_server_for(model_dir: Path) -> VLLMServer | None:
-    """A running server of this process whose served name is, and stays, the plain weights of `model_dir`:
-    the shared one of `embedded_endpoint`, or a training server in adapter mode (its LoRAs have names of
-    their own). A merged-mode training server does not qualify: a training step replaces its weights."""
-    model_dir = Path(model_dir).resolve()
-    shared = _shared_servers.get(model_dir)
-    if shared is not None and shared.running:
-        return shared
-    return next((s for s in _live_servers if s.running and not s.merged and s.model_dir.resolve() == model_dir), None)
-
-
-def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
-    """The embedded base model behind an OpenAI-compatible endpoint (its served name at the server's URL).
-
-    Reuses a server this process already runs on the embedded model's plain weights (see
-    `running_server_for`); otherwise starts one shared server, stopped at exit.
-    """
-    with _shared_lock:
-        model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
-        server = running_server_for(model_dir)
-        if server is None:
-            log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
-            server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
-            server.start()
-            _shared_servers[model_dir.resolve()] = server
-        return ModelEndpoint(model=server.served_name, base_url=server.base_url)

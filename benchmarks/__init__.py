@@ -1,2 +1,2 @@
-"""Benchmarks: the agent-variant benchmark behind `autorl benchmark` (`head_to_head`, `variants`,
-`scoreboard`) and the performance scripts (`perf_*.py`)."""
+"""Benchmarks: `benchmarks.compare`, the agent-variant benchmark behind `autorl benchmark` (a product feature),
+and `benchmarks/perf/`, the performance and learning measurements of autorl itself (scripts and their results)."""

@@ -1,4 +1,5 @@
-"""What every stage gets: the task, the run config, the artifact store, the policy server, counters."""
+"""What every stage gets (`StageContext`): the task, the run config, the artifact store, the policy server,
+counters; and `RunArtifacts`, the part of it that reading a run's artifacts needs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
@@ -93,8 +95,25 @@ async def task_rollout(
     )
 
 
+class RunArtifacts(Protocol):
+    """What the stages' readers of artifacts (`inputs.load`, `system_prompt.load`, `train.best_step`, ...)
+    use: a `StageContext`, or a run recorded earlier (`autorl benchmark` reads runs this way)."""
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    def artifact(self, stage: str) -> Path:
+        """The directory of a stage's artifact."""
+        ...
+
+
 @dataclass
 class StageContext:
+    """What a stage's `run` and `is_done` get (`pipelines.stages.Stage`)."""
+
     task: TaskSpec
     config: RunConfig
     store: ArtifactStore
@@ -112,8 +131,12 @@ class StageContext:
     pipeline records each stage's share in its summary."""
 
     def artifact(self, stage: str) -> Path:
-        """The directory of an upstream stage's artifact."""
+        """The directory of a stage's artifact."""
         return self.store.path(stage, self.keys[stage])
+
+    def has_artifact(self, stage: str) -> bool:
+        """Whether a stage's artifact is complete in the store."""
+        return self.store.exists(stage, self.keys[stage])
 
     @property
     def rubric(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -13,17 +13,22 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .stats import mean_ci
 
+if TYPE_CHECKING:  # for annotations only: the benchmark's judge key covers this module, not the trainer
+    from .context import StageContext
+
 GROUPS_FILE = "groups.jsonl"
 SCORES_FILE = "scores.parquet"
 
 
-async def judged_groups(ctx, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str) -> list[TrajectoryGroup]:
+async def judged_groups(
+    ctx: StageContext, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str
+) -> list[TrajectoryGroup]:
     """One judged group per validation input; each trajectory's `metadata["variant"]` names its source."""
     groups = [TrajectoryGroup(answers) for answers in items]
     return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=ctx.score)
 
 
-def answers(ctx, prompt: str, text: str, name: str, variant: str) -> list[Awaitable[Trajectory]]:
+def answers(ctx: StageContext, prompt: str, text: str, name: str, variant: str) -> list[Awaitable[Trajectory]]:
     """`eval_samples` answers of the policy served as `name` to `text`, each tagged with `variant`."""
     return [_tagged(ctx.policy.answer(prompt, text, ctx.config, name), variant) for _ in range(ctx.config.eval_samples)]
 
@@ -64,7 +69,9 @@ MIN_COVERAGE = 0.8
 """Below this share of validation inputs scored, the report and the run warn that the figures rest on few inputs."""
 
 
-def stage_summary(ctx, frame: pd.DataFrame, val_inputs: int, steps: dict[str, int] | None = None) -> dict[str, Any]:
+def stage_summary(
+    ctx: StageContext, frame: pd.DataFrame, val_inputs: int, steps: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The summary of a stage that judged answers to the validation inputs: `val_inputs` (how many there
     are) and per variant the mean, CI, `inputs` scored and, for checkpoints, `step`. Prints the
     `coverage_warning` when there is one."""

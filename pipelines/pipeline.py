@@ -65,13 +65,6 @@ def forced_stages(force: list[str]) -> set[str]:
     return set(STAGES[first:])
 
 
-def _is_done(ctx: StageContext, name: str) -> bool:
-    module = STAGE_MODULES[name]
-    if hasattr(module, "is_done"):
-        return module.is_done(ctx)
-    return ctx.store.exists(name, ctx.keys[name])
-
-
 async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
     """Run (or reuse) every stage for `task`; returns the run record (also in run.json).
 
@@ -116,7 +109,7 @@ async def _run_locked(
             if stage in forced:
                 store.remove(stage, keys[stage])
             started, before = time.monotonic(), sum(calls.values())
-            if _is_done(ctx, stage):
+            if STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
             else:

@@ -3,22 +3,49 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
-
-from autorl.trajectories import TrajectoryGroup
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, Self, TypeVar
 
 from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
 from .cache import CacheDir
 from .judges import Judge, check_score_count, judge_name, score_group_of
 from .loading import as_judge
-from .prompt import Message, as_message_lists, canonical_json
+from .messages import Message
+from .prompt import as_message_lists, canonical_json
 from .retry import RetryPolicy, describe
 from .rubric import DEFAULT_RUBRIC
 from .ruler_judge import RulerJudge
 from .scores import TrajectoryScore
 
 log = logging.getLogger("ruler")
+
+
+class TrajectoryLike(Protocol):
+    """What `ruler_score_group` reads and writes of a trajectory: autorl's and ART's `Trajectory` have it."""
+
+    tools: list[dict[str, Any]] | None
+    reward: float
+    metrics: dict[str, float | int | bool]
+
+    def messages(self) -> list[Message]: ...
+
+    def log(self, message: str) -> None: ...
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self: ...
+
+
+class TrajectoryGroupLike(Protocol):
+    """What `ruler_score_group` reads of a group: autorl's and ART's `TrajectoryGroup` have it."""
+
+    @property
+    def trajectories(self) -> Sequence[TrajectoryLike]: ...
+
+    def __len__(self) -> int: ...
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self: ...
+
+
+Group = TypeVar("Group", bound=TrajectoryGroupLike)
 
 
 async def ruler(
@@ -47,14 +74,14 @@ async def ruler(
     return await judge.score_group(message_lists, rubric=rubric, tools=tools, task=task)
 
 
-def group_tools(group: TrajectoryGroup) -> list[dict[str, Any]] | None:
+def group_tools(group: TrajectoryGroupLike) -> list[dict[str, Any]] | None:
     """The distinct tool definitions offered in any trajectory of the group, in first-seen order."""
     tools = {canonical_json(tool): tool for t in group.trajectories for tool in t.tools or []}
     return list(tools.values()) or None
 
 
 async def ruler_score_group(
-    group: TrajectoryGroup,
+    group: Group,
     judge_model: str | JudgeModel | Judge = DEFAULT_JUDGE_MODEL,
     rubric: str = DEFAULT_RUBRIC,
     *,
@@ -63,8 +90,9 @@ async def ruler_score_group(
     cache_dir: CacheDir = "auto",
     debug: bool = False,
     task: str | None = None,
-) -> TrajectoryGroup | None:
-    """A copy of `group` whose rewards are the judge's scores.
+) -> Group | None:
+    """A copy of `group` (an autorl or ART `TrajectoryGroup`, or any `TrajectoryGroupLike`) whose rewards are
+    the judge's scores.
 
     Each trajectory keeps its old reward in `metrics["independent_reward"]`, gets the score in
     `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs.

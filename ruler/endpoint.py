@@ -122,7 +122,7 @@ class ModelEndpoint(BaseModel):
         server on first use (blocking: call it in a thread from async code)."""
         if self.is_embedded:
             try:
-                from autorl.vllm_server import embedded_endpoint
+                from autorl.embedded import embedded_endpoint
             except ImportError as exc:
                 raise self.spec_error(f"the embedded model needs autorl, which fails to import: {exc}") from exc
             return embedded_endpoint().target()

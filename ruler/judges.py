@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import JudgeFailedError, JudgeSpecError
-from .prompt import Message, as_message_lists
+from .messages import Message
+from .prompt import as_message_lists
 from .rubric import DEFAULT_RUBRIC
 from .scores import TrajectoryScore, is_finite_number
 

@@ -18,12 +18,9 @@ from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
-from autorl.trajectories import choice_to_message
-
 from .errors import RulerInputError
+from .messages import Message, as_message
 from .scores import EXPLANATION_MAX_CHARS
-
-Message = dict[str, Any]
 
 SYSTEM_TEMPLATE = """\
 You judge {count} trajectories of an AI agent. All of them were given the same task; they differ in what the \
@@ -77,7 +74,7 @@ def as_message_lists(
         )
     lists = []
     for number, messages in enumerate(message_lists, start=1):
-        plain = [choice_to_message(m) if isinstance(m, Choice) else m for m in messages]
+        plain = [as_message(m) for m in messages]
         if not all(isinstance(m, dict) and "role" in m for m in plain):
             raise RulerInputError(f"trajectory {number} holds an item that is not a chat message dict with a 'role'")
         if not any(m["role"] == "assistant" for m in plain):

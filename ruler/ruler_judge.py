@@ -19,7 +19,8 @@ from .backend import (
 )
 from .cache import CacheDir, JudgeCache, cache_key
 from .errors import JudgeFailedError
-from .prompt import JudgePrompt, Message, as_message_lists, build_judge_prompt, canonical_json
+from .messages import Message
+from .prompt import JudgePrompt, as_message_lists, build_judge_prompt, canonical_json
 from .retry import RetryPolicy, call_with_retries
 from .rubric import DEFAULT_RUBRIC
 from .scores import TrajectoryScore, Verdict, answer_tokens, parse_verdicts, response_format

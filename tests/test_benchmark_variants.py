@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from autorl.cli import app
 from autorl.errors import AutoRLError
-from benchmarks.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
-from benchmarks.variants import RunView, parse_variants, read_input_texts, resolve
+from benchmarks.compare.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
+from benchmarks.compare.variants import RunView, parse_variants, read_input_texts, resolve
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.stats import mean_ci
@@ -254,7 +254,7 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
     import asyncio
 
     from autorl.trajectories import Trajectory, TrajectoryGroup
-    from benchmarks.head_to_head import judge_groups
+    from benchmarks.compare.head_to_head import judge_groups
     from ruler import TrajectoryScore
 
     told = []

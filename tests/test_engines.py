@@ -1,5 +1,5 @@
 """Trainer engines: "auto" picks Unsloth only on CUDA where it is installed; asking for Unsloth where it
-cannot run is one line; the PEFT engine is what CPU runs train with (the GPU path: benchmarks/gpu_check.py)."""
+cannot run is one line; the PEFT engine is what CPU runs train with (the GPU path: benchmarks/perf/gpu_check.py)."""
 
 import pytest
 

@@ -1,8 +1,8 @@
 """A run makes the model better: the learning benchmark's `one_word` task, a few steps, from the CLI.
 
-The margin and the settings come from `python benchmarks/learning.py --tasks one_word --losses grpo
+The margin and the settings come from `python benchmarks/perf/learning.py --tasks one_word --losses grpo
 --seeds 0,1,2 --steps 6 --out learning_regression -- --max-tokens 32`
-(benchmarks/results/learning_regression.json): held-out gains +0.230, +0.216, +0.147 over seeds 0-2 (base
+(benchmarks/perf/results/learning_regression.json): held-out gains +0.230, +0.216, +0.147 over seeds 0-2 (base
 0.16-0.20), so `MARGIN` sits two thirds below the smallest.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
 import learning
 
 pytestmark = pytest.mark.slow

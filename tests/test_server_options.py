@@ -8,9 +8,10 @@ import sys
 import pytest
 import torch
 
-from autorl import vllm_server
+from autorl import embedded, vllm_server
+from autorl.embedded import running_server_for
 from autorl.errors import AutoRLError
-from autorl.vllm_server import ServerConfig, VLLMServer, kv_bytes_per_token, kv_cache_bytes, running_server_for
+from autorl.vllm_server import ServerConfig, VLLMServer, kv_bytes_per_token, kv_cache_bytes
 
 # SmolLM2-135M's shape: 30 layers x 3 KV heads x 64 (576 / 9) x 2 (K, V) x 2 (bf16) = 23040 bytes a token
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
@@ -68,10 +69,10 @@ def test_a_judge_reuses_only_servers_whose_served_name_stays_the_base_weights(tm
         assert running_server_for(tmp_path) is None  # a training step would swap its weights
         vllm_server._live_servers.add(servers["adapter"])
         assert running_server_for(tmp_path) is servers["adapter"]
-        vllm_server._shared_servers[tmp_path.resolve()] = servers["merged"]  # embedded_endpoint's own
+        embedded._shared_servers[tmp_path.resolve()] = servers["merged"]  # embedded_endpoint's own
         assert running_server_for(tmp_path) is servers["merged"]
     finally:
-        vllm_server._shared_servers.pop(tmp_path.resolve(), None)
+        embedded._shared_servers.pop(tmp_path.resolve(), None)
         for server in servers.values():
             server.stop()
 

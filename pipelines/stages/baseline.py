@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from autorl.task import TaskSpec
+
 from .. import evaluation
+from ..config import RunConfig
 from ..context import StageContext
 from . import inputs, system_prompt
 
@@ -11,7 +16,7 @@ UPSTREAM = ("inputs", "system_prompt")
 VARIANT = "base"
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     return {
         "model": config.model,
         "judge": config.judge,
@@ -22,7 +27,11 @@ def settings(task, config) -> dict:
     }
 
 
-async def run(ctx: StageContext) -> dict:
+def is_done(ctx: StageContext) -> bool:
+    return ctx.has_artifact(NAME)
+
+
+async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
     base = await ctx.policy.serve_step(0)
     texts = inputs.load(ctx, "val")

@@ -4,10 +4,14 @@ so the comparison is relative, as RULER is."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from autorl import gather_trajectory_groups
-from autorl.trajectories import TrajectoryGroup
+from autorl.task import TaskSpec
+from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .. import evaluation
+from ..config import RunConfig
 from ..context import StageContext
 from . import baseline, inputs, system_prompt, train
 
@@ -15,7 +19,7 @@ NAME = "evaluate"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     return {
         "steps": config.steps,
         "judge": config.judge,
@@ -25,13 +29,17 @@ def settings(task, config) -> dict:
     }
 
 
-async def run(ctx: StageContext) -> dict:
+def is_done(ctx: StageContext) -> bool:
+    return ctx.has_artifact(NAME)
+
+
+async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
     steps = {"latest": ctx.config.steps, "best": train.best_step(ctx)}
     if steps["best"] == steps["latest"]:
         del steps["best"]
     texts = inputs.load(ctx, "val")
-    answers: dict[str, list] = {text: [] for text in texts}
+    answers: dict[str, list[Trajectory]] = {text: [] for text in texts}
     for group in evaluation.load_groups(ctx.artifact(baseline.NAME)):
         for trajectory in group.trajectories:
             answers.setdefault(trajectory.metadata["input"], []).append(trajectory)

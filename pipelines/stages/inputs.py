@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from autorl.inputs import (
     GenerationConfig,
@@ -20,12 +21,16 @@ from autorl.inputs import (
 )
 from autorl.task import TaskSpec
 
+if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
+    from ..config import RunConfig
+    from ..context import RunArtifacts, StageContext
+
 NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()
 FILE = "inputs.jsonl"
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.inputs_file is not None:
         return {
             "inputs_file_sha256": inputs_file_digest(config.inputs_file),
@@ -44,7 +49,11 @@ def settings(task, config) -> dict:
     }
 
 
-async def run(ctx) -> dict:
+def is_done(ctx: StageContext) -> bool:
+    return ctx.has_artifact(NAME)
+
+
+async def run(ctx: StageContext) -> dict[str, Any]:
     config = ctx.config
     if config.inputs_file is not None:
         result = await asyncio.to_thread(inputs_from_file, config.inputs_file, config.seed)
@@ -77,7 +86,7 @@ TOOLS_INSTRUCTIONS = (
 )
 
 
-async def with_tools_shown(ctx) -> TaskSpec:
+async def with_tools_shown(ctx: StageContext) -> TaskSpec:
     """The task with its tools described in the generator's instructions (as MCP•RL's scenario
     generation does: names, descriptions, argument schemas, MCP resources), so that the inputs need
     them; the task as is when it has none. Opens the task's tools (starting its MCP servers)."""
@@ -89,6 +98,6 @@ async def with_tools_shown(ctx) -> TaskSpec:
     return ctx.task.model_copy(update={"generator_instructions": instructions})
 
 
-def load(ctx, split: str) -> list[str]:
+def load(ctx: RunArtifacts, split: str) -> list[str]:
     """The inputs of one split ("train" or "val") from this stage's artifact."""
     return [row.input for row in read_inputs_jsonl(ctx.artifact(NAME) / FILE) if row.split == split]

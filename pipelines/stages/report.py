@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -9,9 +12,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from autorl.task import RUN_SETTINGS
+from autorl.task import RUN_SETTINGS, TaskSpec
 
 from .. import evaluation
+from ..config import RunConfig
+from ..context import StageContext
 from . import evaluate, inputs, system_prompt, train
 
 NAME = "report"
@@ -20,11 +25,15 @@ REPORT, CURVE = "report.md", "reward_curve.png"
 SHOWN = 3
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     return {"task": task.model_dump(mode="json", exclude=RUN_SETTINGS), "steps": config.steps}
 
 
-async def run(ctx) -> dict:
+def is_done(ctx: StageContext) -> bool:
+    return ctx.has_artifact(NAME)
+
+
+async def run(ctx: StageContext) -> dict[str, Any]:
     history = train.history_frame(ctx)
     frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
     summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
@@ -34,7 +43,7 @@ async def run(ctx) -> dict:
     return {variant: round(s["mean"], 4) for variant, s in summary["variants"].items() if "mean" in s}
 
 
-def _plot(history: pd.DataFrame, summary: dict, path) -> None:
+def _plot(history: pd.DataFrame, summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot(history["step"], history["reward"], marker="o", label="train reward (mean of rollouts)")
     ax.fill_between(
@@ -73,7 +82,7 @@ def _validation_table(summary: dict) -> list[str]:
     return lines
 
 
-def _markdown(ctx, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
+def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     lines = [
         f"# autorl run `{ctx.run_dir.name}`",

@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING, Any
 
 from autorl.inputs import WrittenSystemPrompt, generate_system_prompt, generator_lm
+from autorl.task import TaskSpec
+
+if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
+    from ..config import RunConfig
+    from ..context import RunArtifacts, StageContext
 
 NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ()
 FILE = "system_prompt.json"
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     return {"description": task.description, "generator": config.generator, "seed": config.seed}
 
 
-async def run(ctx) -> dict:
+def is_done(ctx: StageContext) -> bool:
+    return ctx.has_artifact(NAME)
+
+
+async def run(ctx: StageContext) -> dict[str, Any]:
     if ctx.config.generator == "embedded":
         await ctx.policy.start()
 
@@ -38,5 +48,6 @@ async def run(ctx) -> dict:
     return {"chars": len(written.text), "generator_calls": calls, "fallback": written.fallback}
 
 
-def load(ctx) -> str:
+def load(ctx: RunArtifacts) -> str:
+    """The system prompt in this stage's artifact."""
     return json.loads((ctx.artifact(NAME) / FILE).read_text())["system_prompt"]

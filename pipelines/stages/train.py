@@ -10,6 +10,8 @@ resumes after the newest checkpoint and reuses the scored groups of the step it 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from autorl import gather_trajectory_groups
@@ -17,10 +19,12 @@ from autorl.atomic import atomic_file, atomic_text
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.errors import AutoRLError
+from autorl.task import TaskSpec
 from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import MANIFEST, canonical_json
-from ..context import StageContext
+from ..config import RunConfig
+from ..context import RunArtifacts, StageContext
 from ..evaluation import scores_frame
 from . import inputs, system_prompt
 
@@ -28,7 +32,7 @@ NAME = "train"
 UPSTREAM = ("inputs", "system_prompt")
 
 
-def settings(task, config) -> dict:
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
     return {
         "model": config.model,
@@ -49,16 +53,18 @@ SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts"}
 """Server settings that say where, how patiently and how persistently the server runs, not what it computes."""
 
 
-def steps_done(ctx: StageContext) -> int:
+def steps_done(ctx: RunArtifacts) -> int:
+    """The newest checkpoint's step (0 before the first)."""
     latest = latest_checkpoint(ctx.policy.run_dir / "checkpoints")
     return latest[0] if latest else 0
 
 
 def is_done(ctx: StageContext) -> bool:
-    return ctx.store.exists(NAME, ctx.keys[NAME]) and steps_done(ctx) >= ctx.config.steps
+    """Whether the artifact exists and has `steps` checkpoints (asking for more steps continues training)."""
+    return ctx.has_artifact(NAME) and steps_done(ctx) >= ctx.config.steps
 
 
-async def run(ctx: StageContext) -> dict:
+async def run(ctx: StageContext) -> dict[str, Any]:
     config, work = ctx.config, ctx.policy.run_dir
     prompt = system_prompt.load(ctx)
     train_inputs = inputs.load(ctx, "train")
@@ -127,11 +133,12 @@ def check_idle_steps(history: list[dict], limit: int) -> None:
         )
 
 
-def best_step(ctx: StageContext) -> int:
+def best_step(ctx: RunArtifacts) -> int:
     """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
     history = read_history(ctx.policy.run_dir)[: ctx.config.steps]
     return max(history, key=lambda h: (h["reward"], h["step"]))["step"]
 
 
-def history_frame(ctx: StageContext) -> pd.DataFrame:
+def history_frame(ctx: RunArtifacts) -> pd.DataFrame:
+    """The training history of the first `steps` steps, one row per step."""
     return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])

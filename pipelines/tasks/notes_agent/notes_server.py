@@ -29,7 +29,7 @@ _db.execute(
 _lock = threading.Lock()  # sync tools run in worker threads
 
 
-def _notes(sql: str, *args) -> str:
+def _notes(sql: str, *args: object) -> str:
     """The notes a query selects, one per line, or a line saying there are none."""
     with _lock:
         rows = _db.execute(sql, args).fetchall()

@@ -1,12 +1,12 @@
 """Does a run make the model better? Base vs trained held-out reward on tasks a program judges.
 
-    python benchmarks/learning.py [--tasks one_word,uppercase,no_punctuation,exclaim]
+    python benchmarks/perf/learning.py [--tasks one_word,uppercase,no_punctuation,exclaim]
         [--losses grpo,dr_grpo,gspo] [--seeds 0] [--steps 20] [--home DIR] [--out NAME]
         [-- extra autorl run flags]
 
-For each task of `benchmarks/learning_tasks/` (a task file, its judge `judges:<task>`, the shared
+For each task of `benchmarks/perf/learning_tasks/` (a task file, its judge `judges:<task>`, the shared
 `inputs.jsonl` with fixed train/validation splits), each loss and each seed, this runs `autorl run
-TASK.toml --judge benchmarks.learning_tasks.judges:<task> --loss LOSS --seed SEED --steps N` as a user
+TASK.toml --judge benchmarks.perf.learning_tasks.judges:<task> --loss LOSS --seed SEED --steps N` as a user
 would, with the run's defaults for everything else, and reads its `run.json`: the held-out mean reward
 of the base model and of the trained LoRA (latest checkpoint), each with its 95% CI over the validation
 inputs, both judged by the same program in the `evaluate` stage, and the time of the train stage.
@@ -14,7 +14,7 @@ The base model's answers come from the `baseline` stage, shared by the runs of a
 content, as are the inputs and the system prompt). Runs are kept under `--home` (default
 `.autorl-learning`): a rerun reuses finished runs and continues killed ones.
 
-Prints a table and writes `benchmarks/results/learning.json` (`--out` names another file).
+Prints a table and writes `benchmarks/perf/results/learning.json` (`--out` names another file).
 """
 
 from __future__ import annotations
@@ -28,23 +28,22 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, summary, write_result
+from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
 
 from autorl.backend import read_history
 
-TASKS_DIR = ROOT / "benchmarks" / "learning_tasks"
 TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 LOSSES = ("grpo", "dr_grpo", "gspo")
 
 
 def judge_spec(task: str) -> str:
-    return f"benchmarks.learning_tasks.judges:{task}"
+    return f"{LEARNING_JUDGES}:{task}"
 
 
 def run_command(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> list[str]:
     """The `autorl run` command line of one benchmark run."""
     return [
-        sys.executable, "-m", "autorl.cli", "run", str(TASKS_DIR / f"{task}.toml"),
+        sys.executable, "-m", "autorl.cli", "run", str(LEARNING_TASKS / f"{task}.toml"),
         "--judge", judge_spec(task), "--loss", loss, "--seed", str(seed), "--steps", str(steps),
         "--home", str(home), "--name", f"{task}-{loss}-seed{seed}", "--no-wandb", *extra,
     ]  # fmt: skip
@@ -113,7 +112,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds (one run each).")
     parser.add_argument("--steps", type=int, default=20, help="Training steps per run.")
     parser.add_argument("--home", type=Path, default=Path(".autorl-learning"), help="Where the runs are kept.")
-    parser.add_argument("--out", default="learning", help="Result name: writes benchmarks/results/OUT.json.")
+    parser.add_argument("--out", default="learning", help="Result name: writes benchmarks/perf/results/OUT.json.")
     parser.add_argument("extra", nargs="*", help="More `autorl run` flags, after `--`.")
     args = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -132,7 +131,7 @@ def main() -> None:
     clear = sum(r["trained"]["ci_low"] > r["base"]["ci_high"] for r in runs)
     print(f"\ntrained > base in {better}/{len(runs)} runs ({clear} with CIs apart); "
           f"gain median {statistics.median(gains):+.3f} (min {min(gains):+.3f}, max {max(gains):+.3f})")  # fmt: skip
-    command = ["python", "benchmarks/learning.py", *sys.argv[1:]]
+    command = ["python", "benchmarks/perf/learning.py", *sys.argv[1:]]
     path = write_result(args.out, {"command": command, "gain": summary(gains), "runs": runs}, started)
     print(f"wrote {path}")
 

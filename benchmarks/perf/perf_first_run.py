@@ -1,6 +1,6 @@
 """The README's run command as a new user meets it: each stage's time, model calls, judge retries, servers.
 
-    python benchmarks/perf_first_run.py [--repeats N] [--keep HOME]
+    python benchmarks/perf/perf_first_run.py [--repeats N] [--keep HOME]
 
 Runs `autorl run TASK --steps 2 --group-size 4` (the README's command) in a fresh home each time, as a
 subprocess, and reads what the run recorded in its `run.json`: per stage the seconds, the model calls and
@@ -8,7 +8,7 @@ what the judge did (groups, retries, failures, answers shortened to fit its cont
 the run started. The converted embedded model in the user cache (`~/.cache/autorl`) and vLLM's compile
 cache are reused, as on a user's second run; delete them to time a first install.
 
-Prints a table per run and the median (min-max) over runs; writes `benchmarks/results/first_run.json`.
+Prints a table per run and the median (min-max) over runs; writes `benchmarks/perf/results/first_run.json`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from _common import summary, write_result
 
+from pipelines.config import STAGES
+
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 COMMAND = ["run", TASK, "--steps", "2", "--group-size", "4"]
-STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
 JUDGING = ("groups", "retries", "failed", "shortened")
 
 

@@ -29,7 +29,8 @@ from pipelines.artifacts import ArtifactStore, canonical_json, code_version, sta
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 
 from . import scoreboard
-from .variants import Answers, RunView, Variant, answer_all, parse_variants, read_input_texts, resolve
+from .answers import Answers, Questions, answer_all
+from .variants import RunView, Variant, parse_variants, read_input_texts, resolve
 
 STAGE = "benchmark_judge"
 
@@ -40,7 +41,7 @@ class BenchmarkConfig(BaseModel):
     run: str
     """The benchmarked run: its base model, system prompt, validation inputs and judge are the defaults."""
     variants: list[str] = Field(default_factory=list)
-    """The variants (see `benchmarks.variants`); empty: `base` and `RUN@latest`."""
+    """The variants (see `benchmarks.compare.variants`); empty: `base` and `RUN@latest`."""
     home: Path = Path(".autorl")
     """Where runs and the artifact cache live."""
     out: Path | None = None
@@ -89,7 +90,8 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
         f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})"
     )
     try:
-        answers = await answer_all(variants, texts, config.samples, rollout, store, calls, main.policy)
+        questions = Questions(texts, config.samples, rollout, store, calls, main.policy)
+        answers = await answer_all(variants, questions)
         for label, got in answers.items():
             if got.errors:
                 what = "failed" if not got.by_input else f"lost {len(got.errors)} answers"

@@ -1,6 +1,6 @@
 """The GPU path on a real GPU: vLLM on CUDA, 3 GRPO steps with each trainer engine, unsloth vs peft.
 
-    python benchmarks/gpu_check.py [--steps 3] [--home DIR]
+    python benchmarks/perf/gpu_check.py [--steps 3] [--home DIR]
 
 Per engine (each in its own process: importing Unsloth patches transformers for the whole process), on
 the embedded model behind vLLM on CUDA with adapter serving, the learning benchmark's `one_word` task
@@ -8,7 +8,7 @@ the embedded model behind vLLM on CUDA with adapter serving, the learning benchm
 engine the median step time split into rollouts, judge, train (the optimizer step) and LoRA load (save
 + serve), the trainer's peak GPU memory and the GPU's peak use (nvidia-smi, vLLM included), rollout
 tokens/s, the sampler logprob gap, and the ratio unsloth / peft of the train time; writes
-`benchmarks/results/gpu_check.json`. Needs a CUDA GPU and `pip install -e ".[gpu,dev]"`.
+`benchmarks/perf/results/gpu_check.json`. Needs a CUDA GPU and `pip install -e ".[gpu,dev]"`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, summary, write_result
+from _common import LEARNING_TASKS, summary, write_result
 
 ENGINES = ("unsloth", "peft")
 GROUP_SIZE, GROUPS_PER_STEP, MAX_TOKENS = 8, 2, 128
@@ -45,13 +45,12 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
         import unsloth  # noqa: F401  (first: it patches transformers and peft)
     import torch
 
-    sys.path.insert(0, str(ROOT))
     import autorl as art
     from autorl.inputs import read_inputs_jsonl
     from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
-    from benchmarks.learning_tasks import judges
+    from benchmarks.perf.learning_tasks import judges
 
-    rows = read_inputs_jsonl(ROOT / "benchmarks" / "learning_tasks" / "inputs.jsonl")
+    rows = read_inputs_jsonl(LEARNING_TASKS / "inputs.jsonl")
     inputs = [row.input for row in rows if row.split == "train"]
     system = "Answer the user's question with exactly one word and nothing else."
     peak = {"gpu_mib": 0}

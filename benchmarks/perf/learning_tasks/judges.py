@@ -4,7 +4,7 @@ Each scores the last assistant message only, and densely: a small model's answer
 these scores from the start, so a group carries signal. (All-or-nothing criteria that the embedded base
 model never meets, such as "a JSON object with keys a and b" or "end with a fixed sentence", tied nearly
 every group in our trials: GRPO has next to nothing to learn from.) A task file names its judge as
-`benchmarks.learning_tasks.judges:<function>`.
+`benchmarks.perf.learning_tasks.judges:<function>`.
 """
 
 from __future__ import annotations

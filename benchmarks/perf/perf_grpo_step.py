@@ -28,7 +28,7 @@ Also measured: our trainer's update alone on the last step's groups, interleaved
 (bf16 base weights, prompt sharing, micro-batch 8 = today's defaults).
 
     pip install -e ".[bench]"           # TRL, a benchmark-only dependency
-    python benchmarks/perf_grpo_step.py  # ~6-8 min on 2 cores; writes benchmarks/results/grpo_step.json
+    python benchmarks/perf/perf_grpo_step.py  # ~6-8 min on 2 cores; writes benchmarks/perf/results/grpo_step.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,6 +50,11 @@ from _common import Loop, print_table, ratio_entry, summary, write_result
 
 import autorl as art
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer as TRLGRPOTrainer
 
 GROUP_SIZE = 8
 COMPLETION_TOKENS = 64
@@ -63,14 +70,14 @@ def e_share(text: str) -> float:
     return text.count("e") / max(1, len(text))
 
 
-def train_config(**overrides) -> art.TrainConfig:
+def train_config(**overrides: Any) -> art.TrainConfig:
     return art.TrainConfig(learning_rate=LEARNING_RATE, epsilon=0.2, epsilon_high=0.28, **overrides)
 
 
 class Side:
     """A full GRPO step of ours: rollouts, judge, training + serving the new weights."""
 
-    def __init__(self, client, served_name):
+    def __init__(self, client: AsyncOpenAI, served_name: Callable[[], str]):
         from ruler import FunctionJudge
 
         self.client = client
@@ -91,7 +98,7 @@ class Side:
         )
         return art.Trajectory(messages_and_choices=[*PROMPT, response.choices[0]])
 
-    async def train(self, groups) -> dict:
+    async def train(self, groups: list[art.TrajectoryGroup]) -> dict:
         raise NotImplementedError
 
     async def step(self) -> None:
@@ -127,11 +134,11 @@ class Ours(Side):
         super().__init__(model.openai_client(), model.get_inference_name)
         self.model = model
 
-    async def train(self, groups) -> dict:
+    async def train(self, groups: list[art.TrajectoryGroup]) -> dict:
         return await self.model.train(groups, config=train_config())
 
 
-def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callback):
+def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callback: TrainerCallback) -> TRLGRPOTrainer:
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -170,7 +177,7 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
         disable_tqdm=True,
     )
 
-    def e_share_reward(prompts, completions, **kwargs) -> list[float]:
+    def e_share_reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
         return [e_share(c[0]["content"] if isinstance(c, list) else c) for c in completions]
 
     dataset = Dataset.from_list([{"prompt": PROMPT}] * (steps * GROUP_SIZE))
@@ -184,7 +191,9 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
     )
 
 
-def trainer_ablation(model_dir: Path, home: Path, groups, reps: int) -> dict[str, list[float]]:
+def trainer_ablation(
+    model_dir: Path, home: Path, groups: list[art.TrajectoryGroup], reps: int
+) -> dict[str, list[float]]:
     """Our trainer's update on the same groups, before and after each speed option, interleaved."""
     import torch
 
@@ -252,10 +261,10 @@ def main() -> None:
     class Interleave(TrainerCallback):
         """Times each TRL step; after it, runs one step of each of ours."""
 
-        def on_step_begin(self, args_, state, control, **kwargs):
+        def on_step_begin(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args_, state, control, **kwargs):
+        def on_step_end(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
             trl_steps.append(time.perf_counter() - self.t0)
             line = f"step {len(trl_steps)}/{args.steps + 1}: TRL {trl_steps[-1]:.1f}s"
             for name, side in sides.items():

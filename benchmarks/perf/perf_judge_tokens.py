@@ -9,26 +9,20 @@ Tokens are counted with the embedded model's tokenizer (SmolLM2, via autorl's em
 directory) on the chat-templated judge messages. Where that tokenizer is unavailable the count falls
 back to an approximation of one token per 4 characters, and the result says so.
 
-    python benchmarks/perf_judge_tokens.py   # prints the ratio, writes benchmarks/results/judge_tokens.json
+    python benchmarks/perf/perf_judge_tokens.py  # prints the ratio, writes benchmarks/perf/results/judge_tokens.json
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import write_result
 
 from ruler import DEFAULT_RUBRIC
 from ruler.prompt import build_judge_prompt
 
 GROUP_SIZE = 8
-RESULTS = Path(__file__).resolve().parent / "results" / "judge_tokens.json"
 TOOLS = [
     {
         "type": "function",
@@ -104,20 +98,6 @@ def token_counter() -> tuple[Callable[[list[dict]], int], str]:
     return count, f"SmolLM2-135M-Instruct tokenizer ({model_dir})"
 
 
-def machine() -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(memory_gib, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
 def main() -> None:
     count, tokenizer = token_counter()
     prefix = shared_prefix()
@@ -142,16 +122,13 @@ def main() -> None:
         "goal": "ratio <= 1/3",
         "goal_met": ratio <= 1 / 3,
         "tokenizer": tokenizer,
-        "machine": machine(),
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result("judge_tokens", result)
     print(f"G={GROUP_SIZE}, shared prefix {prefix_tokens} tokens ({tokenizer})")
     print(f"RULER, one deduplicated request: {ruler_tokens} input tokens")
     print(f"per-trajectory judging, {GROUP_SIZE} requests: {baseline_tokens} input tokens")
     print(f"ratio RULER / per-trajectory: {ratio:.3f} (goal <= 0.333: {'met' if ratio <= 1 / 3 else 'NOT met'})")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ goal (>= 2.5x) is checked against the faster of the two HF runs.
 Also measured: what loading a new checkpoint costs in each mode (LoRA load vs merge + reload), and
 the rollout tokens per step above which merged serving pays for its reload.
 
-    python benchmarks/perf_rollout.py     # ~7-9 min on 2 cores; writes benchmarks/results/rollout.json
+    python benchmarks/perf/perf_rollout.py  # ~7-9 min on 2 cores; writes benchmarks/perf/results/rollout.json
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,6 +43,10 @@ from _common import Loop, print_table, process_group_cpu_s, ratio_entry, summary
 import autorl as art
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.vllm_server import ServerConfig, VLLMServer
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SYSTEM = "You are a helpful assistant. Answer in a few sentences."
 TOPICS = [
@@ -77,7 +82,7 @@ async def train_one_step(model: art.TrainableModel) -> None:
     await model.train(groups, config=art.TrainConfig(learning_rate=1e-4))
 
 
-async def vllm_tokens_per_s(client, name: str, prompts: list, concurrency: int, tokens: int) -> float:
+async def vllm_tokens_per_s(client: AsyncOpenAI, name: str, prompts: list, concurrency: int, tokens: int) -> float:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> int:
@@ -99,7 +104,9 @@ async def vllm_tokens_per_s(client, name: str, prompts: list, concurrency: int, 
     return sum(counts) / (time.perf_counter() - started)
 
 
-def hf_tokens_per_s(model, tokenizer, prompts: list, batch: int, tokens: int, seed: int) -> float:
+def hf_tokens_per_s(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list, batch: int, tokens: int, seed: int
+) -> float:
     import torch
 
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]

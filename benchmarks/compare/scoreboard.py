@@ -88,7 +88,7 @@ def results_table(frame: pd.DataFrame, outcomes: dict[str, Outcome]) -> pd.DataF
 def markdown_table(frame: pd.DataFrame, index: bool = False) -> str:
     """A GitHub markdown table; numbers with 3 decimals, NaN as an em dash."""
 
-    def cell(value) -> str:
+    def cell(value: object) -> str:
         if isinstance(value, bool | np.bool_):
             return "yes" if value else ""
         if isinstance(value, float | np.floating):

@@ -1,0 +1,5 @@
+"""`autorl benchmark`: agent variants answer the same held-out inputs and a judge scores them head to head.
+
+`variants` says what a variant name means, `answers` has the variants answer (cached), `head_to_head`
+judges the answers and runs the whole benchmark, `scoreboard` makes the tables, win rates and chart.
+"""

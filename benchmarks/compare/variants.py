@@ -1,0 +1,201 @@
+"""Agent variants for `autorl benchmark`: what a variant name means (`resolve`), and the recorded runs they
+come from (`RunView`). `benchmarks.compare.answers` has them answer the inputs.
+
+A variant is written as one of
+    base                        the benchmarked run's base model, without a LoRA
+    RUN@latest, RUN@best        a run's newest checkpoint, or its best (highest mean training reward)
+    RUN@0005 (or RUN@5)         a run's checkpoint of step 5
+    provider/model              any LiteLLM model (openai/gpt-4.1-mini; the key comes from the provider's variable)
+    name@http://host:port/v1    model `name` on any OpenAI-compatible server (it is sent no key)
+optionally followed by `+prompt=FILE`: the same model with the system prompt in FILE. Otherwise a
+checkpoint answers with its own run's system prompt, and `base` and API models with the benchmarked run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from autorl.checkpoints import checkpoint_name, complete_checkpoints
+from autorl.errors import AutoRLError
+from autorl.inputs import read_input_rows
+from autorl.task import TaskSpec
+from pipelines.artifacts import ArtifactStore
+from pipelines.config import RunConfig
+from pipelines.context import Policy
+from pipelines.runs import load_run
+from pipelines.stages import inputs, system_prompt, train
+from ruler.endpoint import ModelEndpoint
+from ruler.errors import ModelSpecError
+from ruler.retry import describe
+
+PROMPT_SUFFIX = "+prompt="
+FORMS = (
+    "base, RUN@latest, RUN@best, RUN@NNNN, provider/model (LiteLLM) or name@http://host:port/v1, "
+    f"each optionally followed by {PROMPT_SUFFIX}FILE"
+)
+_CHECKPOINT = re.compile(r"^(?P<run>[^@/\s]+)@(?P<which>[^@/\s]+)$")
+
+
+class RunView:
+    """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
+
+    It is a `pipelines.context.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
+    `train.best_step`) read its artifacts.
+    """
+
+    def __init__(self, home: Path, name: str, calls: Counter):
+        record = load_run(home, name)
+        self.home, self.name, self.record, self.calls = Path(home), name, record, calls
+        self.keys: dict[str, str] = record.get("keys") or {}
+        if "train" not in self.keys:
+            raise AutoRLError(f"run {name!r} has no stage keys in its run.json; run it with `autorl run` first")
+        try:
+            self.config = RunConfig.model_validate(record["config"])
+        except (KeyError, ValidationError) as exc:
+            raise AutoRLError(f"run {name!r}: its run.json has no valid config ({describe(exc)})") from None
+        try:
+            self.task = TaskSpec.model_validate(record["task"])
+        except (KeyError, ValidationError) as exc:
+            raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
+        self.store = ArtifactStore(Path(home) / "artifacts")
+        run_dir = Path(home) / "runs" / name
+        self.policy = Policy(self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs")
+
+    def artifact(self, stage: str) -> Path:
+        return self.store.path(stage, self.keys[stage])
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        return complete_checkpoints(self.policy.run_dir / "checkpoints")
+
+    def system_prompt(self) -> str:
+        try:
+            return system_prompt.load(self)
+        except (KeyError, FileNotFoundError):
+            raise AutoRLError(
+                f"run {self.name!r} has no system prompt yet (its system_prompt stage has not run)"
+            ) from None
+
+    def validation_inputs(self) -> list[str]:
+        try:
+            texts = inputs.load(self, "val")
+        except (KeyError, FileNotFoundError):
+            raise AutoRLError(
+                f"run {self.name!r} has no inputs yet (its inputs stage has not run); pass --inputs FILE"
+            ) from None
+        if not texts:
+            raise AutoRLError(f"run {self.name!r} has no validation inputs; pass --inputs FILE")
+        return texts
+
+    @property
+    def rubric(self) -> str | None:
+        return (self.record.get("task") or {}).get("rubric") or None
+
+
+@dataclass
+class Variant:
+    """One resolved variant: what answers, with which system prompt."""
+
+    label: str
+    """The variant as written on the command line; its name in every table."""
+    system_prompt: str
+    identity: dict[str, Any]
+    """What its answers depend on besides the prompt, input and sampling (never a key)."""
+    run: RunView | None = None
+    """For the base model and checkpoints: the run whose server serves it."""
+    step: int = 0
+    """For a run's variant: the checkpoint step (0: the base model)."""
+    api: ModelEndpoint | None = None
+    """For an API model: the model, and its endpoint when it is `name@URL`."""
+
+
+def parse_variants(text: str) -> list[str]:
+    """The comma-separated variants of `--variants`, each once."""
+    labels = [part.strip() for part in text.split(",") if part.strip()]
+    if not labels:
+        raise AutoRLError(f"--variants is empty; give one or more of: {FORMS}")
+    if repeated := [label for label, count in Counter(labels).items() if count > 1]:
+        raise AutoRLError(f"variant {repeated[0]!r} is given twice")
+    return labels
+
+
+def read_input_texts(path: Path) -> list[str]:
+    """The `input` field of every row of a JSONL file (`autorl.inputs.read_input_rows`; other fields are
+    ignored), each text once."""
+    return list(dict.fromkeys(row.input for row in read_input_rows(path)))
+
+
+def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
+    """The variant `label` names; `runs` holds the runs opened so far (by name) and gains any other it names.
+
+    Raises an `AutoRLError` naming the variant and what exists when it resolves to nothing.
+    """
+    spec, _, prompt_file = label.partition(PROMPT_SUFFIX)
+    if spec == "base":
+        variant = Variant(label, main.system_prompt(), {"base_model": main.config.model, "lora": None}, main, 0)
+    elif "/" in spec:  # provider/model, or name@http://host:port/v1
+        api = _api_model(label, spec)
+        variant = Variant(label, main.system_prompt(), api.model_dump(include={"model", "base_url"}), api=api)
+    elif match := _CHECKPOINT.match(spec):
+        if match["run"] not in runs:
+            try:
+                runs[match["run"]] = RunView(main.home, match["run"], main.calls)
+            except AutoRLError as exc:
+                raise AutoRLError(f"variant {label!r}: {exc}") from None
+        run = runs[match["run"]]
+        step = _checkpoint_step(run, match["which"], label)
+        lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
+        identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
+        variant = Variant(label, run.system_prompt(), identity, run, step)
+    else:
+        raise AutoRLError(f"variant {label!r} resolves to nothing; use {FORMS}")
+    if prompt_file:
+        variant.system_prompt = _read_prompt(Path(prompt_file), label)
+    return variant
+
+
+def _api_model(label: str, spec: str) -> ModelEndpoint:
+    try:
+        model = ModelEndpoint.parse(spec)
+        model.check_provider()
+    except ModelSpecError:
+        raise AutoRLError(
+            f"variant {label!r} resolves to nothing (no known LiteLLM provider/model, nor name@URL); use {FORMS}"
+        ) from None
+    return model
+
+
+def _checkpoint_step(run: RunView, which: str, label: str) -> int:
+    steps = [step for step, _ in run.checkpoints()]
+    if not steps:
+        raise AutoRLError(f"variant {label!r}: run {run.name!r} has no checkpoints yet")
+    listing = ", ".join(checkpoint_name(step) for step in steps)
+    if which == "latest":
+        return steps[-1]
+    if which == "best":
+        best = train.best_step(run)
+        return best if best in steps else steps[-1]
+    if which.isdigit():
+        if int(which) in steps:
+            return int(which)
+        raise AutoRLError(
+            f"variant {label!r}: run {run.name!r} has no checkpoint {checkpoint_name(int(which))} (checkpoints: {listing})"
+        )
+    raise AutoRLError(
+        f"variant {label!r}: {which!r} is not a checkpoint; use latest, best or a step (run {run.name!r} has {listing})"
+    )
+
+
+def _read_prompt(path: Path, label: str) -> str:
+    if not path.is_file():
+        raise AutoRLError(f"variant {label!r}: system prompt file {path} does not exist")
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise AutoRLError(f"variant {label!r}: system prompt file {path} is empty")
+    return text
