@@ -8,7 +8,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
 from .cache import CacheDir
-from .judges import Judge, check_score_count, judge_name, score_group_of
+from .judges import Judge, check_scores, judge_name, score_group_of
 from .loading import as_judge
 from .messages import Message
 from .prompt import as_message_lists, canonical_json
@@ -108,7 +108,7 @@ async def ruler_score_group(
     try:
         message_lists = as_message_lists([t.messages() for t in group.trajectories], min_trajectories=1)
         scores = await score_group_of(judge, message_lists, rubric=rubric, tools=group_tools(group), task=task)
-        check_score_count(scores, len(group), name)
+        check_scores(scores, len(group), name)
     except Exception as exc:
         if not swallow_exceptions:
             raise

@@ -80,10 +80,26 @@ async def score_group_of(
     return await judge.score_group(message_lists, rubric=rubric, tools=tools)
 
 
-def check_score_count(scores: Sequence[TrajectoryScore], trajectories: int, judge: str) -> None:
-    """Raise `JudgeFailedError` unless a judge returned one score per trajectory."""
+def check_scores(scores: object, trajectories: int, judge: str) -> None:
+    """Raise `JudgeFailedError`, in one line naming what is wrong, unless a judge returned a list of one
+    `TrajectoryScore` per trajectory, each with a finite score (a custom judge's bug is caught here, before
+    a NaN or a string reaches training)."""
+    if isinstance(scores, str | bytes) or not isinstance(scores, Sequence):
+        raise JudgeFailedError(
+            f"judge {judge} returned {type(scores).__name__} {scores!r:.60}; score_group must return a list of "
+            "TrajectoryScore"
+        )
     if len(scores) != trajectories:
         raise JudgeFailedError(f"judge {judge} returned {len(scores)} scores for {trajectories} trajectories")
+    for i, score in enumerate(scores, start=1):
+        if not isinstance(score, TrajectoryScore):
+            raise JudgeFailedError(
+                f"judge {judge} returned {type(score).__name__} {score!r:.60} for trajectory {i}; expected a TrajectoryScore"
+            )
+        if not is_finite_number(score.score):
+            raise JudgeFailedError(
+                f"judge {judge} gave trajectory {i} the score {score.score!r}; expected a finite number"
+            )
 
 
 class FunctionJudge:
@@ -154,7 +170,7 @@ class CombinedJudge:
             *(score_group_of(j, message_lists, rubric=rubric, tools=tools, task=task) for j in self.judges)
         )
         for name, scores in zip(self.names, results, strict=True):
-            check_score_count(scores, len(message_lists), name)
+            check_scores(scores, len(message_lists), name)
         combined = []
         for i, per_judge in enumerate(zip(*results, strict=True), start=1):
             metrics: dict[str, float] = {}

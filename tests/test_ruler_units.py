@@ -22,6 +22,7 @@ from ruler import (
     RulerError,
     RulerInputError,
     RulerJudge,
+    TrajectoryScore,
 )
 from ruler.prompt import build_judge_prompt, common_prefix_length
 from ruler.scores import InvalidAnswer, parse_verdicts, response_format
@@ -264,15 +265,35 @@ def test_combined_judge_weights_and_namespaces_metrics():
     ]
 
 
-def test_a_judge_returning_the_wrong_number_of_scores_is_an_error(caplog):
-    class Lazy:
+def verdict(i: int, score: object) -> TrajectoryScore:
+    return TrajectoryScore(trajectory_id=str(i), explanation="", score=score)
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ([], r"^judge Bad returned 0 scores for 2 trajectories$"),
+        ("0.9", r"^judge Bad returned str '0.9'; score_group must return a list of TrajectoryScore$"),
+        ([0.9, 0.1], r"^judge Bad returned float 0.9 for trajectory 1; expected a TrajectoryScore$"),
+        ([verdict(1, 0.5), verdict(2, float("nan"))], r"^judge Bad gave trajectory 2 the score nan; expected a finite"),
+        ([verdict(1, float("inf")), verdict(2, 0)], r"^judge Bad gave trajectory 1 the score inf; expected a finite"),
+        (RuntimeError("the grader crashed"), r"^the grader crashed$"),
+    ],
+)
+def test_a_custom_judge_returning_nonsense_or_raising_is_one_line_and_a_dropped_group(returned, message, caplog):
+    class Bad:
         async def score_group(self, message_lists, *, rubric, tools):
-            return []
+            if isinstance(returned, Exception):
+                raise returned
+            return returned
 
     group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", a)) for a in "ab"])
-    with pytest.raises(JudgeFailedError, match="judge Lazy returned 0 scores for 2 trajectories"):
-        run(ruler.ruler_score_group(group, Lazy()))
-    assert run(ruler.ruler_score_group(group, Lazy(), swallow_exceptions=True)) is None
+    with pytest.raises(Exception, match=message) as error:
+        run(ruler.ruler_score_group(group, Bad()))
+    assert "\n" not in str(error.value)
+    with caplog.at_level("WARNING", logger="ruler"):
+        assert run(ruler.ruler_score_group(group, Bad(), swallow_exceptions=True)) is None
+    assert "judge Bad could not score a group of 2 trajectories" in caplog.text
 
 
 def test_swallowed_bad_group_is_logged_and_dropped(caplog):
