@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 from wandb_records import history as wandb_history
 
+from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+
 pytestmark = pytest.mark.slow
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 SECRET = "sk-autorl-test-0123456789abcdef-never-write-me"
@@ -54,40 +56,6 @@ def finish(process: subprocess.Popen) -> str:
     return output
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    def running(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    return {p for p in pids if running(p)}
-
-
-def wait_gone(pids: set[int], timeout: float) -> set[int]:
-    deadline = time.monotonic() + timeout
-    while alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return alive(pids)
-
-
 def wait_until(process: subprocess.Popen, condition, timeout: float = 1200) -> set[int]:
     """Wait for `condition()` while the run is alive; returns the run's processes at that moment."""
     deadline = time.monotonic() + timeout
@@ -100,7 +68,7 @@ def wait_until(process: subprocess.Popen, condition, timeout: float = 1200) -> s
 
 
 def server_running(process: subprocess.Popen):
-    return lambda: any(b"vllm" in Path(f"/proc/{p}/cmdline").read_bytes() for p in alive(descendants(process.pid)))
+    return lambda: bool(with_command_line(descendants(process.pid), b"vllm"))
 
 
 def record(home: Path, name: str) -> dict:
@@ -229,9 +197,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     train_key = record(home, "killed")["keys"]["train"]
 
     def policy_server() -> set[int]:  # the vLLM server serving the training (merged: under its key)
-        return {
-            p for p in alive(descendants(resumed.pid)) if train_key.encode() in Path(f"/proc/{p}/cmdline").read_bytes()
-        }
+        return with_command_line(descendants(resumed.pid), train_key.encode())
 
     wait_until(resumed, lambda: (work / "steps" / "0003").exists() and policy_server())
     for pid in policy_server():

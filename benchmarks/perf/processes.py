@@ -1,0 +1,58 @@
+"""The process tree of a run, read from /proc: what it started and whether any of it outlives it.
+
+Used by the fault-injection benchmark (`faults.py`) and by the end-to-end tests, which check that no
+vLLM or MCP server outlives an `autorl run` however it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...); None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`, zombies included."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(entry.name)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """The processes of `pids` that run (not zombies, not gone)."""
+    return {pid for pid in pids if (fields := _stat(pid)) is not None and fields[0] != "Z"}
+
+
+def wait_gone(pids: set[int], timeout: float) -> set[int]:
+    """Wait up to `timeout` seconds for `pids` to end; returns those still alive."""
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive(pids)
+
+
+def with_command_line(pids: set[int], part: bytes) -> set[int]:
+    """The live processes of `pids` whose command line contains `part`."""
+    found = set()
+    for pid in alive(pids):
+        try:
+            if part in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
