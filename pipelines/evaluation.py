@@ -14,10 +14,24 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 from .stats import mean_ci
 
 if TYPE_CHECKING:  # for annotations only: the benchmark's judge key covers this module, not the trainer
+    from autorl.task import TaskSpec
+
+    from .config import RunConfig
     from .context import StageContext
 
 GROUPS_FILE = "groups.jsonl"
 SCORES_FILE = "scores.parquet"
+
+
+def judged_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """What judged answers to the validation inputs depend on besides the model: the judge, the rubric, the
+    answers per input, and the rollouts' tools and turns (part of the baseline's and evaluate's keys)."""
+    return {
+        "judge": config.judge,
+        "rubric": task.rubric,
+        "eval_samples": config.eval_samples,
+        **task.agent_settings(),
+    }
 
 
 async def judged_groups(

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.slow
 NAMES = {"adapter": ("embedded:smollm2-135m", "agent@0001"), "merged": ("agent", "agent")}
 
 
+@pytest.mark.timeout(600)  # ~110-330 s on CI: a server start, a step, a restarted backend
 @pytest.mark.parametrize("serving", ["merged", "adapter"])
 def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def scenario():
-        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving))
+        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving, startup_timeout_s=240))
         model = art.TrainableModel(name="agent", project="it")
         await model.register(backend)
         try:
@@ -85,7 +86,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def restarted():
         """A new backend on the same directory resumes at the newest checkpoint and serves it."""
         again = art.TrainableModel(name="agent", project="it")
-        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving))
+        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving, startup_timeout_s=240))
         await again.register(backend)
         try:
             assert await again.get_step() == 1
@@ -103,6 +104,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     asyncio.run(restarted())
 
 
+@pytest.mark.timeout(400)  # ~110 s on CI
 def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     """The embedded model with its tool-calling template behind vLLM's hermes parser: rollouts with the
     example `convert` tool run (whatever the small model does with it), and a step trains on them."""
@@ -115,7 +117,7 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     task = load_task(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
 
     async def scenario():
-        backend = art.LocalBackend(tmp_path)
+        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(startup_timeout_s=240))
         model = art.TrainableModel(name="agent", project="tools")
         await model.register(backend)
         toolbox = await Toolbox.open(task)

@@ -55,6 +55,7 @@ def test_group_size_one_gives_no_signal(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # vLLM's import and a failed start: well under a minute
 def test_vllm_failing_to_start_shows_its_log(tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()

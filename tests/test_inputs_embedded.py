@@ -7,7 +7,7 @@ import pytest
 from autorl.inputs import GenerationConfig, generate_inputs
 from autorl.task import TaskSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # about 100 s on 2 cores
 
 
 def test_embedded_model_writes_a_system_prompt_and_split_unique_inputs():

@@ -14,7 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
 import learning
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 270 s on 2 cores
+RUN_TIMEOUT_S = 540
+"""The run's own limit, inside the test's: a run that hangs ends with its output, not a pytest stack."""
 STEPS = 6
 EXTRA = ["--max-tokens", "32"]  # one-word answers need few tokens; the test runs faster
 MARGIN = 0.05
@@ -22,6 +24,6 @@ MARGIN = 0.05
 
 
 def test_a_short_run_raises_the_held_out_reward(tmp_path):
-    run = learning.one_run("one_word", "grpo", seed=0, steps=STEPS, home=tmp_path, extra=EXTRA)
+    run = learning.one_run("one_word", "grpo", 0, STEPS, tmp_path, EXTRA, timeout_s=RUN_TIMEOUT_S)
     assert run["base"]["inputs"] == run["trained"]["inputs"] == 16  # every validation input scored
     assert run["gain"] > MARGIN, run

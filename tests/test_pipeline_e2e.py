@@ -50,13 +50,13 @@ def autorl(home: Path, name: str, *args: str) -> subprocess.Popen:
     )
 
 
-def finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=1800)
+def finish(process: subprocess.Popen, timeout_s: float = 600) -> str:
+    output, _ = process.communicate(timeout=timeout_s)
     assert process.returncode == 0, output
     return output
 
 
-def wait_until(process: subprocess.Popen, condition, timeout: float = 1200) -> set[int]:
+def wait_until(process: subprocess.Popen, condition, timeout: float = 600) -> set[int]:
     """Wait for `condition()` while the run is alive; returns the run's processes at that moment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -93,10 +93,11 @@ def first_run(home) -> FirstRun:
     started = time.monotonic()
     process = autorl(home, "first", "--steps", "2")
     children = wait_until(process, server_running(process))
-    output = finish(process)
+    output = finish(process, timeout_s=900)
     return FirstRun(output, time.monotonic() - started, children)
 
 
+@pytest.mark.timeout(1200)  # with the first_run fixture, ~560 s on CI's 2 cores
 def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home, first_run):
     output, first_seconds, children = first_run.output, first_run.seconds, first_run.server_processes
     run_dir = home / "runs" / "first"
@@ -148,13 +149,14 @@ def test_two_step_run_then_a_free_rerun_then_a_new_learning_rate(home, first_run
     assert steps_in_history(run_dir) == [1]  # the run now points at the new training
 
 
+@pytest.mark.timeout(1500)  # first_run when run alone, then two benchmarks
 def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(home, first_run, tmp_path):
     """Base model against the run's latest checkpoint, judged by the run's embedded RULER judge."""
 
     def benchmark() -> str:
         args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
         command = [sys.executable, "-m", "autorl.cli", *args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=ENV)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout + result.stderr
 
@@ -177,6 +179,7 @@ PROGRAM_JUDGE = ["--judge", "benchmarks.perf.learning_tasks.judges:uppercase"]
 """A judge that is a program, for runs that test what happens around the judge: no judge server starts."""
 
 
+@pytest.mark.timeout(900)  # ~350 s on CI: two runs, a server restart
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *PROGRAM_JUDGE)
 
@@ -210,6 +213,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home):
     assert record(home, "killed")["stages"]["train"]["cached"] is False
 
 
+@pytest.mark.timeout(400)  # a server start, then at most 180 s + 90 s of waiting
 def test_ctrl_c_stops_the_run_and_its_server(home):
     process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb", *PROGRAM_JUDGE)
     children = wait_until(process, server_running(process))
@@ -221,6 +225,7 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
     assert record(home, "interrupted")["status"] == "interrupted"
 
 
+@pytest.mark.timeout(600)  # ~230 s on CI: the generator's server start
 def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_once(home):
     """SIGTERM (what schedulers and containers send) stops a run as Ctrl-C does, also while the input
     generator's worker threads wait on model calls that take minutes on CPU."""
@@ -243,6 +248,7 @@ def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_onc
     assert record(home, "terminated")["status"] == "interrupted"
 
 
+@pytest.mark.timeout(1200)  # first_run when run alone; seconds otherwise
 def test_no_file_a_run_wrote_holds_the_api_key(home, first_run):
     """Artifacts, logs, reports, parquet and W&B files of every run in the home (and the embedded
     servers' logs): the key in the environment appears in none of them."""

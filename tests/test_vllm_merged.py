@@ -10,7 +10,10 @@ from test_merge import random_lora
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.vllm_server import ServerConfig, VLLMServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # about 125 s on 2 cores
+STARTUP_TIMEOUT_S = 180
+"""Inside the test's limit: a server that does not come up fails with its log's tail."""
+REQUEST_TIMEOUT_S = 60
 PROMPTS = ["What is the capital of France?", "List three fruits."]
 
 
@@ -25,7 +28,7 @@ def greedy(server: VLLMServer) -> list[str]:
                 "max_tokens": 16,
                 "temperature": 0,
             },
-            timeout=300,
+            timeout=REQUEST_TIMEOUT_S,
         )
         response.raise_for_status()
         replies.append(response.json()["choices"][0]["message"]["content"])
@@ -35,7 +38,12 @@ def greedy(server: VLLMServer) -> list[str]:
 def test_merged_server_serves_a_merged_lora_and_returns_to_the_base_weights(tmp_path):
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     adapter = random_lora(model_dir, tmp_path / "lora", r=8, lora_alpha=16)
-    server = VLLMServer(model_dir, "policy", tmp_path / "vllm.log", ServerConfig(lora_serving="merged"))
+    server = VLLMServer(
+        model_dir,
+        "policy",
+        tmp_path / "vllm.log",
+        ServerConfig(lora_serving="merged", startup_timeout_s=STARTUP_TIMEOUT_S),
+    )
 
     def merged_dirs() -> set[Path]:  # where load_merged may write: /dev/shm, or the temporary directory
         return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}

@@ -49,11 +49,18 @@ def run_command(task: str, loss: str, seed: int, steps: int, home: Path, extra: 
     ]  # fmt: skip
 
 
-def one_run(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> dict:
-    """Run one task/loss/seed to the end; its figures from run.json."""
+def one_run(
+    task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str], timeout_s: float | None = None
+) -> dict:
+    """Run one task/loss/seed to the end (within `timeout_s`, when given, else it is stopped); its figures
+    from run.json."""
     command = run_command(task, loss, seed, steps, home, extra)
     started = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        output = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise SystemExit(f"{' '.join(command[3:])} did not finish in {timeout_s:.0f} s:\n{output[-3000:]}") from None
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[3:])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     record = json.loads((home / "runs" / command[command.index("--name") + 1] / "run.json").read_text())

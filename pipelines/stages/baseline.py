@@ -17,14 +17,7 @@ VARIANT = "base"
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    return {
-        "model": config.model,
-        "judge": config.judge,
-        "rubric": task.rubric,
-        "eval_samples": config.eval_samples,
-        "rollout": config.rollout.model_dump(),
-        **task.agent_settings(),  # the rollouts' tools and turns
-    }
+    return {"model": config.model, "rollout": config.rollout.model_dump(), **evaluation.judged_settings(task, config)}
 
 
 def is_done(ctx: StageContext) -> bool:

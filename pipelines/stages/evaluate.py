@@ -20,13 +20,8 @@ UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    return {
-        "steps": config.steps,
-        "judge": config.judge,
-        "rubric": task.rubric,
-        "eval_samples": config.eval_samples,
-        **task.agent_settings(),  # the rollouts' tools and turns
-    }
+    # the model and its training are in the upstream keys (baseline, train)
+    return {"steps": config.steps, **evaluation.judged_settings(task, config)}
 
 
 def is_done(ctx: StageContext) -> bool:
