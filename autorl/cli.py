@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pipelines.config import RunConfig
+from pipelines.config import DEFAULT_HOME, RunConfig
 from ruler.errors import RulerError
 
 from .cli_options import command_signature, field_flags, flag_for, given_values
@@ -155,9 +155,13 @@ run_command.__signature__ = command_signature(  # type: ignore[attr-defined]
 app.command("run")(run_command)
 
 
+HomeOption = Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")]
+"""The `--home` option of the commands that read runs (`run` takes it from RunConfig)."""
+
+
 @app.command("runs")
 def runs_command(
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+    home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """List runs with their status, steps and validation rewards."""
     from pipelines.runs import runs_table
@@ -168,7 +172,7 @@ def runs_command(
 @app.command("show")
 def show_command(
     run: Annotated[str, typer.Argument(help="Run name (see `autorl runs`).")],
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs live.")] = Path(".autorl"),
+    home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """Print a run's stages: cache key, whether cached, time, model calls and figures."""
     from pipelines.runs import show_table
@@ -191,8 +195,10 @@ def inputs_command(
     ] = Path("inputs.jsonl"),
     generator: Annotated[
         str, typer.Option(help="Model that writes inputs and the system prompt (embedded, a LiteLLM string, name@URL).")
-    ] = "embedded",
-    seed: Annotated[int, typer.Option(help="Seed of input generation and the train/validation split.")] = 0,
+    ] = RunConfig.model_fields["generator"].default,
+    seed: Annotated[
+        int, typer.Option(help="Seed of input generation and the train/validation split.")
+    ] = RunConfig.model_fields["seed"].default,
     val_fraction: Annotated[
         float, typer.Option(min=0.0, max=0.95, help="Share of the inputs held out for validation.")
     ] = DEFAULT_VAL_FRACTION,
@@ -265,9 +271,7 @@ def benchmark_command(
     max_tokens: Annotated[
         int | None, typer.Option(min=1, help="Completion token cap per answer; default: the run's.")
     ] = None,
-    home: Annotated[Path, typer.Option(envvar="AUTORL_HOME", help="Where runs and the artifact cache live.")] = Path(
-        ".autorl"
-    ),
+    home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """Compare agent variants on the same held-out inputs: mean score with 95% CI, win rates, a bar chart.
 

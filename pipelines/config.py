@@ -16,6 +16,8 @@ from autorl.task import TaskSpec, describe_error
 from autorl.vllm_server import ServerConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
+DEFAULT_HOME = Path(".autorl")
+"""Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
 
 
 class RunConfig(BaseModel):
@@ -52,7 +54,7 @@ class RunConfig(BaseModel):
     """Seed of input generation and of the train/validation split."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """Policy sampling settings."""
-    home: Path = Path(".autorl")
+    home: Path = DEFAULT_HOME
     """Where runs (`runs/<name>`) and the artifact cache (`artifacts/`) live."""
     name: str | None = None
     """Run name (letters, digits, '.', '_', '-'; a directory name under `runs/`); unset: one derived from the

@@ -26,6 +26,7 @@ from autorl.errors import AutoRLError
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
+from pipelines.config import DEFAULT_HOME
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 
 from . import scoreboard
@@ -42,7 +43,7 @@ class BenchmarkConfig(BaseModel):
     """The benchmarked run: its base model, system prompt, validation inputs and judge are the defaults."""
     variants: list[str] = Field(default_factory=list)
     """The variants (see `benchmarks.compare.variants`); empty: `base` and `RUN@latest`."""
-    home: Path = Path(".autorl")
+    home: Path = DEFAULT_HOME
     """Where runs and the artifact cache live."""
     out: Path | None = None
     """Where the tables and chart go; None: `<home>/runs/<run>/benchmark/`."""
