@@ -143,3 +143,19 @@ def test_the_inputs_stage_reads_the_file_without_a_model_call(tmp_path):
     assert (summary["inputs"], summary["train"], summary["val"]) == (10, 8, 2)
     assert sorted(stage.load(ctx, "train") + stage.load(ctx, "val")) == sorted(QUESTIONS)
     assert json.loads((ctx.artifact("inputs") / stage.FILE).read_text().splitlines()[0]).keys() == {"input", "split"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (bytes(range(128, 256)), r"inputs file .*in.jsonl cannot be read: 'utf-8' codec can't decode"),
+        (b'{"input": "What is 2+2?"}\n{"input": "What is', r"in.jsonl:2: not valid JSON \(Unterminated string"),
+    ],
+    ids=["binary", "truncated"],
+)
+def test_a_binary_or_truncated_inputs_file_is_one_line(tmp_path, content, message):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(AutoRLError, match=message) as error:
+        inputs_from_file(path)
+    assert "\n" not in str(error.value)
