@@ -159,14 +159,15 @@ class Trials:
 
 
 class Learning:
-    """A distinct learning rate per run, so each trains anew while the upstream stages stay cached."""
+    """A distinct learning rate per run (and per `--seed`), so each run trains anew while the upstream
+    stages stay cached in the home, also across invocations with different seeds."""
 
-    def __init__(self) -> None:
-        self.count = 0
+    def __init__(self, seed: int) -> None:
+        self.seed, self.count = seed, 0
 
     def next(self) -> float:
         self.count += 1
-        return 1e-4 + self.count * 1e-6
+        return 1e-4 + (self.seed * 1000 + self.count) * 1e-7
 
 
 def reference(home: Path, lrs: Learning) -> float:
@@ -371,10 +372,10 @@ def main() -> None:
     parser.add_argument("--server-death-trials", type=int, default=2)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--home", type=Path, default=Path(".autorl-faults"))
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the kill moments.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the kill moments and the runs' learning rates.")
     parser.add_argument("--out", default="faults")
     args = parser.parse_args()
-    home, rng, lrs, started = args.home.resolve(), random.Random(args.seed), Learning(), time.monotonic()
+    home, rng, lrs, started = args.home.resolve(), random.Random(args.seed), Learning(args.seed), time.monotonic()
     scenarios = args.scenarios.split(",")
     print("reference runs (the shared stages, then a run's duration)", flush=True)
     duration = reference(home, lrs)
