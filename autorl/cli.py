@@ -100,7 +100,7 @@ def _per_loss_defaults(name: str) -> str:
 RUN_FLAGS = field_flags(
     RunConfig,
     {
-        "steps": {}, "group_size": {}, "groups_per_step": {}, "max_idle_steps": {}, "num_inputs": {"names": ("--inputs",)},
+        "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},

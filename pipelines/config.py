@@ -37,9 +37,10 @@ class RunConfig(BaseModel):
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
-    max_idle_steps: int = Field(3, ge=0)
-    """Training steps in a row that may train nothing (every group tied, or none scorable by the judge); one
-    more ends the run with an error instead of a silent run of no-op steps. 0: no limit."""
+    max_unscored_steps: int = Field(3, ge=0)
+    """Training steps in a row in which the judge could score no group (each such step trains nothing); one
+    more ends the run with an error instead of a silent run of no-op steps. 0: no limit. (Steps whose groups
+    all tied are not counted: a task learned to perfection ties too.)"""
     num_inputs: int | None = Field(None, ge=2)
     """Inputs to generate, train and validation together; unset: the task's `num_inputs`."""
     eval_samples: int = Field(2, ge=2)

@@ -11,7 +11,7 @@ from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import STAGES, RunConfig
 from pipelines.pipeline import forced_stages, stage_keys
-from pipelines.stages.train import check_idle_steps
+from pipelines.stages.train import check_unscored_steps
 from pipelines.stats import mean_ci
 
 TASK = TaskSpec(description="Turn a casual sentence into formal business English")
@@ -219,14 +219,15 @@ def test_the_stage_context_counts_what_the_judge_did():
     assert ctx.calls["judge"] == 2
 
 
-def test_a_run_of_idle_steps_ends_with_one_line_after_the_limit():
-    def history(*trained: int) -> list[dict]:
-        return [{"step": i + 1, "groups_trained": n} for i, n in enumerate(trained)]
+def test_steps_the_judge_scored_nothing_of_end_the_run_after_the_limit():
+    def history(*scored: int) -> list[dict]:  # groups the judge scored per step; ties do not matter here
+        return [{"step": i + 1, "groups": n, "groups_trained": 0} for i, n in enumerate(scored)]
 
-    check_idle_steps(history(2, 0, 0, 0), limit=3)  # three idle steps: allowed
-    check_idle_steps(history(0, 0, 0, 0, 0), limit=0)  # 0: no limit
-    check_idle_steps(history(0, 0, 0, 1), limit=3)  # a step that trained ends the streak
+    check_unscored_steps(history(2, 0, 0, 0), limit=3)  # three unscored steps: allowed
+    check_unscored_steps(history(0, 0, 0, 0, 0), limit=0)  # 0: no limit
+    check_unscored_steps(history(0, 0, 0, 1), limit=3)  # a scored step ends the streak
+    check_unscored_steps(history(2, 2, 2, 2, 2), limit=3)  # every group tied (a learned task): not a failure
     with pytest.raises(AutoRLError) as error:
-        check_idle_steps(history(1, 0, 0, 0, 0), limit=3)
-    assert str(error.value).startswith("4 training steps in a row trained nothing")
-    assert "--max-idle-steps" in str(error.value) and "\n" not in str(error.value)
+        check_unscored_steps(history(1, 0, 0, 0, 0), limit=3)
+    assert str(error.value).startswith("in 4 training steps in a row the judge scored no group")
+    assert "--max-unscored-steps" in str(error.value) and "\n" not in str(error.value)

@@ -111,25 +111,25 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}  "
             f"train {metrics['step_time_s']:.1f}s"
         )
-        check_idle_steps(read_history(work), config.max_idle_steps)
+        check_unscored_steps(read_history(work), config.max_unscored_steps)
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
 
 
-def check_idle_steps(history: list[dict], limit: int) -> None:
-    """Raise when the last `limit + 1` steps of `history` all trained nothing (no limit when `limit` is 0).
-    Counted from the history, so a resumed run counts the steps before the kill too."""
-    idle = 0
+def check_unscored_steps(history: list[dict], limit: int) -> None:
+    """Raise when in the last `limit + 1` steps of `history` the judge scored no group (no limit when
+    `limit` is 0). Counted from the history, so a resumed run counts the steps before the kill too."""
+    unscored = 0
     for entry in reversed(history):
-        if entry["groups_trained"] > 0:
+        if entry["groups"] > 0:
             break
-        idle += 1
-    if limit and idle > limit:
+        unscored += 1
+    if limit and unscored > limit:
         raise AutoRLError(
-            f"{idle} training steps in a row trained nothing (every group tied or unscored; see each step's "
-            "line): fix the judge or the rubric so that answers score apart, or raise --max-idle-steps"
+            f"in {unscored} training steps in a row the judge scored no group (see its warnings above): fix "
+            "the judge or its endpoint, or raise --max-unscored-steps"
         )
 
 
