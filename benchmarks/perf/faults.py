@@ -61,7 +61,7 @@ STORM_429 = 8
 
 def command(home: Path, name: str, lr: float, judge: str = JUDGE) -> list[str]:
     return [sys.executable, "-m", "autorl.cli", "run", str(TASK), "--home", str(home), "--name", name,
-            "--judge", judge, "--lr", f"{lr:.3g}", *SETTINGS]  # fmt: skip
+            "--judge", judge, "--lr", repr(lr), *SETTINGS]  # fmt: skip
 
 
 def start(home: Path, name: str, lr: float, judge: str = JUDGE) -> subprocess.Popen:
@@ -105,19 +105,17 @@ def history_steps(home: Path, name: str) -> list[int]:
     return [h["step"] for h in read_history(directory)] if directory else []
 
 
-def artifact_problems(home: Path) -> list[str]:
-    """Artifacts without their manifest (incomplete) and temporaries left beside artifacts or checkpoints."""
-    problems = []
-    for stage_dir in (home / "artifacts").iterdir():
-        for entry in stage_dir.iterdir():
-            if entry.name.startswith("."):
-                problems.append(f"temporary {entry.relative_to(home)}")
-            elif not (entry / "artifact.json").is_file():
-                problems.append(f"incomplete {entry.relative_to(home)}")
-    for checkpoints in (home / "artifacts" / "train").glob("*/checkpoints"):
-        for entry in checkpoints.iterdir():
-            if entry.name.startswith(".") or not (entry / METRICS_FILE).is_file():
-                problems.append(f"checkpoint {entry.relative_to(home)}")
+def artifact_problems(home: Path, name: str) -> list[str]:
+    """What is wrong on disk after run `name` finished: an artifact of its stages without its manifest
+    (written last), a checkpoint without its metrics, a temporary left anywhere under the artifacts."""
+    problems = [f"temporary {p.relative_to(home)}" for p in (home / "artifacts").rglob(".*") if p.name != ".lock"]
+    for stage, key in record(home, name).get("keys", {}).items():
+        if not (home / "artifacts" / stage / key / "artifact.json").is_file():
+            problems.append(f"incomplete {stage}/{key}")
+    if (directory := train_dir(home, name)) is not None:
+        for checkpoint in (directory / "checkpoints").iterdir():
+            if not (checkpoint / METRICS_FILE).is_file():
+                problems.append(f"checkpoint {checkpoint.relative_to(home)}")
     return problems
 
 
@@ -201,7 +199,7 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
         code, output = finish(start(home, name, lr))
         recover = time.monotonic() - started
         steps = history_steps(home, name)
-        problems = artifact_problems(home)
+        problems = artifact_problems(home, name)
         ok = code == 0 and steps == list(range(1, STEPS + 1)) and not problems and not left
         lost = 0 if steps == list(range(1, STEPS + 1)) else 1
         note = f"killed at {delay:.0f} s in {phase}; resume {recover:.0f} s, steps {steps}"
@@ -282,7 +280,7 @@ class FlakyProxy:
 
 
 def judge_outage(home: Path, lrs: Learning) -> dict:
-    from autorl.vllm_server import embedded_endpoint
+    from autorl.embedded import embedded_endpoint
 
     result = Trials("judge_outage")
     endpoint = embedded_endpoint()  # this process's embedded server: RULER on the embedded model
@@ -320,7 +318,7 @@ def disk_full(home: Path, lrs: Learning) -> dict:
         lr = lrs.next()
         code, output = finish(start(disk, "full", lr))
         line = next((x for x in output.splitlines() if "disk full" in x), "")
-        problems = artifact_problems(disk)
+        problems = [p for p in artifact_problems(disk, "full") if not p.startswith("incomplete")]
         filler.unlink()
         started = time.monotonic()
         code2, output2 = finish(start(disk, "full", lr))
