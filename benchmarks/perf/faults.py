@@ -170,7 +170,7 @@ class Learning:
 
 def reference(home: Path, lrs: Learning) -> float:
     """A full run (computing the shared upstream stages), then a second one timed: a run's duration."""
-    for name in ("reference-warmup", "reference"):
+    for name in (f"reference-warmup-s{lrs.seed}", f"reference-s{lrs.seed}"):
         started = time.monotonic()
         code, output = finish(start(home, name, lrs.next()))
         if code != 0:
@@ -182,7 +182,7 @@ def reference(home: Path, lrs: Learning) -> float:
 def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: Learning) -> dict:
     result = Trials("sigkill")
     for trial in range(trials):
-        name, lr = f"killed-{trial}", lrs.next()
+        name, lr = f"killed-s{lrs.seed}-{trial}", lrs.next()
         process = start(home, name, lr)
         delay = rng.uniform(0, duration)
         deadline = time.monotonic() + delay
@@ -194,7 +194,11 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
         phase = stage_at(home, name)
         process.kill()
         process.communicate()
-        left = len(wait_gone(servers, 90))
+        survivors = wait_gone(servers, 90)
+        left = len(survivors)
+        left_names = sorted(
+            Path(f"/proc/{pid}/cmdline").read_bytes()[:80].decode(errors="replace") for pid in survivors
+        )
         started = time.monotonic()
         code, output = finish(start(home, name, lr))
         recover = time.monotonic() - started
@@ -203,6 +207,7 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
         ok = code == 0 and steps == list(range(1, STEPS + 1)) and not problems and not left
         lost = 0 if steps == list(range(1, STEPS + 1)) else 1
         note = f"killed at {delay:.0f} s in {phase}; resume {recover:.0f} s, steps {steps}"
+        note += f"; left running 90 s after the kill: {left_names}" if left else ""
         result.add(ok, lost + len(problems), left, recover, note + (f"; {problems}" if problems else "")
                    + ("" if code == 0 else f"; resume failed: {output[-500:]}"))  # fmt: skip
     return result.row("resumed to steps 1..3, artifacts complete")
@@ -211,7 +216,7 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
 def server_death(home: Path, trials: int, lrs: Learning) -> dict:
     result = Trials("server_death")
     for trial in range(trials):
-        name = f"server-death-{trial}"
+        name = f"server-death-s{lrs.seed}-{trial}"
         process = start(home, name, lrs.next())
         wait_for(process, step_started(home, name, 2))
         victims = with_command_line(descendants(process.pid), train_dir(home, name).name.encode())  # merged: its key
@@ -286,7 +291,7 @@ def judge_outage(home: Path, lrs: Learning) -> dict:
     endpoint = embedded_endpoint()  # this process's embedded server: RULER on the embedded model
     proxy = FlakyProxy(endpoint.base_url)
     try:
-        name = "judge-outage"
+        name = f"judge-outage-s{lrs.seed}"
         judge = f"{endpoint.model}@http://127.0.0.1:{proxy.port}/v1"
         process = start(home, name, lrs.next(), judge)
         wait_for(process, step_started(home, name, 2))
@@ -337,14 +342,15 @@ def disk_full(home: Path, lrs: Learning) -> dict:
 def two_runs(home: Path, lrs: Learning) -> dict:
     result = Trials("two_runs")
     lr = lrs.next()
-    first = start(home, "twice", lr)
-    wait_for(first, lambda: record(home, "twice").get("status") == "running")
+    name = f"twice-s{lrs.seed}"
+    first = start(home, name, lr)
+    wait_for(first, lambda: record(home, name).get("status") == "running")
     started = time.monotonic()
-    code, output = finish(start(home, "twice", lr), timeout=120)
+    code, output = finish(start(home, name, lr), timeout=120)
     refused_s = time.monotonic() - started
     code_first, _ = finish(first)
     line = output.strip().splitlines()[-1] if output.strip() else ""
-    ok = code == 1 and "run 'twice' is in use by process" in line and code_first == 0
+    ok = code == 1 and f"run {name!r} is in use by process" in line and code_first == 0
     result.add(ok, 0, 0, None, f"second refused after {refused_s:.1f} s: {line!r}; first exited {code_first}")
     return result.row("second refused with one line, first finished")
 
