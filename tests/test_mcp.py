@@ -17,6 +17,7 @@ import pytest
 from autorl.errors import AutoRLError, McpServerDied
 from autorl.task import McpServerSpec, TaskSpec, load_task
 from autorl.tools import Toolbox
+from benchmarks.perf.processes import alive, children
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "pipelines" / "tasks" / "notes_agent"
@@ -43,26 +44,6 @@ def crash() -> str:
 
 app.run()
 '''
-
-
-def children(pid: int) -> set[int]:
-    """Live (not zombie) processes whose parent is `pid`."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.add(int(stat.parent.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def notes_task(tmp_path: Path, **fields) -> TaskSpec:
@@ -231,9 +212,9 @@ def test_no_server_outlives_its_parent(tmp_path, sig):
         parent.send_signal(sig)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 6
-        while alive(server) and time.monotonic() < deadline:
+        while alive({server}) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not alive(server)
+        assert not alive({server})
     finally:
         parent.kill()
         parent.wait()

@@ -18,6 +18,11 @@ def _stat(pid: int | str) -> list[str] | None:
         return None
 
 
+def children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`."""
+    return alive({int(e.name) for e in Path("/proc").glob("[0-9]*") if (f := _stat(e.name)) and int(f[1]) == pid})
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below `pid`, zombies included."""
     children: dict[int, list[int]] = {}
