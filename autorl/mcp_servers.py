@@ -42,6 +42,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from .die_with_parent import wrapped
 from .errors import McpServerDied
 from .task import McpServerSpec
 
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
 """Seconds a server may take to start and list its tools and resources."""
-
-_WRAPPER = Path(__file__).with_name("die_with_parent.py")
 
 
 class _ConnectionLost(Exception):
@@ -210,9 +209,10 @@ class _Connection:
         command = list(self.spec.command or [])
         if command[0] in ("python", "python3"):
             command[0] = sys.executable
+        executable, *args = wrapped(command)
         parameters = StdioServerParameters(
-            command=sys.executable,
-            args=[str(_WRAPPER), *command],
+            command=executable,
+            args=args,
             env={**os.environ, **self.spec.env},
             cwd=self.spec.cwd,
         )

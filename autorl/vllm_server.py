@@ -8,8 +8,10 @@ LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. On CPU its 
 bytes (`--kv-cache-memory-bytes`, see `kv_cache_bytes`), never as a fraction of memory: vLLM's CPU worker
 would take a fraction of one NUMA node's memory minus its own RSS, which can come out negative where the
 node reports less than the machine has (memory plugged in as it is used). It is stopped on exit, on
-Ctrl-C and on SIGTERM; if this process is killed outright, the kernel sends the server
-SIGTERM (PR_SET_PDEATHSIG), so no server outlives its parent.
+Ctrl-C and on SIGTERM. It runs under `autorl/die_with_parent.py --group`, a supervisor that leads the
+server's process group: if this process is killed outright, the kernel sends the supervisor SIGTERM
+(PR_SET_PDEATHSIG) and it ends the whole group (SIGTERM, then SIGKILL after a grace), so neither the
+server nor its engine processes outlive their parent, even when the server's own shutdown hangs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from .die_with_parent import die_with_parent
+from .die_with_parent import wrapped
 from .errors import AutoRLError, ServerStartError
 
 if TYPE_CHECKING:
@@ -375,13 +377,12 @@ class VLLMServer:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                self.command(),
+                wrapped(self.command(), group=True),  # a supervisor that ends the server's whole group
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
-                preexec_fn=die_with_parent,
             )
         _live_servers.add(self)
         self._wait_healthy()
