@@ -14,8 +14,8 @@ trains from scratch while the inputs, system prompt and baseline are computed on
 - server_death: the policy's vLLM server is SIGKILLed as step 2 starts; the run must restart it and end
   with steps 1..3. Time to recover: from the kill to the next step written.
 - judge_outage: the judge is RULER on the embedded model behind a proxy that refuses connections for
-  30 s as step 2 starts, then answers 429 to the next 8 requests; the run must end with steps 1..3 and
-  no group lost to the outage.
+  30 s as step 2 starts, then answers 429 for 20 s; the run must end with steps 1..3 and no group lost
+  to the outage (50 s of it, within the judge's `RetryPolicy.outage_s` of 120 s).
 - disk_full: the home is a size-limited tmpfs (root only), nearly full: the run must stop with one
   DiskFullError line and no half-written file, then finish when the same command is rerun after space
   is freed.
@@ -23,12 +23,13 @@ trains from scratch while the inputs, system prompt and baseline are computed on
   first finishes.
 
 Prints a table (scenario, trials, outcome, data lost, time to recover) and writes
-`benchmarks/perf/results/<out>.json`.
+`benchmarks/perf/results/<out>.json`; every run's output is kept in `HOME/fault-logs/`.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -56,7 +57,8 @@ SETTINGS = ["--steps", str(STEPS), "--group-size", "4", "--groups-per-step", "1"
             "--eval-samples", "2", "--no-wandb"]  # fmt: skip
 SCENARIOS = ("sigkill", "server_death", "judge_outage", "disk_full", "two_runs")
 OUTAGE_S = 30
-STORM_429 = 8
+STORM_429_S = 20
+_RUN_NUMBERS = itertools.count(1)
 
 
 def command(home: Path, name: str, lr: float, judge: str = JUDGE) -> list[str]:
@@ -65,13 +67,19 @@ def command(home: Path, name: str, lr: float, judge: str = JUDGE) -> list[str]:
 
 
 def start(home: Path, name: str, lr: float, judge: str = JUDGE) -> subprocess.Popen:
-    return subprocess.Popen(command(home, name, lr, judge), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    """Start `autorl run`, its output going to a log of its own under HOME/fault-logs/."""
+    log = home / "fault-logs" / f"{next(_RUN_NUMBERS):03d}-{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        process = subprocess.Popen(command(home, name, lr, judge), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    process.log = log  # read by finish
+    return process
 
 
 def finish(process: subprocess.Popen, timeout: float = 1800) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
+    """Wait for a run started by `start`: its exit code and its output."""
+    process.wait(timeout)
+    return process.returncode, process.log.read_text(errors="replace")
 
 
 def record(home: Path, name: str) -> dict:
@@ -193,7 +201,7 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
         servers |= set(descendants(process.pid))
         phase = stage_at(home, name)
         process.kill()
-        process.communicate()
+        process.wait()
         survivors = wait_gone(servers, 90)
         left = len(survivors)
         left_names = sorted(
@@ -236,17 +244,17 @@ def server_death(home: Path, trials: int, lrs: Learning) -> dict:
 
 class FlakyProxy:
     """An HTTP proxy to the embedded judge server that can refuse connections (port closed) for a while
-    and then answer 429 to a number of requests."""
+    and then answer 429 for a while."""
 
     def __init__(self, target: str):
-        self.target, self.storm, self.forwarded, self.refused_since = target, 0, 0, None
+        self.target, self.storm_until, self.forwarded, self.rate_limited = target, 0.0, 0, 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                if proxy.storm > 0:
-                    proxy.storm -= 1
+                if time.monotonic() < proxy.storm_until:
+                    proxy.rate_limited += 1
                     status, data = 429, b'{"error": {"message": "rate limited (fault injection)"}}'
                 else:
                     proxy.forwarded += 1
@@ -271,12 +279,12 @@ class FlakyProxy:
         self.port = self.http.server_port
         threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
 
-    def outage(self, seconds: float, storm: int) -> None:
-        """Close the port for `seconds`, then answer 429 to the next `storm` requests."""
+    def outage(self, seconds: float, storm_s: float) -> None:
+        """Close the port for `seconds`, then answer 429 for `storm_s` seconds."""
         self.http.shutdown()
         self.http.server_close()
         time.sleep(seconds)
-        self.storm = storm
+        self.storm_until = time.monotonic() + storm_s
         self.listen()
 
     def close(self) -> None:
@@ -295,17 +303,19 @@ def judge_outage(home: Path, lrs: Learning) -> dict:
         judge = f"{endpoint.model}@http://127.0.0.1:{proxy.port}/v1"
         process = start(home, name, lrs.next(), judge)
         wait_for(process, step_started(home, name, 2))
-        proxy.outage(OUTAGE_S, STORM_429)
+        proxy.outage(OUTAGE_S, STORM_429_S)
         code, output = finish(process)
         steps = history_steps(home, name)
         judging = record(home, name).get("stages", {}).get("train", {}).get("summary", {}).get("judging", {})
-        ok = code == 0 and steps == list(range(1, STEPS + 1))
-        result.add(ok, 0 if ok else 1, 0, None,
-                   f"port closed {OUTAGE_S} s in step 2, then {STORM_429} x 429; steps {steps}; judging {judging}"
+        dropped = judging.get("failed", 0)
+        ok = code == 0 and steps == list(range(1, STEPS + 1)) and dropped == 0
+        result.add(ok, dropped + (steps != list(range(1, STEPS + 1))), 0, None,
+                   f"port closed {OUTAGE_S} s in step 2, then 429 for {STORM_429_S} s ({proxy.rate_limited} "
+                   f"requests); steps {steps}; judging {judging}"
                    + ("" if code == 0 else f"; failed: {output[-500:]}"))  # fmt: skip
     finally:
         proxy.close()
-    return result.row(f"survived a {OUTAGE_S} s outage and a 429 storm, steps 1..3")
+    return result.row(f"survived a {OUTAGE_S} s outage and a {STORM_429_S} s 429 storm: steps 1..3, no group lost")
 
 
 def disk_full(home: Path, lrs: Learning) -> dict:
