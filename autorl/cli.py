@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from benchmarks.compare.config import BenchmarkConfig
 from pipelines.config import DEFAULT_HOME, RunConfig
 from ruler.errors import RulerError
 
@@ -239,39 +240,23 @@ def inputs_command(
     )
 
 
-@app.command("benchmark")
+BENCHMARK_FLAGS = field_flags(
+    BenchmarkConfig,
+    {
+        "variants": {"metavar": "VARIANT"}, "out": {"metavar": "DIR"}, "inputs": {"metavar": "FILE"}, "judge": {},
+        "samples": {}, "max_tokens": {}, "home": {"envvar": "AUTORL_HOME"},
+    },
+)  # fmt: skip
+"""The `benchmark` command's options: BenchmarkConfig's fields."""
+
+
 def benchmark_command(
+    ctx: typer.Context,
     run: Annotated[
         str,
         typer.Argument(help="Run whose base model, checkpoints, system prompt, validation inputs and judge are used."),
     ],
-    variants: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated: base, RUN@latest, RUN@best, RUN@NNNN, provider/model, name@http://host:port/v1; append +prompt=FILE for another system prompt. Default: base,RUN@latest."
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Directory for results.md/.csv, winrates.csv, scores.csv, scores.png; default HOME/runs/RUN/benchmark."
-        ),
-    ] = None,
-    inputs: Annotated[
-        Path | None,
-        typer.Option(help="JSONL file whose rows' `input` fields are the inputs; default: the run's validation split."),
-    ] = None,
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            help="RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute; default: the run's judge."
-        ),
-    ] = None,
-    samples: Annotated[int, typer.Option(min=1, help="Answers per variant and input (averaged per input).")] = 1,
-    max_tokens: Annotated[
-        int | None, typer.Option(min=1, help="Completion token cap per answer; default: the run's.")
-    ] = None,
-    home: HomeOption = DEFAULT_HOME,
+    **values: Any,
 ) -> None:
     """Compare agent variants on the same held-out inputs: mean score with 95% CI, win rates, a bar chart.
 
@@ -279,15 +264,17 @@ def benchmark_command(
     and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
     is reported as failed and the others finish.
     """
-    from benchmarks.compare.head_to_head import BenchmarkConfig, check_finished, run_benchmark
+    from pydantic import ValidationError
+
+    from benchmarks.compare.head_to_head import check_finished, run_benchmark
     from benchmarks.compare.scoreboard import RESULTS, markdown_table
 
     try:
-        config = BenchmarkConfig(
-            run=run, variants=variants.split(",") if variants else [], out=out, inputs=inputs, judge=judge,
-            samples=samples, max_tokens=max_tokens, home=home,
-        )  # fmt: skip
+        config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))
         result = run_async(run_benchmark(config, err))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"{flag_for(BENCHMARK_FLAGS, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
     except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -298,6 +285,12 @@ def benchmark_command(
         check_finished(result)
     except USER_ERRORS as exc:
         fail(str(exc))
+
+
+benchmark_command.__signature__ = command_signature(  # type: ignore[attr-defined]
+    *list(inspect.signature(benchmark_command, eval_str=True).parameters.values())[:2], flags=BENCHMARK_FLAGS
+)
+app.command("benchmark")(benchmark_command)
 
 
 if __name__ == "__main__":

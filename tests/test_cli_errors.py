@@ -78,3 +78,16 @@ def test_vllm_failing_to_start_shows_its_log(tmp_path):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on CUDA, unsloth may run")
 def test_unsloth_on_a_cpu_machine_is_one_line_before_any_server(tmp_path):
     assert '"unsloth" needs a CUDA GPU' in error_line(run_cli(TASK, "--engine", "unsloth", "--home", str(tmp_path)))
+
+
+def test_benchmark_options_come_from_its_config(tmp_path):
+    """`autorl benchmark`'s options are BenchmarkConfig's fields: its help, its checks, its defaults."""
+    runner = CliRunner()
+    help_text = runner.invoke(app, ["benchmark", "--help"], env={"COLUMNS": "250"}).output
+    assert "Answers per variant and input" in help_text and "unset: base and RUN@latest" in help_text
+    line = error_line(runner.invoke(app, ["benchmark", "some-run", "--samples", "0", "--home", str(tmp_path)]))
+    assert line == "error: --samples: Input should be greater than or equal to 1"
+    line = error_line(
+        runner.invoke(app, ["benchmark", "some-run", "--variants", "base,x@latest", "--home", str(tmp_path)])
+    )
+    assert line.startswith("error: no run named 'some-run'")

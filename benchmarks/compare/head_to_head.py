@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel, Field
 from rich.console import Console
 from tqdm.auto import tqdm
 
@@ -26,35 +25,14 @@ from autorl.errors import AutoRLError
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
-from pipelines.config import DEFAULT_HOME
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 
 from . import scoreboard
 from .answers import Answers, Questions, answer_all
+from .config import BenchmarkConfig
 from .variants import RunView, Variant, parse_variants, read_input_texts, resolve
 
 STAGE = "benchmark_judge"
-
-
-class BenchmarkConfig(BaseModel):
-    """What `autorl benchmark` compares, on which inputs, judged by whom."""
-
-    run: str
-    """The benchmarked run: its base model, system prompt, validation inputs and judge are the defaults."""
-    variants: list[str] = Field(default_factory=list)
-    """The variants (see `benchmarks.compare.variants`); empty: `base` and `RUN@latest`."""
-    home: Path = DEFAULT_HOME
-    """Where runs and the artifact cache live."""
-    out: Path | None = None
-    """Where the tables and chart go; None: `<home>/runs/<run>/benchmark/`."""
-    inputs: Path | None = None
-    """A JSONL file whose rows' `input` fields are the inputs; None: the run's validation split."""
-    judge: str | None = None
-    """RULER judge model or `module:attribute`; None: the run's judge."""
-    samples: int = Field(1, ge=1)
-    """Answers per variant and input (their scores are averaged per input)."""
-    max_tokens: int | None = Field(None, ge=1)
-    """Completion token cap per answer; None: the run's."""
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""`BenchmarkConfig`: what `autorl benchmark` compares; its fields are the command's options (`autorl.cli`).
+
+A module of its own, light to import, so that the CLI can build its options from the fields without
+loading the benchmark itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.config import DEFAULT_HOME
+
+
+class BenchmarkConfig(BaseModel):
+    """What `autorl benchmark` compares, on which inputs, judged by whom."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    run: str
+    """The benchmarked run: its base model, system prompt, validation inputs and judge are the defaults."""
+    variants: list[str] = Field(default_factory=list)
+    """The variants: base, RUN@latest, RUN@best, RUN@NNNN, provider/model or name@http://host:port/v1, each
+    optionally with +prompt=FILE for another system prompt; unset: base and RUN@latest. What each name means:
+    `benchmarks.compare.variants`."""
+    home: Path = DEFAULT_HOME
+    """Where runs and the artifact cache live."""
+    out: Path | None = None
+    """Directory for results.md, results.csv, winrates.csv, scores.csv and scores.png; unset: HOME/runs/RUN/benchmark."""
+    inputs: Path | None = None
+    """JSONL file whose rows' `input` fields are the inputs; unset: the run's validation split."""
+    judge: str | None = None
+    """RULER judge model (embedded, openai/gpt-4.1-mini, name@URL) or module:attribute; unset: the run's judge."""
+    samples: int = Field(1, ge=1)
+    """Answers per variant and input (their scores are averaged per input)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Completion token cap per answer; unset: the run's."""
