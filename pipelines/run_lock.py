@@ -29,10 +29,9 @@ class RunLockedError(AutoRLError):
 
 @contextmanager
 def exclusive(path: Path, what: str, advice: str) -> Iterator[None]:
-    """Hold the lock file `path` for the block; `RunLockedError` (naming `what` and `advice`) when another
-    process holds it. The file descriptor is not inherited by child processes (servers), so the lock ends
-    with this process."""
-    ensure_writable(path.parent)
+    """Hold the lock file `path` (its directory exists) for the block; `RunLockedError` (naming `what` and
+    `advice`) when another process holds it. The file descriptor is not inherited by child processes
+    (servers), so the lock ends with this process."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
@@ -61,6 +60,7 @@ def run_locks(home: Path, name: str, train_key: str) -> Iterator[None]:
     """The locks of one `autorl run`: its run name, then the training it writes (another run name with
     the same training settings shares that training directory)."""
     locks = home / LOCKS
+    ensure_writable(locks)
     with (
         exclusive(locks / f"run-{name}.lock", f"run {name!r}", "wait for it to finish, or choose another --name"),
         exclusive(

@@ -122,20 +122,6 @@ def write_result(name: str, result: dict, started: float | None = None) -> Path:
     return path
 
 
-def process_group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of process group `pgid`."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields after the command: state, ppid, pgrp, ...
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def print_table(rows: list[dict]) -> None:
     """Print ratio rows as an aligned text table."""
     header = ("benchmark", "ours", "baseline", "unit", "ratio", "goal", "met")

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Loop, print_table, process_group_cpu_s, ratio_entry, summary, write_result
+from _common import Loop, print_table, ratio_entry, summary, write_result
+from processes import process_group_cpu_s
 
 import autorl as art
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model

@@ -1,11 +1,13 @@
 """The process tree of a run, read from /proc: what it started and whether any of it outlives it.
 
 Used by the fault-injection benchmark (`faults.py`) and by the end-to-end tests, which check that no
-vLLM or MCP server outlives an `autorl run` however it ends.
+vLLM or MCP server outlives an `autorl run` however it ends; `process_group_cpu_s` by the rollout
+benchmark, for the CPU time of a vLLM server's processes.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -61,3 +63,10 @@ def with_command_line(pids: set[int], part: bytes) -> set[int]:
         except OSError:
             continue
     return found
+
+
+def process_group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `pgid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    groups = (_stat(entry.name) for entry in Path("/proc").glob("[0-9]*"))
+    return sum((int(f[11]) + int(f[12])) / tick for f in groups if f is not None and int(f[2]) == pgid)
