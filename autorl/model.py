@@ -36,6 +36,8 @@ class InferenceGate:
         await self._open.wait()
 
 
+INFERENCE_TIMEOUT = httpx.Timeout(600, connect=10)
+"""How long a request to the policy may take (a long completion on a CPU), and to connect."""
 RECOVERY_RETRIES = 2
 """Times one request is sent again after its server was found dead and recovered."""
 
@@ -83,15 +85,27 @@ class Model(BaseModel):
 
     def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` bound to this model's endpoint (held back while the model trains)."""
-        if self.inference_base_url is None:
-            raise AutoRLError(f"model {self.name!r} has no inference endpoint; register it with a backend first")
-        http_client = httpx.AsyncClient(transport=_GatedTransport(self._gate), timeout=httpx.Timeout(600, connect=10))
         return AsyncOpenAI(
-            base_url=self.inference_base_url,
+            base_url=self.require_endpoint(),
             api_key=self.inference_api_key or "none",
-            http_client=http_client,
+            http_client=self.http_client(),
             **kwargs,
         )
+
+    def require_endpoint(self) -> str:
+        """The model's OpenAI-compatible base URL; one clear error if it has none yet."""
+        if self.inference_base_url is None:
+            raise AutoRLError(f"model {self.name!r} has no inference endpoint; register it with a backend first")
+        return self.inference_base_url
+
+    def http_client(
+        self, wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None
+    ) -> httpx.AsyncClient:
+        """The httpx client of this model's OpenAI clients: requests wait while the model trains and are sent
+        again once a server that died was recovered. `wrap` wraps that transport (autorl.langgraph records
+        the calls through it)."""
+        transport: httpx.AsyncBaseTransport = _GatedTransport(self._gate)
+        return httpx.AsyncClient(transport=wrap(transport) if wrap else transport, timeout=INFERENCE_TIMEOUT)
 
     def get_inference_name(self) -> str:
         """The model name to pass as `model=` in chat completion requests."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI
-from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion import ChatCompletion, Choice
 from pydantic import BaseModel, ConfigDict, Field
 
 from ruler.messages import as_message
@@ -63,11 +63,27 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
             logprobs=True,
             **({"tools": tools} if tools else {}),
         )
-        choice = response.choices[0]
-        usage = response.usage
-        return Turn(choice, choice.finish_reason, usage.completion_tokens if usage else 0)
+        return response_turn(response)
 
     return complete
+
+
+def response_turn(response: ChatCompletion) -> Turn:
+    """The model turn of a chat completion: its first choice (trained on), why it stopped, its completion tokens."""
+    choice = response.choices[0]
+    usage = response.usage
+    return Turn(choice, choice.finish_reason, usage.completion_tokens if usage else 0)
+
+
+def turn_metrics(turns: list[Turn], **counts: int) -> dict[str, float | int | bool]:
+    """A rollout's metrics from its model turns: `turns`, then `counts` (tool calls, ...), `completion_tokens`
+    (all turns) and `truncated` (a turn cut by max_tokens)."""
+    return {
+        "turns": len(turns),
+        **counts,
+        "completion_tokens": sum(turn.completion_tokens for turn in turns),
+        "truncated": any(turn.finish_reason == "length" for turn in turns),
+    }
 
 
 def tool_calls(item: MessageOrChoice) -> list[tuple[str, str, str]]:
@@ -103,24 +119,22 @@ async def agent_rollout(
         {"role": "user", "content": user_input},
     ]
     items: list[MessageOrChoice] = list(messages)
-    metrics: dict[str, float | int | bool] = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "completion_tokens": 0}
-    truncated = False
+    taken: list[Turn] = []
+    counts = {"tool_calls": 0, "tool_errors": 0}
     for _ in range(max_turns):
         turn = await complete(messages, tools)
+        taken.append(turn)
         items.append(turn.item)
         messages.append(as_message(turn.item))
-        metrics["turns"] += 1
-        metrics["completion_tokens"] += turn.completion_tokens
-        truncated = truncated or turn.finish_reason == "length"
         calls = tool_calls(turn.item) if toolbox is not None else []
         if not calls:
             break
         for call_id, name, arguments in calls:
             result = await toolbox.call(name, arguments)
-            metrics["tool_calls"] += 1
-            metrics["tool_errors"] += int(not result.ok)
+            counts["tool_calls"] += 1
+            counts["tool_errors"] += int(not result.ok)
             message = {"role": "tool", "tool_call_id": call_id, "content": result.text}
             items.append(message)
             messages.append(message)
-    metrics["truncated"] = truncated
+    metrics = turn_metrics(taken, **counts)
     return Trajectory(messages_and_choices=items, tools=tools, metadata=metadata or {}, metrics=metrics)

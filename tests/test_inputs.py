@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 import pytest
+from chat_server import ChatCompletionServer
 
 from autorl.errors import AutoRLError
 from autorl.inputs import (
@@ -48,43 +47,22 @@ Reply = Callable[[dict], str]
 """Maps a chat-completions request body to the assistant message content."""
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ChatCompletionServer):
     """`POST /v1/chat/completions` answered by `reply`; records every request body."""
 
     def __init__(self, reply: Reply):
-        self.requests: list[dict] = []
-        server = self
+        def answer(body: dict) -> dict:
+            message = {"role": "assistant", "content": reply(body)}
+            return {
+                "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }  # fmt: skip
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                message = {"role": "assistant", "content": reply(body)}
-                completion = {
-                    "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }  # fmt: skip
-                data = json.dumps(completion).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        super().__init__(answer)
 
     def input_requests(self) -> list[dict]:
         return [r for r in self.requests if r["response_format"]["json_schema"]["name"] == "inputs"]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
