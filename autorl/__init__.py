@@ -19,9 +19,13 @@ _EXPORTS = {
     "gather_trajectory_groups": "gather",
 }
 __all__ = sorted(_EXPORTS)
+_SUBMODULES = {"langgraph"}
+"""Reachable as attributes (`art.langgraph.wrap_rollout`), as in ART; imported on first use."""
 
 
 def __getattr__(name: str) -> object:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'autorl' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -30,3 +30,12 @@ class DiskFullError(AutoRLError):
 
 class ServerDiedError(FatalError):
     """The policy's vLLM server died more often than `ServerConfig.max_restarts` allows."""
+
+
+class MissingExtraError(AutoRLError):
+    """A feature needs packages of an optional extra that are not installed; the message names the extra."""
+
+
+class NoModelCallError(AutoRLError):
+    """A wrapped rollout (`autorl.langgraph.wrap_rollout`) made no chat completion through a chat model of
+    its model, so there is nothing to train on."""

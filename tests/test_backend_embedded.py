@@ -104,13 +104,19 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     asyncio.run(restarted())
 
 
-@pytest.mark.timeout(400)  # ~110 s on CI
+@pytest.mark.timeout(500)  # ~160 s on CI
 def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     """The embedded model with its tool-calling template behind vLLM's hermes parser: rollouts with the
-    example `convert` tool run (whatever the small model does with it), and a step trains on them."""
+    example `convert` tool run (whatever the small model does with it), and a step trains on them; then
+    the README's LangGraph agent (a ReAct graph with one Python tool, `autorl.langgraph`) on the same
+    server: its wrapped rollouts carry the sampled tokens of every model turn, and a second step trains."""
     from pathlib import Path
 
+    from openai.types.chat.chat_completion import Choice
+    from test_langgraph import readme_example
+
     from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.sequences import TOKEN_ID_PREFIX
     from autorl.task import load_task
     from autorl.tools import Toolbox
 
@@ -138,6 +144,17 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
                 trajectory.reward = float(calls > 0) + i / 10  # distinct rewards: the group carries signal
             metrics = await model.train([group], config=art.TrainConfig())
             assert metrics["trained_tokens"] > 0
+
+            adders = await readme_example()["adder_group"](model)
+            assert not adders.exceptions and len(adders) == 2
+            for i, trajectory in enumerate(adders):
+                choices = [c for c in trajectory.messages_and_choices if isinstance(c, Choice)]
+                assert choices and all(t.token.startswith(TOKEN_ID_PREFIX) for t in choices[-1].logprobs.content)
+                assert [t["function"]["name"] for t in trajectory.tools] == ["add"]
+                assert trajectory.metrics["turns"] == len(choices)
+                trajectory.reward += i / 10
+            metrics = await model.train([adders], config=art.TrainConfig())
+            assert metrics["groups_trained"] == 1 and metrics["trained_tokens"] > 0
             return sum(t.metrics["tool_calls"] for t in group.trajectories)
         finally:
             await toolbox.aclose()
