@@ -48,3 +48,23 @@ def exclaim(messages: list[dict[str, Any]]) -> float:
     an answer with words but no ending counts as one plain ending (0)."""
     ends = SENTENCE_ENDS.findall(answer(messages))
     return sum("!" in end for end in ends) / len(ends) if ends else 0.0
+
+
+TOOL = "convert"
+"""The tool of the `tool_call` task."""
+
+
+def tool_call(messages: list[dict[str, Any]]) -> float:
+    """How well the rollout used the `convert` tool: 1 when one of its calls was accepted (valid JSON
+    arguments that fit the schema, units the tool knows: its result is not an `error:` text), 0.5 when it
+    called `convert` but every call failed, 0.25 when it called only other tools or wrote a call as text
+    (`<tool_call>` or `convert(` in its reply) that was not parsed as one, 0 otherwise."""
+    results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    ours = [c for c in calls if c.get("function", {}).get("name") == TOOL]
+    if any(not results.get(c.get("id"), "error:").startswith("error:") for c in ours):
+        return 1.0
+    if ours:
+        return 0.5
+    texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
+    return 0.25 if calls or "<tool_call>" in texts or f"{TOOL}(" in texts else 0.0
