@@ -236,12 +236,15 @@ class WrittenSystemPrompt(NamedTuple):
 
 
 def generate_system_prompt(task: TaskSpec, lm: dspy.LM, seed: int = 0) -> WrittenSystemPrompt:
-    """A system prompt for the policy, written by the generator from the task description.
+    """A system prompt for the policy, written by the generator from the task description (the task's own
+    `system_prompt`, as written and without a call, when it has one).
 
     Up to SYSTEM_PROMPT_TRIES calls; the first prompt that passes the checks is used. When the replies
     parse but none passes, the task description is the system prompt (logged as a warning, and
     `fallback` names the reason). Raises InputGenerationError when no reply parses at all.
     """
+    if task.system_prompt is not None:
+        return WrittenSystemPrompt(task.system_prompt, None)
     low, high = SYSTEM_PROMPT_CHARS
     response_format = _response_format(
         "system_prompt", {"system_prompt": {"type": "string", "minLength": low, "maxLength": high}}

@@ -130,6 +130,9 @@ class TaskSpec(BaseModel):
     description: str
     """What the agent must do, in plain text, including the answer format you expect. The generator
     writes the system prompt and the inputs from it, and the judge reads it."""
+    system_prompt: str | None = None
+    """The policy's system prompt, used as written; unset: the generator writes one from the description
+    (a model call and, with the embedded generator, a server start)."""
     generator_instructions: str = ""
     """Extra instructions for the input generator only: topics to cover, style, language, edge cases."""
     seed_examples: list[str] = Field(default_factory=list)
@@ -161,9 +164,11 @@ class TaskSpec(BaseModel):
     """The `[trainer]` table: how a run's LoRA is built and trained, by `autorl.config.TrainerConfig` field
     (`lora_rank`, `target_modules`, ...); `autorl run` flags override them."""
 
-    @field_validator("description")
+    @field_validator("description", "system_prompt")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()

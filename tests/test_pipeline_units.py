@@ -231,3 +231,31 @@ def test_steps_the_judge_scored_nothing_of_end_the_run_after_the_limit():
         check_unscored_steps(history(1, 0, 0, 0, 0), limit=3)
     assert str(error.value).startswith("in 4 training steps in a row the judge scored no group")
     assert "--max-unscored-steps" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_path):
+    import asyncio
+    from collections import Counter
+
+    from rich.console import Console
+
+    from pipelines.context import StageContext
+    from pipelines.stages import system_prompt
+
+    given = TASK.model_copy(update={"system_prompt": "You write formal business English."})
+    keys = stage_keys(given, RunConfig())
+    assert keys["system_prompt"] != stage_keys(TASK, RunConfig())["system_prompt"]
+    assert changed(keys, stage_keys(given, RunConfig(generator="openai/gpt-4.1-mini"))) == {
+        "inputs",
+        "baseline",
+        "train",
+        "evaluate",
+        "report",
+    }
+    # the generator is not reachable and the policy is None: a call or a server start would fail
+    config = RunConfig(generator="nobody@http://127.0.0.1:9/v1")
+    ctx = StageContext(given, config, ArtifactStore(tmp_path), keys, None, None, None, tmp_path, Console(quiet=True))
+    assert asyncio.run(system_prompt.run(ctx)) == {"chars": 34, "generator_calls": 0, "fallback": None}
+    assert system_prompt.load(ctx) == "You write formal business English." and ctx.calls == Counter()
+    with pytest.raises(ValueError, match="must not be empty"):
+        TaskSpec(description="x", system_prompt="  ")

@@ -1,4 +1,5 @@
-"""Stage `system_prompt`: the policy's system prompt, written by the generator from the task.
+"""Stage `system_prompt`: the policy's system prompt, written by the generator from the task, or the
+task's own `system_prompt` as written (no model call, no server).
 
 A generated prompt that fails the checks (`autorl.input_checks.system_prompt_problem`) is replaced by the
 task description; the artifact and the summary then record the reason as `fallback` (null otherwise).
@@ -23,6 +24,8 @@ FILE = "system_prompt.json"
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    if task.system_prompt is not None:
+        return {"given": task.system_prompt}
     return {"description": task.description, "generator": config.generator, "seed": config.seed}
 
 
@@ -31,7 +34,8 @@ def is_done(ctx: StageContext) -> bool:
 
 
 async def run(ctx: StageContext) -> dict[str, Any]:
-    if ctx.config.generator == "embedded":
+    given = ctx.task.system_prompt is not None
+    if ctx.config.generator == "embedded" and not given:
         await ctx.policy.start()
 
     def write() -> tuple[WrittenSystemPrompt, int]:
@@ -39,7 +43,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         written = generate_system_prompt(ctx.task, lm, ctx.config.seed)
         return written, len(lm.history)
 
-    written, calls = await asyncio.to_thread(write)
+    written, calls = (WrittenSystemPrompt(ctx.task.system_prompt, None), 0) if given else await asyncio.to_thread(write)
     ctx.calls["generator"] += calls
     if written.fallback:
         ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task description")
