@@ -39,9 +39,9 @@ def _foreground_signals() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
-def autorl(home: Path, name: str, *args: str) -> subprocess.Popen:
+def autorl(home: Path, name: str, *args: str, task: str = TASK) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "autorl.cli", "run", TASK, "--home", str(home), "--name", name, *SMALL, *args],
+        [sys.executable, "-m", "autorl.cli", "run", task, "--home", str(home), "--name", name, *SMALL, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -245,6 +245,50 @@ def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_onc
     assert "interrupted; rerun the same command to resume" in output
     assert not wait_gone(children, 10), "vLLM processes outlived SIGTERM"
     assert record(home, "terminated")["status"] == "interrupted"
+
+
+NOTES_SERVER = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "notes_agent" / "notes_server.py"
+NOTES_TASK = f"""
+description = "Help the user keep notes: save what they ask with add_note, find notes with search_notes, then confirm."
+system_prompt = "You keep the user's notes. Save them with add_note, find them with search_notes, then confirm."
+inputs_file = "inputs.jsonl"
+max_turns = 2
+
+[[mcp_servers]]
+command = ["python", {json.dumps(str(NOTES_SERVER))}]
+env = {{ NOTES_DB = ":memory:" }}
+"""
+NOTES_INPUTS = [
+    ("Save a note that the plumber comes Thursday at 9am.", "train"),
+    ("Remember that the wifi password is on the fridge.", "train"),
+    ("Note down: buy oat milk and eggs.", "train"),
+    ("What did I save about the plumber?", "train"),
+    ("Save a note: dentist on Monday at 3pm.", "val"),
+    ("Find my note about the wifi.", "val"),
+]
+
+
+@pytest.mark.timeout(600)  # ~150 s on 2 cores: a server start, baseline, one step, evaluate
+def test_a_task_with_an_mcp_server_runs_end_to_end(home, tmp_path):
+    """The notes agent's stdio MCP server (pipelines/tasks/notes_agent) behind every rollout of a run, with
+    the task's own system prompt and inputs (no generator), judged by a program: the run finishes, the
+    agent was offered the server's tools, and the server is gone afterwards."""
+    (tmp_path / "notes.toml").write_text(NOTES_TASK)
+    (tmp_path / "inputs.jsonl").write_text(
+        "".join(json.dumps({"input": i, "split": s}) + "\n" for i, s in NOTES_INPUTS)
+    )
+    judge = ["--judge", "benchmarks.perf.learning_tasks.judges:tool_call"]
+    process = autorl(home, "notes", "--steps", "1", "--no-wandb", *judge, task=str(tmp_path / "notes.toml"))
+    servers = wait_until(process, lambda: bool(with_command_line(descendants(process.pid), b"notes_server.py")))
+    output = finish(process)
+    assert steps_in_history(home / "runs" / "notes") == [1], output
+    stages = record(home, "notes")["stages"]
+    assert stages["system_prompt"]["model_calls"] == 0 and stages["inputs"]["model_calls"] == 0
+    evaluated = home / "artifacts" / "evaluate" / record(home, "notes")["keys"]["evaluate"] / "groups.jsonl"
+    offered = {tool["function"]["name"] for line in evaluated.read_text().splitlines()
+               for trajectory in json.loads(line)["trajectories"] for tool in trajectory["tools"]}  # fmt: skip
+    assert {"add_note", "search_notes", "list_notes"} <= offered
+    assert not wait_gone(with_command_line(servers, b"notes_server.py"), 10), "the MCP server outlived the run"
 
 
 @pytest.mark.timeout(1200)  # first_run when run alone; seconds otherwise

@@ -5,7 +5,7 @@
 
 Runs `autorl run benchmarks/perf/learning_tasks/tool_call.toml` (unit conversion questions, the `convert`
 tool of pipelines/tasks/unit_tools.py, at most 2 model turns) with the program judge
-`benchmarks.perf.learning_tasks.judges:tool_call` (1 for a call of `convert` the tool accepted, partial
+`benchmarks.perf.learning_tasks.judges:tool_call` (1 for a tool call the tool accepted, partial
 credit below: a group carries signal before the model calls the tool right), as `learning.py` runs its
 tasks. From the evaluate stage's scores (every validation input answered `eval_samples` times by the base
 model and by the trained LoRA, judged by the same program) it reports the rate of valid tool calls: the

@@ -50,21 +50,16 @@ def exclaim(messages: list[dict[str, Any]]) -> float:
     return sum("!" in end for end in ends) / len(ends) if ends else 0.0
 
 
-TOOL = "convert"
-"""The tool of the `tool_call` task."""
-
-
 def tool_call(messages: list[dict[str, Any]]) -> float:
-    """How well the rollout used the `convert` tool: 1 when one of its calls was accepted (valid JSON
-    arguments that fit the schema, units the tool knows: its result is not an `error:` text), 0.5 when it
-    called `convert` but every call failed, 0.25 when it called only other tools or wrote a call as text
-    (`<tool_call>` or `convert(` in its reply) that was not parsed as one, 0 otherwise."""
+    """How well the rollout used its tools: 1 when one of its calls was accepted (a tool it has, valid JSON
+    arguments that fit the schema, and the tool answered: its result is not an `error:` text), 0.5 when it
+    made calls but every one failed, 0.25 when it wrote a call as text that was not parsed as one
+    (`<tool_call>` in its reply), 0 otherwise."""
     results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
     calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
-    ours = [c for c in calls if c.get("function", {}).get("name") == TOOL]
-    if any(not results.get(c.get("id"), "error:").startswith("error:") for c in ours):
+    if any(not results.get(c.get("id"), "error:").startswith("error:") for c in calls):
         return 1.0
-    if ours:
+    if calls:
         return 0.5
     texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
-    return 0.25 if calls or "<tool_call>" in texts or f"{TOOL}(" in texts else 0.0
+    return 0.25 if "<tool_call>" in texts else 0.0
