@@ -274,3 +274,41 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
     for task in ("Arithmetic.", "Arithmetic.", "Spelling."):
         asyncio.run(judge_groups(groups(), Judge(), "tests:Judge", "rubric", store, Counter(), task))
     assert told == ["Arithmetic.", "Spelling."]  # the second run came from the cache; another task is judged anew
+
+
+def test_an_api_model_variant_calls_the_run_s_tools_for_real(tmp_path):
+    """A run whose task has a Python-function tool: an OpenAI-compatible endpoint (`name@URL`) answers with
+    a tool call, the tool runs, its result goes back to the endpoint, and the final answer is judged."""
+    from chat_server import ChatCompletionServer
+
+    make_run(tmp_path)
+    record = json.loads((tmp_path / "runs" / "r" / "run.json").read_text())
+    tools = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_tools.py"
+    record["task"] = {"description": "Convert units.", "tools": [{"name": "convert", "function": f"{tools}:convert"}]}
+    (tmp_path / "runs" / "r" / "run.json").write_text(json.dumps(record))
+
+    def answer(body: dict) -> dict:
+        last = body["messages"][-1]
+        if last["role"] == "tool":  # the tool's result came back: state it
+            message = {"role": "assistant", "content": f"That is {last['content']}."}
+        else:
+            arguments = json.dumps({"value": 3, "from_unit": "mi", "to_unit": "km"})
+            call = {"id": "call-1", "type": "function", "function": {"name": "convert", "arguments": arguments}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
+
+    judge = tmp_path / "judges.py"
+    judge.write_text('def says_km(messages):\n    return float("4.82803 km" in messages[-1]["content"])\n')
+    server = ChatCompletionServer(answer)
+    try:
+        api = f"api@{server.base_url}"
+        result = benchmark(tmp_path, "--variants", api, "--judge", f"{judge}:says_km", "--out", str(tmp_path / "b"))
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert len(server.requests) == 2 * len(VAL)  # per input: the call, then the answer
+    assert all(r["tools"][0]["function"]["name"] == "convert" for r in server.requests)
+    results = [r["messages"][-1]["content"] for r in server.requests if r["messages"][-1]["role"] == "tool"]
+    assert results == ["3 mi = 4.82803 km"] * len(VAL)
+    assert pd.read_csv(tmp_path / "b" / "results.csv").set_index("variant").loc[api, "mean"] == 1.0
