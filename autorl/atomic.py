@@ -33,30 +33,46 @@ def _disk_full(exc: BaseException, directory: Path) -> bool:
 
 
 @contextmanager
-def _full_disk_is_one_line(path: Path) -> Iterator[None]:
+def _temporary(path: Path, make: Callable[[], Path], remove: Callable[[Path], object]) -> Iterator[Path]:
+    """The temporary that `make()` creates beside `path`, for the block to fill and rename onto `path`;
+    `remove` deletes it when the block ends (a no-op once renamed). An error from a full disk is raised as
+    one `DiskFullError` line; the disk is asked before the temporary is removed, as the temporary holds
+    the space the write took (torch reports a full disk as a failed write, without ENOSPC)."""
     try:
-        yield
+        tmp = make()
+    except OSError as exc:
+        if _disk_full(exc, path.parent):
+            raise DiskFullError(_full_message(path)) from exc
+        raise
+    try:
+        yield tmp
     except Exception as exc:  # torch: RuntimeError, safetensors: SafetensorError, the rest: OSError
-        if not _disk_full(exc, path.parent):
-            raise
-        raise DiskFullError(
-            f"disk full while writing {path}; nothing was half-written: free space there and rerun the same command"
-        ) from exc
+        full = _disk_full(exc, path.parent)
+        remove(tmp)
+        if full:
+            raise DiskFullError(_full_message(path)) from exc
+        raise
+    finally:
+        remove(tmp)
+
+
+def _full_message(path: Path) -> str:
+    return f"disk full while writing {path}; nothing was half-written: free space there and rerun the same command"
+
+
+def _new_file(path: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(name)
 
 
 def atomic_file(path: Path, write: Callable[[Path], object]) -> None:
     """Call `write(tmp)` with a temporary path beside `path` and rename the result onto `path`."""
     path = Path(path)
-    with _full_disk_is_one_line(path):
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        tmp = Path(name)
-        try:
-            write(tmp)
-            tmp.chmod(0o644)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+    with _temporary(path, lambda: _new_file(path), lambda tmp: tmp.unlink(missing_ok=True)) as tmp:
+        write(tmp)
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
 
 
 def atomic_text(path: Path, text: str) -> None:
@@ -69,14 +85,14 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     """Yield a temporary directory beside `target` to fill; when the block ends without an error it
     replaces `target` (a previous, possibly incomplete, `target` is removed first)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _full_disk_is_one_line(target):
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            yield tmp
-            tmp.chmod(0o755)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    def make() -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+
+    with _temporary(target, make, lambda tmp: shutil.rmtree(tmp, ignore_errors=True)) as tmp:
+        yield tmp
+        tmp.chmod(0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)

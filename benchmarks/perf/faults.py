@@ -345,6 +345,8 @@ def disk_full(home: Path, lrs: Learning) -> dict:
                    f"stopped with {line!r}; after freeing space the rerun ended with steps {steps}"
                    + (f"; {problems}" if problems else "") + rerun_error)  # fmt: skip
     finally:
+        if (disk / "fault-logs").is_dir():  # the runs' output, kept beside the other scenarios' logs
+            shutil.copytree(disk / "fault-logs", home / "fault-logs", dirs_exist_ok=True)
         subprocess.run(["umount", "-l", str(disk)])
     return result.row("one error line, nothing half-written, rerun finished")
 
