@@ -8,7 +8,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -20,7 +21,7 @@ from benchmarks.compare.config import BenchmarkConfig
 from pipelines.config import DEFAULT_HOME, RunConfig
 from ruler.errors import RulerError
 
-from .cli_options import command_signature, field_flags, flag_for, given_values
+from .cli_options import FieldFlag, command_signature, field_flags, flag_for, given_values
 from .config import LOSS_DEFAULTS
 from .dedup import DEFAULT_VAL_FRACTION
 from .errors import AutoRLError
@@ -86,6 +87,23 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+@contextmanager
+def user_errors(flags: list[FieldFlag], interrupted: str) -> Iterator[None]:
+    """A command's body: a user's mistake ends in one error line (an invalid option value names its flag
+    among `flags`), Ctrl-C in the line `interrupted`."""
+    from pydantic import ValidationError
+
+    try:
+        yield
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"{flag_for(flags, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
+    except USER_ERRORS as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        exit_interrupted(interrupted)
+
+
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
     logging.basicConfig(
@@ -130,24 +148,15 @@ def run_command(
     run continues from its last checkpoint. A flag overrides the task file's train and trainer tables
     (and --max-turns its max_turns).
     """
-    from pydantic import ValidationError
-
     from autorl.task import load_task
     from pipelines.pipeline import run_pipeline
 
-    try:
+    with user_errors(RUN_FLAGS, "interrupted; rerun the same command to resume from the last checkpoint"):
         spec = load_task(task)
         if max_turns is not None:
             spec = spec.model_copy(update={"max_turns": max_turns})
         config = RunConfig.for_task(spec, given_values(ctx, RUN_FLAGS, values))
         run_async(run_pipeline(spec, config, err))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        fail(f"{flag_for(RUN_FLAGS, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
-    except USER_ERRORS as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        exit_interrupted("interrupted; rerun the same command to resume from the last checkpoint")
 
 
 run_command.__signature__ = command_signature(  # type: ignore[attr-defined]
@@ -264,21 +273,12 @@ def benchmark_command(
     and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
     is reported as failed and the others finish.
     """
-    from pydantic import ValidationError
-
     from benchmarks.compare.head_to_head import check_finished, run_benchmark
     from benchmarks.compare.scoreboard import RESULTS, markdown_table
 
-    try:
+    with user_errors(BENCHMARK_FLAGS, "interrupted; rerun the same command to reuse the answers already made"):
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))
         result = run_async(run_benchmark(config, err))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        fail(f"{flag_for(BENCHMARK_FLAGS, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
-    except USER_ERRORS as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        exit_interrupted("interrupted; rerun the same command to reuse the answers already made")
     Console(width=200).print(markdown_table(result.results), highlight=False, markup=False)
     err.print(f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}", highlight=False)
     try:
