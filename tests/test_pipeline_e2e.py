@@ -248,6 +248,7 @@ def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_onc
 
 
 NOTES_SERVER = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "notes_agent" / "notes_server.py"
+UNIT_TOOLS = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_tools.py"
 NOTES_TASK = f"""
 description = "Help the user keep notes: save what they ask with add_note, find notes with search_notes, then confirm."
 system_prompt = "You keep the user's notes. Save them with add_note, find them with search_notes, then confirm."
@@ -257,6 +258,10 @@ max_turns = 2
 [[mcp_servers]]
 command = ["python", {json.dumps(str(NOTES_SERVER))}]
 env = {{ NOTES_DB = ":memory:" }}
+
+[[tools]]
+name = "convert"
+function = {json.dumps(str(UNIT_TOOLS) + ":convert")}
 """
 NOTES_INPUTS = [
     ("Save a note that the plumber comes Thursday at 9am.", "train"),
@@ -269,10 +274,10 @@ NOTES_INPUTS = [
 
 
 @pytest.mark.timeout(600)  # ~150 s on 2 cores: a server start, baseline, one step, evaluate
-def test_a_task_with_an_mcp_server_runs_end_to_end(home, tmp_path):
-    """The notes agent's stdio MCP server (pipelines/tasks/notes_agent) behind every rollout of a run, with
-    the task's own system prompt and inputs (no generator), judged by a program: the run finishes, the
-    agent was offered the server's tools, and the server is gone afterwards."""
+def test_a_task_with_an_mcp_server_and_a_python_tool_runs_end_to_end(home, tmp_path):
+    """The notes agent's stdio MCP server (pipelines/tasks/notes_agent) and the `convert` Python function
+    behind every rollout of a run, with the task's own system prompt and inputs (no generator), judged by a
+    program: the run finishes, the agent was offered both kinds of tool, and the server is gone afterwards."""
     (tmp_path / "notes.toml").write_text(NOTES_TASK)
     (tmp_path / "inputs.jsonl").write_text(
         "".join(json.dumps({"input": i, "split": s}) + "\n" for i, s in NOTES_INPUTS)
@@ -287,7 +292,7 @@ def test_a_task_with_an_mcp_server_runs_end_to_end(home, tmp_path):
     evaluated = home / "artifacts" / "evaluate" / record(home, "notes")["keys"]["evaluate"] / "groups.jsonl"
     offered = {tool["function"]["name"] for line in evaluated.read_text().splitlines()
                for trajectory in json.loads(line)["trajectories"] for tool in trajectory["tools"]}  # fmt: skip
-    assert {"add_note", "search_notes", "list_notes"} <= offered
+    assert {"add_note", "search_notes", "list_notes", "convert"} <= offered
     assert not wait_gone(with_command_line(servers, b"notes_server.py"), 10), "the MCP server outlived the run"
 
 
