@@ -17,7 +17,7 @@ import pytest
 from autorl.errors import AutoRLError, McpServerDied
 from autorl.task import McpServerSpec, TaskSpec, load_task
 from autorl.tools import Toolbox
-from benchmarks.perf.processes import alive, children
+from benchmarks.perf.processes import children, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "pipelines" / "tasks" / "notes_agent"
@@ -211,10 +211,7 @@ def test_no_server_outlives_its_parent(tmp_path, sig):
         (server,) = children(parent.pid)
         parent.send_signal(sig)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 6
-        while alive({server}) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive({server})
+        assert not wait_gone({server}, 6)
     finally:
         parent.kill()
         parent.wait()
