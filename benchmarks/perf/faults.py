@@ -45,7 +45,7 @@ from pathlib import Path
 
 import httpx
 from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
-from processes import descendants, wait_gone, with_command_line
+from processes import command_lines, descendants, wait_gone, with_command_line
 
 from autorl.backend import read_history
 from autorl.checkpoints import METRICS_FILE
@@ -204,9 +204,7 @@ def sigkill(home: Path, trials: int, duration: float, rng: random.Random, lrs: L
         process.wait()
         survivors = wait_gone(servers, 90)
         left = len(survivors)
-        left_names = sorted(
-            Path(f"/proc/{pid}/cmdline").read_bytes()[:80].decode(errors="replace") for pid in survivors
-        )
+        left_names = command_lines(survivors)  # a survivor may end meanwhile: not a crash of the benchmark
         started = time.monotonic()
         code, output = finish(start(home, name, lr))
         recover = time.monotonic() - started

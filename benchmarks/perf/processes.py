@@ -53,16 +53,23 @@ def wait_gone(pids: set[int], timeout: float) -> set[int]:
     return alive(pids)
 
 
+def _command_line(pid: int) -> bytes | None:
+    """The command line of `pid`, its arguments separated by NUL bytes; None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def with_command_line(pids: set[int], part: bytes) -> set[int]:
     """The live processes of `pids` whose command line contains `part`."""
-    found = set()
-    for pid in alive(pids):
-        try:
-            if part in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(pid)
-        except OSError:
-            continue
-    return found
+    return {pid for pid in alive(pids) if part in (_command_line(pid) or b"")}
+
+
+def command_lines(pids: set[int], width: int = 80) -> list[str]:
+    """The first `width` characters of the command lines of the live processes of `pids`, sorted."""
+    lines = (_command_line(pid) for pid in alive(pids))
+    return sorted(line[:width].decode(errors="replace") for line in lines if line is not None)
 
 
 def process_group_cpu_s(pgid: int) -> float:
