@@ -27,7 +27,9 @@ def called(name: str, result: str) -> list[dict]:
         (called("convert", "3 mi = 4.82803 km"), 1.0),  # the tool accepted the call
         (called("convert", "error: invalid arguments for 'convert': 'from_unit' is a required property"), 0.5),
         (called("search", "error: unknown tool 'search'; available: convert"), 0.5),
-        ([*QUESTION, {"role": "assistant", "content": '<tool_call>{"name": "convert"'}], 0.25),  # not parsed
+        ([*QUESTION, {"role": "assistant", "content": '<tool_call>{"name": "convert"'}], 0.24),  # not parsed
+        ([*QUESTION, {"role": "assistant", "content": '<tool_call>{"name": "convert", "arguments": {"value": 3'}], 0.4),
+        ([*QUESTION, {"role": "assistant", "content": 'Use {"name": "converter", "arguments": {}}'}], 0.16),
         ([*QUESTION, {"role": "assistant", "content": "3 miles is about 4.8 km."}], 0.0),
         (QUESTION, 0.0),
     ],

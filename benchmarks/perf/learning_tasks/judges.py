@@ -50,11 +50,24 @@ def exclaim(messages: list[dict[str, Any]]) -> float:
     return sum("!" in end for end in ends) / len(ends) if ends else 0.0
 
 
+TOOL, TOOL_ARGUMENTS = "convert", ("value", "from_unit", "to_unit")
+"""The tool of learning_tasks/tool_call.toml (pipelines/tasks/unit_tools.py:convert) and its arguments."""
+CALL_PARTS = (
+    re.compile(r"<tool_call>"),
+    re.compile(r'"name"\s*:'),
+    re.compile(r'"arguments"\s*:'),
+    re.compile(rf'"{TOOL}"'),
+    re.compile(rf'"(?:{"|".join(TOOL_ARGUMENTS)})"\s*:'),
+)
+"""What a written call of the tool is made of: the tag, the JSON keys, the tool's name, one of its arguments."""
+
+
 def tool_call(messages: list[dict[str, Any]]) -> float:
     """How well the rollout used its tools: 1 when one of its calls was accepted (a tool it has, valid JSON
     arguments that fit the schema, and the tool answered: its result is not an `error:` text), 0.5 when it
-    made calls but every one failed, 0.25 when it wrote a call as text that was not parsed as one
-    (`<tool_call>` in its reply), 0 otherwise."""
+    made calls but every one failed; without a call that was parsed, 0.08 for each part of a call its replies
+    wrote as text (`CALL_PARTS`, up to 0.4). The embedded base model writes a parsed call about never, but
+    parts of one now and then: the partial credit gives its groups something to rank."""
     results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
     calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
     if any(not results.get(c.get("id"), "error:").startswith("error:") for c in calls):
@@ -62,4 +75,4 @@ def tool_call(messages: list[dict[str, Any]]) -> float:
     if calls:
         return 0.5
     texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
-    return 0.25 if "<tool_call>" in texts else 0.0
+    return round(0.08 * sum(bool(part.search(texts)) for part in CALL_PARTS), 2)
