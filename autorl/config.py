@@ -41,7 +41,8 @@ class TrainConfig(BaseModel):
       maximum completion length, which multi-turn trajectories lack) instead of the token count.
     - dapo (DAPO): the token-level mean over the whole update with the decoupled clip (epsilon,
       epsilon_high). That is exactly what grpo computes here, defaults included, so the two are the same
-      loss; the name is kept so that configurations written for TRL mean what they say.
+      loss; the name is kept so that configurations written for TRL mean what they say. DAPO's overlong
+      reward shaping is `overlong_buffer` (soft punishment) and `mask_truncated` (filtering), with any loss.
     - gspo (GSPO): one ratio per sequence, s_i = exp(mean over its trained tokens of log r), and per
       sequence -min(s_i A, clip(s_i, 1 - epsilon, 1 + epsilon_high) A), averaged over the N sequences.
       Its clip range is ~1000x narrower than grpo's: epsilon / epsilon_high default to 3e-4 / 4e-4.
@@ -66,6 +67,14 @@ class TrainConfig(BaseModel):
     mask_truncated: bool = False
     """Completions cut by the rollout's max_tokens (finish_reason "length" in any turn) carry no gradient
     (DAPO's overlong filtering); their rewards still count in their group's mean and scale."""
+    overlong_buffer: int = Field(0, ge=0)
+    """DAPO's soft overlong punishment, in tokens (0: off). A trajectory whose longest policy turn runs past
+    max_completion_tokens - overlong_buffer tokens has its reward lowered before the advantages are
+    computed: linearly with the tokens past that point, by 1 at max_completion_tokens (a turn cut there).
+    The step's `reward` metric stays the judge's; `overlong_penalty` is the step's mean penalty."""
+    max_completion_tokens: int | None = Field(None, ge=1)
+    """The turn length the overlong penalty counts up to: the rollouts' max_tokens. `autorl run` sets it
+    from --max-tokens; with `model.train(...)`, set it when overlong_buffer is on."""
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
     pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =

@@ -63,6 +63,13 @@ def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list
     return result
 
 
+def overlong_penalty(length: int, max_tokens: int, buffer: int) -> float:
+    """DAPO's soft overlong punishment of a completion of `length` tokens: 0 up to max_tokens - buffer
+    tokens, then falling linearly to -1 at max_tokens (and -1 past it); 0 when `buffer` is 0."""
+    over = length - (max_tokens - buffer)
+    return -min(1.0, over / buffer) if buffer > 0 and over > 0 else 0.0
+
+
 def token_logprobs(
     logits: torch.Tensor, input_ids: torch.Tensor, with_entropy: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -18,7 +18,8 @@ from .atomic import atomic_dir
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
 from .engines import LOADERS, resolve_engine
-from .grpo import advantages, clipped_policy_loss, loss_normaliser, token_logprobs
+from .errors import AutoRLError
+from .grpo import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
 from .trajectories import Trajectory, TrajectoryGroup
 
@@ -54,6 +55,12 @@ def _cpu_flags() -> set[str]:
 def truncated(trajectory: Trajectory) -> bool:
     """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
     return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
+
+
+def longest_turn(trajectory: Trajectory) -> int:
+    """The completion tokens of the trajectory's longest policy turn (its sampled tokens' logprobs)."""
+    items = trajectory.messages_and_choices
+    return max((len(i.logprobs.content or []) for i in items if isinstance(i, Choice) and i.logprobs), default=0)
 
 
 def _prompt(sequence: Sequence) -> list[int]:
@@ -108,7 +115,12 @@ class GRPOTrainer:
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
         tied = masked = 0
-        per_group = advantages([[t.reward for t in g.trajectories] for g in groups], config.scale_rewards)
+        penalties = [[self._overlong_penalty(t, config) for t in g.trajectories] for g in groups]
+        shaped = [
+            [t.reward + p for t, p in zip(g.trajectories, ps, strict=True)]
+            for g, ps in zip(groups, penalties, strict=True)
+        ]
+        per_group = advantages(shaped, config.scale_rewards)
         for group, group_advantages in zip(groups, per_group, strict=True):
             if group_advantages is None:
                 tied += 1
@@ -131,9 +143,19 @@ class GRPOTrainer:
         }
         if config.mask_truncated:
             metrics["truncated_masked"] = masked
+        if config.overlong_buffer:
+            metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
         metrics.update(self._update(batch, config) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0})
         metrics["step_time_s"] = time.monotonic() - started
         return metrics
+
+    @staticmethod
+    def _overlong_penalty(trajectory: Trajectory, config: TrainConfig) -> float:
+        if not config.overlong_buffer:
+            return 0.0
+        if config.max_completion_tokens is None:
+            raise AutoRLError("TrainConfig.overlong_buffer needs max_completion_tokens: the rollouts' max_tokens")
+        return overlong_penalty(longest_turn(trajectory), config.max_completion_tokens, config.overlong_buffer)
 
     def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autorl import TrainConfig
-from autorl.grpo import advantages, clipped_policy_loss, k3_kl, loss_normaliser, token_logprobs
+from autorl.grpo import advantages, clipped_policy_loss, k3_kl, loss_normaliser, overlong_penalty, token_logprobs
 
 
 def test_advantages_scaled_by_group_batch_or_not_at_all():
@@ -183,3 +183,12 @@ def test_token_entropy():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30], [0.2, 0.3, 0.5]]]))
     hand = [-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), 0.0]
     assert token_logprobs(logits, torch.tensor([[0, 1, 2]]))[1][0].tolist() == pytest.approx(hand, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "length, penalty",
+    [(0, 0.0), (96, 0.0), (97, -1 / 32), (112, -0.5), (128, -1.0), (140, -1.0)],
+)
+def test_overlong_penalty_falls_linearly_over_the_buffer(length, penalty):
+    assert overlong_penalty(length, max_tokens=128, buffer=32) == pytest.approx(penalty)
+    assert overlong_penalty(length, max_tokens=128, buffer=0) == 0.0  # off

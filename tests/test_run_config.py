@@ -21,6 +21,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec, load_task
 from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
+from pipelines.stages.train import update_config
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -35,6 +36,8 @@ def other_value(model: type[BaseModel], name: str) -> Any:
     default = model.model_fields[name].get_default(call_default_factory=True)
     if get_origin(annotation) is Literal:
         return next(choice for choice in get_args(annotation) if choice != default)
+    if default is None and annotation is int:
+        return 64
     if isinstance(default, bool):
         return not default
     if isinstance(default, list):
@@ -232,3 +235,10 @@ def test_max_turns_flag_overrides_the_tasks(run):
     assert run(tool_task)[0].max_turns == 4
     task, _ = run(tool_task, "--max-turns", "7")
     assert task.max_turns == 7 and task.agent_settings()["max_turns"] == 7
+
+
+def test_the_overlong_penalty_counts_up_to_the_runs_max_tokens_unless_set(run):
+    _, config = run(TASK, "--overlong-buffer", "16", "--max-tokens", "64")
+    assert (update_config(config).overlong_buffer, update_config(config).max_completion_tokens) == (16, 64)
+    _, config = run(TASK, "--overlong-buffer", "16", "--max-completion-tokens", "100")
+    assert update_config(config).max_completion_tokens == 100

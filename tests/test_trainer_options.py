@@ -12,7 +12,9 @@ from tiny import choice
 
 import autorl.trainer
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
-from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, training_dtype
+from autorl.errors import AutoRLError
+from autorl.grpo import overlong_penalty
+from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly, please."},
@@ -142,3 +144,22 @@ def test_masked_truncated_completions_carry_no_gradient(tiny_model, tmp_path):
     assert masked["truncated_masked"] == 1 and "truncated_masked" not in kept
     assert masked["trained_tokens"] == kept["trained_tokens"] - cut_tokens
     assert masked["groups_trained"] == kept["groups_trained"] == 2  # its reward still counts in the group
+
+
+def test_the_overlong_penalty_ranks_long_completions_below_short_ones_of_the_same_reward(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    data = groups(trainer.tokenizer)
+    for group in data:  # every reward ties: no signal without the penalty
+        for trajectory in group.trajectories:
+            trajectory.reward = 1.0
+    lengths = [longest_turn(t) for g in data for t in g.trajectories]
+    config = TrainConfig(learning_rate=1e-9, overlong_buffer=4, max_completion_tokens=8)
+    assert trainer.step(data, TrainConfig(learning_rate=1e-9))["groups_trained"] == 0
+    metrics = trainer.step(data, config)
+    expected = [overlong_penalty(n, 8, 4) for n in lengths]
+    assert metrics["overlong_penalty"] == pytest.approx(sum(expected) / len(expected))
+    assert metrics["overlong_penalty"] < 0
+    assert metrics["groups_trained"] == sum(len(set(expected[i : i + 4])) > 1 for i in (0, 4)) > 0
+    assert metrics["reward"] == 1.0  # the judge's
+    with pytest.raises(AutoRLError, match="max_completion_tokens"):
+        trainer.step(data, TrainConfig(overlong_buffer=4))

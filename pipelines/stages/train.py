@@ -18,6 +18,7 @@ from autorl import gather_trajectory_groups
 from autorl.atomic import atomic_file, atomic_text
 from autorl.backend import read_history
 from autorl.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from autorl.trajectories import TrajectoryGroup
@@ -30,6 +31,13 @@ from . import inputs, system_prompt
 
 NAME = "train"
 UPSTREAM = ("inputs", "system_prompt")
+
+
+def update_config(config: RunConfig) -> TrainConfig:
+    """The run's `TrainConfig`, its overlong penalty counting up to the rollouts' max_tokens unless set."""
+    if config.train.max_completion_tokens is not None:
+        return config.train
+    return config.train.model_copy(update={"max_completion_tokens": config.rollout.max_tokens})
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -100,7 +108,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"[yellow]step {step}: no group could be scored ({len(groups)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
-        metrics = await ctx.policy.model.train(scored, config=config.train)
+        metrics = await ctx.policy.model.train(scored, config=update_config(config))
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
         frame_path = work / "trajectories" / f"{checkpoint_name(step)}.parquet"
