@@ -68,13 +68,13 @@ class TrainConfig(BaseModel):
     """Completions cut by the rollout's max_tokens (finish_reason "length" in any turn) carry no gradient
     (DAPO's overlong filtering); their rewards still count in their group's mean and scale."""
     overlong_buffer: int = Field(0, ge=0)
-    """DAPO's soft overlong punishment, in tokens (0: off). A trajectory whose longest policy turn runs past
-    max_completion_tokens - overlong_buffer tokens has its reward lowered before the advantages are
-    computed: linearly with the tokens past that point, by 1 at max_completion_tokens (a turn cut there).
-    The step's `reward` metric stays the judge's; `overlong_penalty` is the step's mean penalty."""
+    """DAPO's soft overlong punishment, in tokens (0: off): a trajectory whose longest policy turn runs into
+    the last overlong_buffer tokens before max_completion_tokens loses reward linearly, 1 at the limit. The
+    penalty joins the reward before the advantages are computed; the step's `reward` metric stays the
+    judge's, and `overlong_penalty` is the step's mean penalty."""
     max_completion_tokens: int | None = Field(None, ge=1)
-    """The turn length the overlong penalty counts up to: the rollouts' max_tokens. `autorl run` sets it
-    from --max-tokens; with `model.train(...)`, set it when overlong_buffer is on."""
+    """The turn length the overlong penalty counts up to; unset, `autorl run` uses the rollouts' max_tokens
+    (--max-tokens). With `model.train(...)`, set it when overlong_buffer is on."""
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
     pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
