@@ -3,15 +3,20 @@ every sequence whole; dtype "auto" picks bf16 only where the hardware runs it na
 variant trains, and the KL penalty measures the distance to the base model; PPO epochs reuse a batch
 and truncated completions can be left out."""
 
+import asyncio
 import math
 import random
+import threading
+import time
 
 import pytest
 import torch
 from tiny import choice
+from transformers import AutoTokenizer
 
 import autorl.trainer
-from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+from autorl import TrainableModel, TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+from autorl.backend import LocalBackend, _ModelState
 from autorl.errors import AutoRLError
 from autorl.grpo import overlong_penalty
 from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
@@ -163,3 +168,40 @@ def test_the_overlong_penalty_ranks_long_completions_below_short_ones_of_the_sam
     assert metrics["reward"] == 1.0  # the judge's
     with pytest.raises(AutoRLError, match="max_completion_tokens"):
         trainer.step(data, TrainConfig(overlong_buffer=4))
+
+
+class ServerStandIn:
+    """What the backend asks of a vLLM server after a step, for a backend test without one: merged serving."""
+
+    merged, running, served_name = True, True, "policy"
+
+    def load_merged(self, path):
+        pass
+
+    def stop(self):
+        pass
+
+
+def test_the_backend_builds_steps_and_saves_the_trainer_on_one_thread(tiny_model, tmp_path, monkeypatch):
+    threads = []
+    for name in ("__init__", "step", "save"):
+        method = getattr(GRPOTrainer, name)
+
+        def recorded(self, *args, method=method, **kwargs):
+            threads.append(threading.get_ident())
+            return method(self, *args, **kwargs)
+
+        monkeypatch.setattr(GRPOTrainer, name, recorded)
+    model = TrainableModel(name="policy", project="p", trainer=TrainerConfig(seed=0, dtype="float32"))
+    backend = LocalBackend(tmp_path)
+    backend._models[model.name] = _ModelState(backend.run_dir(model), tiny_model, ServerStandIn())
+
+    async def three_steps(tokenizer):
+        for _ in range(3):  # other work on asyncio's worker threads in between, as a run has
+            await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.05) for _ in range(4)))
+            await backend.train(model, groups(tokenizer), TrainConfig(learning_rate=1e-9))
+
+    asyncio.run(three_steps(AutoTokenizer.from_pretrained(tiny_model)))
+    backend.close()
+    assert len(threads) == 7 and len(set(threads)) == 1  # built once, then stepped and saved 3 times
+    assert threads[0] != threading.get_ident()  # not on the event loop's thread
