@@ -1,6 +1,6 @@
 """Does training teach the embedded model to call a tool? The held-out rate of valid tool calls, base vs trained.
 
-    python benchmarks/perf/learn_tool_use.py [--steps 20] [--seeds 0] [--loss grpo] [--home DIR]
+    python benchmarks/perf/learn_tool_use.py [--steps 40] [--seeds 0] [--loss grpo] [--home DIR]
         [-- extra autorl run flags]
 
 Runs `autorl run benchmarks/perf/learning_tasks/tool_call.toml` (unit conversion questions, the `convert`
@@ -43,7 +43,7 @@ def valid_call_rates(home: Path, run: str) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="Training steps per run.")
+    parser.add_argument("--steps", type=int, default=40, help="Training steps per run.")
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds (one run each).")
     parser.add_argument("--loss", default="grpo")
     parser.add_argument("--home", type=Path, default=Path(".autorl-learning"), help="Where the runs are kept.")
