@@ -21,7 +21,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec, load_task
 from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
-from pipelines.stages.train import update_config
+from pipelines.stages.train import step_config
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -239,6 +239,6 @@ def test_max_turns_flag_overrides_the_tasks(run):
 
 def test_the_overlong_penalty_counts_up_to_the_runs_max_tokens_unless_set(run):
     _, config = run(TASK, "--overlong-buffer", "16", "--max-tokens", "64")
-    assert (update_config(config).overlong_buffer, update_config(config).max_completion_tokens) == (16, 64)
+    assert (step_config(config).overlong_buffer, step_config(config).max_completion_tokens) == (16, 64)
     _, config = run(TASK, "--overlong-buffer", "16", "--max-completion-tokens", "100")
-    assert update_config(config).max_completion_tokens == 100
+    assert step_config(config).max_completion_tokens == 100

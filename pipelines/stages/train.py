@@ -33,8 +33,9 @@ NAME = "train"
 UPSTREAM = ("inputs", "system_prompt")
 
 
-def update_config(config: RunConfig) -> TrainConfig:
-    """The run's `TrainConfig`, its overlong penalty counting up to the rollouts' max_tokens unless set."""
+def step_config(config: RunConfig) -> TrainConfig:
+    """The `TrainConfig` each GRPO step of the run gets: the run's, its overlong penalty counting up to the
+    rollouts' max_tokens unless set."""
     if config.train.max_completion_tokens is not None:
         return config.train
     return config.train.model_copy(update={"max_completion_tokens": config.rollout.max_tokens})
@@ -108,7 +109,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"[yellow]step {step}: no group could be scored ({len(groups)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
-        metrics = await ctx.policy.model.train(scored, config=update_config(config))
+        metrics = await ctx.policy.model.train(scored, config=step_config(config))
         frame = scores_frame(scored).assign(step=step)
         (work / "trajectories").mkdir(exist_ok=True)
         frame_path = work / "trajectories" / f"{checkpoint_name(step)}.parquet"
