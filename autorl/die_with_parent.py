@@ -9,7 +9,8 @@ let it import autorl: it imports nothing of it.
 - `python .../autorl/die_with_parent.py --group COMMAND ARGS...` stays, as the leader of its own process
   group, the parent of COMMAND: on SIGTERM or SIGINT (its parent's death included) it sends SIGTERM to the
   group, waits `GRACE_S`, then SIGKILLs what is left of it; when COMMAND ends by itself it SIGKILLs what
-  COMMAND left in the group and exits with COMMAND's code. autorl's vLLM servers start so: a vLLM server can
+  COMMAND left in the group and exits with COMMAND's code; if the supervisor itself is SIGKILLed, the kernel
+  SIGKILLs COMMAND (what COMMAND started is then left). autorl's vLLM servers start so: a vLLM server can
   hang in its own shutdown on SIGTERM, and the engine processes it starts do not see autorl die
   (benchmarks/perf/faults.py found servers left running after a SIGKILLed run).
 """
@@ -28,10 +29,10 @@ GRACE_S = 4.0
 """How long `--group` lets the group shut down on SIGTERM before it SIGKILLs what is left."""
 
 
-def die_with_parent() -> None:
-    """Ask the kernel for SIGTERM when the parent process dies (run in a child, before exec)."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel for `sig` when the parent process dies (run in a child, before exec)."""
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
 
 
 def wrapped(command: list[str], group: bool = False) -> list[str]:
@@ -73,7 +74,8 @@ def supervise(command: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        child = subprocess.Popen(command)
+        # SIGKILL for the command if this supervisor is SIGKILLed (Ray does so to an actor's children)
+        child = subprocess.Popen(command, preexec_fn=lambda: die_with_parent(signal.SIGKILL))
     except OSError as exc:
         print(f"cannot run {command[0]!r}: {exc}", file=sys.stderr)
         return 127

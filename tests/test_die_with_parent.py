@@ -39,6 +39,17 @@ def test_the_group_ends_when_the_parent_is_killed():
         parent.kill()
 
 
+def test_the_command_ends_when_the_supervisor_is_sigkilled():
+    supervisor = subprocess.Popen(wrapped(["sleep", "300"], group=True))
+    try:
+        command = wait_for_group(supervisor.pid, 1)
+        supervisor.kill()  # as Ray kills an actor's children: no chance to end the group
+        supervisor.wait()
+        assert not wait_gone(command, 10)
+    finally:
+        supervisor.kill()
+
+
 def test_sigterm_ends_the_group_and_reports_the_signal():
     supervisor = subprocess.Popen(wrapped(STUBBORN, group=True), start_new_session=True)
     group = wait_for_group(supervisor.pid, 3)
