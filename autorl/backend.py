@@ -73,6 +73,9 @@ class LocalBackend:
         self.path = Path(path)
         self.server_config = server or ServerConfig()
         self._models: dict[str, _ModelState] = {}
+        self.remote_server_starts = 0
+        """vLLM servers this backend has started in other processes (a `ClusterBackend`'s replicas); this
+        process's own starts are counted in `VLLMServer.starts`."""
 
     def run_dir(self, model: TrainableModel) -> Path:
         return self.path / model.project / model.name
@@ -99,7 +102,7 @@ class LocalBackend:
             raise
         state = _ModelState(run_dir, model_dir, server)
         self._models[model.name] = state
-        _reconcile_history(run_dir)
+        reconcile_history(run_dir)
         model.inference_base_url = server.base_url
         model.inference_api_key = LOCAL_API_KEY
         model._gate.recover = lambda: self.recover(model)
@@ -127,17 +130,9 @@ class LocalBackend:
                     )
                 step = await self.get_step(model) + 1
                 metrics = await on_train_thread(state.trainer.step, groups, config)
-                if not groups:
-                    log.warning("step %d: no trajectory groups to train on; the LoRA is unchanged", step)
-                elif metrics["groups_trained"] == 0:
-                    log.warning(
-                        "step %d: no training signal (%d of %d groups had tied rewards); the LoRA is unchanged",
-                        step,
-                        metrics["groups_skipped_tied"],
-                        metrics["groups"],
-                    )
+                warn_untrained(step, groups, metrics)
                 await on_train_thread(state.trainer.save, step, metrics)
-                _append_history(state.run_dir, {"step": step, **metrics})
+                append_history(state.run_dir, {"step": step, **metrics})
                 previous = model.inference_model_name
                 model.inference_model_name = await self.serve_checkpoint(model, step)
                 if previous in state.loaded:  # only the newest LoRA stays resident
@@ -238,7 +233,20 @@ def ensure_writable(run_dir: Path) -> None:
         raise AutoRLError(f"run directory {run_dir} is not writable ({exc.strerror}); choose another --home") from None
 
 
-def _append_history(run_dir: Path, record: dict) -> None:
+def warn_untrained(step: int, groups: list[TrajectoryGroup], metrics: dict) -> None:
+    """Log why step `step` left the LoRA unchanged, if it did."""
+    if not groups:
+        log.warning("step %d: no trajectory groups to train on; the LoRA is unchanged", step)
+    elif metrics["groups_trained"] == 0:
+        log.warning(
+            "step %d: no training signal (%d of %d groups had tied rewards); the LoRA is unchanged",
+            step,
+            metrics["groups_skipped_tied"],
+            metrics["groups"],
+        )
+
+
+def append_history(run_dir: Path, record: dict) -> None:
     with open(run_dir / HISTORY_FILE, "a") as f:
         f.write(json.dumps(record) + "\n")
         f.flush()
@@ -259,7 +267,7 @@ def read_history(run_dir: Path) -> list[dict]:
     return records
 
 
-def _reconcile_history(run_dir: Path) -> None:
+def reconcile_history(run_dir: Path) -> None:
     """Make history.jsonl hold exactly one record per complete checkpoint, in order.
 
     A crash between a checkpoint's rename and its history line (or mid-line) leaves them out of step;

@@ -25,6 +25,9 @@ class InferenceGate:
         self._open.set()
         self.recover: Callable[[], Awaitable[bool]] | None = None
         """Set by the backend: restarts the model's server if it died; True when a retry may succeed."""
+        self.transport: Callable[[], httpx.AsyncBaseTransport] | None = None
+        """Set by a backend whose model has no one server (`ClusterBackend`): makes the transport that sends
+        each request to one of its replicas (and sends it again if that one died); None: plain HTTP."""
 
     def close(self) -> None:
         self._open.clear()
@@ -104,7 +107,8 @@ class Model(BaseModel):
         """The httpx client of this model's OpenAI clients: requests wait while the model trains and are sent
         again once a server that died was recovered. `wrap` wraps that transport (autorl.langgraph records
         the calls through it)."""
-        transport: httpx.AsyncBaseTransport = _GatedTransport(self._gate)
+        inner = self._gate.transport() if self._gate.transport else None
+        transport: httpx.AsyncBaseTransport = _GatedTransport(self._gate, inner)
         return httpx.AsyncClient(transport=wrap(transport) if wrap else transport, timeout=INFERENCE_TIMEOUT)
 
     def get_inference_name(self) -> str:

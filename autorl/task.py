@@ -1,8 +1,8 @@
 """The task a user trains an agent for: a plain-text description, or a TOML task file.
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
-tables, MCP servers `[[mcp_servers]]` tables, the run's training settings `[train]` and `[trainer]`
-tables), and a key that is not a field is an error that names it. Relative paths in a task file (an
+tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[trainer]` and
+`[cluster]` tables), and a key that is not a field is an error that names it. Relative paths in a task file (an
 inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
 themselves are loaded and the servers started by `autorl.tools.Toolbox`. The README documents the
@@ -163,6 +163,9 @@ class TaskSpec(BaseModel):
     trainer: dict[str, Any] = Field(default_factory=dict)
     """The `[trainer]` table: how a run's LoRA is built and trained, by `autorl.config.TrainerConfig` field
     (`lora_rank`, `target_modules`, ...); `autorl run` flags override them."""
+    cluster: dict[str, Any] = Field(default_factory=dict)
+    """The `[cluster]` table: where a run is served and trained, by `autorl.cluster.ClusterConfig` field
+    (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
 
     @field_validator("description", "system_prompt")
     @classmethod
@@ -191,7 +194,7 @@ class TaskSpec(BaseModel):
         }
 
 
-RUN_SETTINGS = frozenset({"inputs_file", "train", "trainer"})
+RUN_SETTINGS = frozenset({"inputs_file", "train", "trainer", "cluster"})
 """The `TaskSpec` fields that set up a run rather than describe its task. A run's config takes them over
 (`pipelines.config.RunConfig.for_task`, which also checks the tables' keys): the pipeline reads them
 there, and changing them keeps a run's name."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from autorl.cluster import ClusterConfig
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.embedded import DEFAULT_BASE_MODEL
 from autorl.errors import AutoRLError
@@ -71,6 +72,10 @@ class RunConfig(BaseModel):
     sequences of `max_model_len` tokens: above a default run's largest batch (a training step's `group_size` x
     `groups_per_step` = 16 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Where the policy is served and trained: this process (the default), or vLLM replicas and a trainer on a
+    Ray cluster (a task file's `[cluster]` table). Not part of any cache key: a run gives the same artifacts
+    either way, so a run moved to a cluster resumes from its local checkpoints and back."""
 
     @field_validator("name")
     @classmethod
@@ -104,6 +109,6 @@ class RunConfig(BaseModel):
 
 TASK_TABLES: dict[str, type[BaseModel]] = {
     table: type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid")})
-    for table, model in (("train", TrainConfig), ("trainer", TrainerConfig))
+    for table, model in (("train", TrainConfig), ("trainer", TrainerConfig), ("cluster", ClusterConfig))
 }
 """The task file's tables of run settings, each checked against its config model with unknown keys refused."""

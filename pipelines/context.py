@@ -11,7 +11,8 @@ from typing import Protocol
 
 from rich.console import Console
 
-from autorl import LocalBackend, TrainableModel
+from autorl import TrainableModel
+from autorl.cluster import make_backend
 from autorl.rollout import Complete, agent_rollout, openai_completion
 from autorl.task import TaskSpec
 from autorl.tools import Toolbox
@@ -26,13 +27,13 @@ TRAIN_PROJECT = "train"
 
 
 class Policy:
-    """The policy model on a local vLLM server, and the task's tools; each started on first use (a fully
-    cached run starts neither)."""
+    """The policy model on a local vLLM server (or replicas on a Ray cluster: `RunConfig.cluster`), and the
+    task's tools; each started on first use (a fully cached run starts neither)."""
 
     def __init__(
         self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
     ):
-        self.backend = LocalBackend(artifacts, server=config.server)
+        self.backend = make_backend(artifacts, config.server, config.cluster)
         self.model = TrainableModel(
             name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer
         )

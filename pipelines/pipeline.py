@@ -131,7 +131,11 @@ async def _run_locked(
         record["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise
     finally:
-        record.update(updated=time.time(), model_calls=dict(calls), server_starts=VLLMServer.starts - servers_before)
+        record.update(
+            updated=time.time(),
+            model_calls=dict(calls),
+            server_starts=VLLMServer.starts - servers_before + policy.backend.remote_server_starts,
+        )
         write_json(run_dir / RUN_FILE, record)
         tracker.finish()
         await policy.aclose()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import pipelines.pipeline
 from autorl.cli import RUN_FLAGS, app
+from autorl.cluster import ClusterConfig
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.rollout import RolloutConfig
@@ -242,3 +243,18 @@ def test_the_overlong_penalty_counts_up_to_the_runs_max_tokens_unless_set(run):
     assert (step_config(config).overlong_buffer, step_config(config).max_completion_tokens) == (16, 64)
     _, config = run(TASK, "--overlong-buffer", "16", "--max-completion-tokens", "100")
     assert step_config(config).max_completion_tokens == 100
+
+
+def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
+    path = task_file(tmp_path, '[cluster]\nray = "auto"\nreplicas = 4\nreplica_cpus = 2\n')
+    assert run(str(path))[1].cluster == ClusterConfig(ray="auto", replicas=4, replica_cpus=2)
+    _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3")
+    assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3)
+    assert run(TASK)[1].cluster.ray is None  # the default: no Ray
+    assert error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
+
+
+def test_where_a_run_is_served_changes_no_cache_key():
+    task = TaskSpec(description=TASK)
+    cluster = ClusterConfig(ray="local", replicas=3, replica_cpus=2, trainer_cpus=2)
+    assert stage_keys(task, RunConfig(cluster=cluster)) == stage_keys(task, RunConfig())

@@ -1,0 +1,66 @@
+"""`autorl run --ray local --replicas 2`: a Ray cluster on this machine, two vLLM replicas of the embedded model
+and the trainer as actors, through a whole pipeline; one replica's process is SIGKILLed while step 2's
+rollouts run, and no rollout is lost.
+
+The task brings its system prompt and inputs and a program judges it, so the replicas are the only servers.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
+
+GROUP_SIZE = 8
+TASK = ["benchmarks/perf/learning_tasks/one_word.toml", "--judge", "benchmarks.perf.learning_tasks.judges:one_word"]
+SIZES = ["--steps", "2", "--group-size", str(GROUP_SIZE), "--groups-per-step", "2", "--max-tokens", "64"]
+
+
+def replica_actors(run: subprocess.Popen) -> set[int]:
+    return with_command_line(descendants(run.pid), b"ray::ReplicaActor")
+
+
+@pytest.mark.timeout(1200)  # ~300 s on 2 cores: two replica starts, one restart
+def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
+    command = [sys.executable, "-m", "autorl.cli", "run", *TASK, *SIZES, "--ray", "local", "--replicas", "2"]
+    run = subprocess.Popen(
+        [*command, "--no-wandb", "--home", str(tmp_path), "--name", "ray"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    servers: set[int] = set()
+    killed = None
+    deadline = time.monotonic() + 900
+    while run.poll() is None and time.monotonic() < deadline:
+        servers |= with_command_line(descendants(run.pid), b"vllm.entrypoints")
+        step_two = list(tmp_path.glob("artifacts/train/*/steps/0002"))
+        if killed is None and step_two and len(actors := replica_actors(run)) == 2:
+            killed = min(actors)  # step 1 is trained and served: step 2's rollouts are under way
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.1)
+    output, _ = run.communicate(timeout=60)
+    assert run.returncode == 0, output
+    assert killed is not None, output
+    assert "replica" in output and "restarting it (1 of at most 3)" in output, output
+
+    work = next(tmp_path.glob("artifacts/train/*"))
+    history = [json.loads(line) for line in (work / "history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [1, 2]
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["0001", "0002"]
+    for group in sorted(work.glob("steps/*/group_*.json")):  # a lost rollout would leave a group short
+        assert len(json.loads(group.read_text())["trajectories"]) == GROUP_SIZE, group
+    assert all(h["exceptions"] == 0 and h["trajectories"] == 2 * GROUP_SIZE for h in history), history
+    record = json.loads((tmp_path / "runs" / "ray" / "run.json").read_text())
+    assert record["status"] == "done" and record["server_starts"] == 3  # two replicas, one restart
+    assert not wait_gone(servers, 60), "vLLM servers outlived the run"

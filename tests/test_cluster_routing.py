@@ -1,0 +1,370 @@
+"""`ReplicaPool` and `RoutingTransport` (autorl/cluster.py): how a cluster model's requests reach its replicas.
+
+Each fake replica is a real HTTP server on 127.0.0.1 (`ChatCompletionServer`), and requests go to it over real
+HTTP through `RoutingTransport`; the only fakes are the pool's two Ray calls, `load(replica, step)` and
+`restart(replica)` (`Actors`). Tested: least-outstanding choice (even spread, a slow replica gets less), the
+outstanding count given back however a response ends, a refused request sent again to another replica while the
+dead one is restarted once and reloaded, no request to a replica behind the current step, `acquire` waiting
+for a ready replica or failing with `ServerDiedError`, error statuses returned as they are (not retried), and
+the request as the replica's server receives it (host, path, headers, body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from chat_server import ChatCompletionServer
+from openai import AsyncOpenAI
+
+from autorl.cluster import VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
+from autorl.errors import ServerDiedError
+
+CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+
+
+class Status(Exception):
+    """Raised by an answer function: its server answers with this HTTP status."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class Server(ChatCompletionServer):
+    """A `ChatCompletionServer` that also keeps each request's path and headers in `seen`, and answers with an
+    error status when its answer function raises `Status`."""
+
+    def __init__(self, answer: Callable[[dict], dict]):
+        super().__init__(answer)
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        seen, handler = self.seen, self.httpd.RequestHandlerClass
+
+        class Handler(handler):
+            def do_POST(self) -> None:
+                seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                try:
+                    super().do_POST()
+                except Status as status:
+                    self.send_error(status.code)
+
+        self.httpd.RequestHandlerClass = Handler
+
+    @property
+    def url(self) -> str:
+        """What a replica's `url` holds: the base URL without /v1."""
+        return self.base_url.removesuffix("/v1")
+
+
+def completion(body: dict) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+    }
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    """Starts a server that answers after `delay` s (and once `gate` is set), with `status` if given."""
+    made: list[Server] = []
+
+    def start(delay: float = 0.0, gate: threading.Event | None = None, status: int | None = None) -> Server:
+        def answer(body: dict) -> dict:
+            time.sleep(delay)
+            if gate is not None:
+                gate.wait(10)
+            if status is not None:
+                raise Status(status)
+            return completion(body)
+
+        made.append(Server(answer))
+        return made[-1]
+
+    yield start
+    with ThreadPoolExecutor() as closing:  # each close waits up to 0.5 s for its server's loop to notice
+        list(closing.map(Server.close, made))
+
+
+class Actors:
+    """The pool's Ray calls, faked, each recorded in `calls`: `load` waits for `hold_load[replica]` if set;
+    `restart` waits for `hold_restart` if set, then raises if `broken`, else starts a fresh server (in `fresh`)."""
+
+    def __init__(self, serve: Callable[..., Server]):
+        self.calls: list[tuple] = []
+        self.hold_load: dict[int, asyncio.Event] = {}
+        self.hold_restart: asyncio.Event | None = None
+        self.broken = False
+        self.fresh: dict[int, Server] = {}
+        self._serve = serve
+
+    async def load(self, replica: Replica, step: int) -> None:
+        self.calls.append(("load", replica.index, step))
+        if replica.index in self.hold_load:
+            await self.hold_load[replica.index].wait()
+
+    async def restart(self, replica: Replica) -> str:
+        self.calls.append(("restart", replica.index))
+        if self.hold_restart is not None:
+            await self.hold_restart.wait()
+        if self.broken:
+            raise RuntimeError("the actor died")
+        self.fresh[replica.index] = self._serve()
+        return self.fresh[replica.index].url
+
+    def restarts(self) -> list[tuple]:
+        return [call for call in self.calls if call[0] == "restart"]
+
+
+def sync(test: Callable[..., Coroutine]) -> Callable[..., None]:
+    """Runs an async test in its own event loop (the project has no pytest-asyncio)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+async def ready_pool(servers: list[Server], actors: Actors, max_restarts: int = 3, step: int = 1) -> ReplicaPool:
+    """A pool of one replica per server, all serving `step`; `actors` forgets the loads this took."""
+    replicas = [Replica(index, url=server.url) for index, server in enumerate(servers)]
+    pool = ReplicaPool(replicas, load=actors.load, restart=actors.restart, max_restarts=max_restarts, name="m")
+    await pool.publish(step)
+    actors.calls.clear()
+    return pool
+
+
+def routed(pool: ReplicaPool, wait_s: float = 10.0) -> httpx.AsyncClient:
+    """A client as a cluster model's: the virtual host, routed by the pool."""
+    return httpx.AsyncClient(transport=RoutingTransport(pool, wait_s=wait_s), base_url=f"http://{VIRTUAL_HOST}/v1")
+
+
+async def chat(http: httpx.AsyncClient) -> httpx.Response:
+    return await http.post("/chat/completions", json=CHAT)
+
+
+async def chats(http: httpx.AsyncClient, count: int) -> list[httpx.Response]:
+    """`count` concurrent requests, each answered 200."""
+    responses = await asyncio.gather(*(chat(http) for _ in range(count)))
+    assert [r.status_code for r in responses] == [200] * count
+    return responses
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.01)
+
+
+def outstanding(pool: ReplicaPool) -> list[int]:
+    return [replica.outstanding for replica in pool.replicas]
+
+
+def received(servers: list[Server]) -> list[int]:
+    return [len(server.requests) for server in servers]
+
+
+# --- least outstanding ------------------------------------------------------------------------------------
+
+
+@sync
+async def test_concurrent_requests_spread_evenly(serve):
+    gate = threading.Event()
+    servers = [serve(gate=gate), serve(gate=gate)]
+    pool = await ready_pool(servers, Actors(serve))
+    async with routed(pool) as http:
+        sent = asyncio.ensure_future(chats(http, 8))
+        await until(lambda: sum(received(servers)) == 8)
+        assert outstanding(pool) == [4, 4]
+        gate.set()
+        await sent
+    assert received(servers) == [4, 4]
+    assert outstanding(pool) == [0, 0]
+
+
+@sync
+async def test_a_slower_replica_gets_fewer_requests(serve):
+    servers = [serve(delay=0.2), serve(delay=0.04)]  # the first answers 5x slower
+    pool = await ready_pool(servers, Actors(serve))
+    budget = iter(range(40))  # shared, so 4 requests stay in flight until the last ones
+
+    async def client(http: httpx.AsyncClient) -> None:
+        for _ in budget:
+            assert (await chat(http)).status_code == 200
+
+    async with routed(pool) as http:
+        await asyncio.gather(*(client(http) for _ in range(4)))
+    slow, fast = received(servers)
+    assert slow + fast == 40
+    assert 2 * slow < fast, (slow, fast)  # taking turns regardless of the count would split them 20/20
+
+
+# --- the outstanding count --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "read"), [(200, True), (500, True), (200, False)], ids=["read", "error-status", "closed-unread"]
+)
+@sync
+async def test_the_outstanding_count_is_given_back_when_a_response_ends(serve, status, read):
+    pool = await ready_pool([serve(status=None if status == 200 else status)], Actors(serve))
+    async with routed(pool) as http, http.stream("POST", "/chat/completions", json=CHAT) as response:
+        assert response.status_code == status
+        assert outstanding(pool) == [1]  # counted until the body is read or closed
+        if read:
+            await response.aread()
+            assert outstanding(pool) == [0]
+    assert outstanding(pool) == [0]
+
+
+# --- a replica that died ----------------------------------------------------------------------------------
+
+
+@sync
+async def test_a_refused_request_goes_to_another_replica_while_the_dead_one_is_restarted_once(serve):
+    servers = [serve(), serve()]
+    actors = Actors(serve)
+    pool = await ready_pool(servers, actors)
+    actors.hold_restart = asyncio.Event()
+    failures: list[int] = []  # the precondition: several requests saw replica 0 refuse them
+    failed = pool.failed
+
+    def spy(replica: Replica, reason: str) -> None:
+        failures.append(replica.index)
+        failed(replica, reason)
+
+    pool.failed = spy
+    servers[0].close()
+    async with routed(pool) as http:
+        await chats(http, 4)
+        assert failures == [0, 0]
+        assert received(servers)[1] == 4
+        assert actors.restarts() == [("restart", 0)]
+        dead = pool.replicas[0]
+        assert dead.state == "recovering"
+
+        actors.hold_restart.set()
+        await until(lambda: dead.state == "ready")
+        assert actors.calls == [("restart", 0), ("load", 0, pool.step)]
+        assert dead.url == actors.fresh[0].url and dead.served_step == pool.step
+        await chats(http, 2)  # routable again: least outstanding sends one of the two there
+    assert received([actors.fresh[0], servers[1]]) == [1, 5]
+    assert outstanding(pool) == [0, 0]
+
+
+# --- freshness --------------------------------------------------------------------------------------------
+
+
+@sync
+async def test_a_replica_behind_the_current_step_is_never_picked(serve):
+    servers = [serve(), serve()]
+    actors = Actors(serve)
+    pool = await ready_pool(servers, actors)
+    actors.hold_load[0] = asyncio.Event()
+    publish = asyncio.ensure_future(pool.publish(2))
+    behind, current = pool.replicas
+    await until(lambda: current.served_step == 2)
+    async with routed(pool) as http:
+        await chats(http, 4)
+        assert received(servers) == [0, 4]  # replica 0 is ready, but still serves step 1
+        assert not publish.done() and behind.served_step == 1
+        actors.hold_load[0].set()
+        await asyncio.wait_for(publish, 5)
+        assert behind.served_step == 2 and behind.state == "ready"
+        await chats(http, 2)
+    assert received(servers) == [1, 5]
+
+
+# --- waiting for a replica --------------------------------------------------------------------------------
+
+
+async def pool_being_restarted(
+    serve: Callable[..., Server], count: int, max_restarts: int = 3
+) -> tuple[ReplicaPool, Actors]:
+    """A pool of `count` replicas whose servers all died (nothing on their ports); restarts wait for
+    `actors.hold_restart`."""
+    servers = [serve() for _ in range(count)]
+    actors = Actors(serve)
+    pool = await ready_pool(servers, actors, max_restarts=max_restarts)
+    actors.hold_restart = asyncio.Event()
+    for server in servers:
+        server.close()
+    return pool, actors
+
+
+@sync
+async def test_a_request_waits_until_recovery_makes_a_replica_ready(serve):
+    pool, actors = await pool_being_restarted(serve, 1)
+    async with routed(pool) as http:
+        request = asyncio.ensure_future(chat(http))
+        await until(lambda: actors.restarts() == [("restart", 0)])
+        await asyncio.sleep(0.3)
+        assert not request.done()  # no replica ready: it waits
+        actors.hold_restart.set()
+        response = await asyncio.wait_for(request, 5)
+    assert response.status_code == 200
+    assert received([actors.fresh[0]]) == [1]
+
+
+@sync
+async def test_a_request_fails_when_every_replica_is_dead(serve):
+    pool, actors = await pool_being_restarted(serve, 2, max_restarts=2)
+    actors.hold_restart.set()
+    actors.broken = True
+    async with routed(pool) as http:
+        with pytest.raises(ServerDiedError, match="every vLLM replica of 'm' died"):
+            await asyncio.wait_for(chat(http), 5)
+    assert sorted(actors.restarts()) == [("restart", 0)] * 2 + [("restart", 1)] * 2
+    assert [r.state for r in pool.replicas] == ["dead", "dead"]
+
+
+@sync
+async def test_a_request_fails_when_no_replica_becomes_ready_in_time(serve):
+    pool, _ = await pool_being_restarted(serve, 1)
+    start = time.monotonic()
+    async with routed(pool, wait_s=0.5) as http:
+        with pytest.raises(ServerDiedError, match="no vLLM replica of 'm' became ready"):
+            await asyncio.wait_for(chat(http), 5)
+    assert time.monotonic() - start >= 0.5
+    pool.cancel_recoveries()
+
+
+# --- what goes through as it is ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 500, 503])
+@sync
+async def test_an_error_status_is_returned_not_retried(serve, status):
+    servers = [serve(status=status), serve(status=status)]
+    actors = Actors(serve)
+    pool = await ready_pool(servers, actors)
+    async with routed(pool) as http:
+        assert (await chat(http)).status_code == status
+    assert sum(received(servers)) == 1
+    assert actors.calls == [] and [r.state for r in pool.replicas] == ["ready", "ready"]
+
+
+@sync
+async def test_a_request_reaches_its_replica_with_its_host_path_headers_and_body(serve):
+    servers = [serve(), serve()]
+    pool = await ready_pool(servers, Actors(serve))
+    async with routed(pool) as http:
+        client = AsyncOpenAI(base_url=str(http.base_url), api_key="secret", http_client=http)
+        replies = await asyncio.gather(*(client.chat.completions.create(**CHAT) for _ in servers))
+    assert [reply.choices[0].message.content for reply in replies] == ["hello", "hello"]
+    for server in servers:
+        [(path, headers)] = server.seen
+        assert path == "/v1/chat/completions"
+        assert headers["host"] == f"127.0.0.1:{server.httpd.server_port}"
+        assert headers["authorization"] == "Bearer secret"
+        assert server.requests == [CHAT]
