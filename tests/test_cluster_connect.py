@@ -1,8 +1,10 @@
-"""`autorl.cluster.connect` and the local Ray cluster it starts: as large as the replicas and the trainer ask,
-the run's SIGTERM handler kept although `ray.init` replaces it (the CLI cancels its run on SIGTERM), and no
-process that an actor started under the vLLM supervisor (`die_with_parent.py --group`) outliving a run
-stopped by SIGTERM. Each in a subprocess: Ray stays initialised in the process that connected."""
+"""`autorl.cluster.connect` and the local Ray cluster it starts: without Ray, one error naming the extra; a
+cluster as large as the replicas and the trainer ask; the run's SIGTERM handler kept although `ray.init`
+replaces it (the CLI cancels its run on SIGTERM); and no process that an actor started under the vLLM
+supervisor (`die_with_parent.py --group`) outliving a run stopped by SIGTERM. The Ray tests run in a
+subprocess: Ray stays initialised in the process that connected."""
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -10,10 +12,12 @@ import time
 
 import pytest
 
+from autorl.cluster import ClusterConfig, connect
 from autorl.die_with_parent import GRACE_S
+from autorl.errors import AutoRLError
 from benchmarks.perf.processes import alive, descendants, wait_gone
 
-pytest.importorskip("ray")
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the dev extra has it)")
 
 CONNECT = """
 import os, signal
@@ -50,6 +54,13 @@ time.sleep(300)
 """
 
 
+def test_without_ray_installed_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(AutoRLError, match=r'--ray needs Ray: pip install -e "\.\[ray\]"'):
+        connect(ClusterConfig(ray="local"))
+
+
+@needs_ray
 @pytest.mark.timeout(120)
 def test_connect_sizes_a_local_cluster_and_keeps_the_sigterm_handler():
     result = subprocess.run([sys.executable, "-c", CONNECT], capture_output=True, text=True, timeout=100)
@@ -58,6 +69,7 @@ def test_connect_sizes_a_local_cluster_and_keeps_the_sigterm_handler():
     assert cpus == expected
 
 
+@needs_ray
 @pytest.mark.timeout(120)
 def test_nothing_an_actor_started_outlives_a_run_stopped_by_sigterm():
     run = subprocess.Popen([sys.executable, "-c", STARTS_A_SERVER], stdout=subprocess.PIPE, text=True)
