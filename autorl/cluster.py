@@ -329,6 +329,11 @@ def _threads(count: int) -> None:
     torch.set_num_threads(count)
 
 
+def _read_files(directory: Path) -> dict[str, bytes]:
+    """A checkpoint directory's files (it has no subdirectories), to send to another process."""
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+
+
 def _write_files(files: dict[str, bytes], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -363,11 +368,6 @@ class ReplicaActor:
     def endpoint(self) -> str:
         return self.server.base_url.removesuffix("/v1")
 
-    def pids(self) -> tuple[int, int | None]:
-        """This actor's process and its server's."""
-        process = self.server._process
-        return os.getpid(), None if process is None else process.pid
-
     def ensure_running(self) -> str:
         """Restart the server if it died (same port; it starts with the base model); returns the endpoint."""
         if not self.server.running:
@@ -394,9 +394,6 @@ class ReplicaActor:
                 shutil.rmtree(self._adapters / self._adapter, ignore_errors=True)
             self._adapter = name if files is not None else None
         self._step = step
-
-    def log_tail(self) -> str:
-        return self.server.log_tail()
 
     def stop(self) -> None:
         self.server.stop()
@@ -425,7 +422,7 @@ class TrainerActor:
         metrics = self.trainer.step(groups, config)
         path = self.trainer.save(step, metrics)
         release_freed_memory()
-        files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+        files = _read_files(path)
         for old in self._dir.iterdir():  # the trainer resumes from memory; only the newest is kept on disk
             if old != path:
                 shutil.rmtree(old, ignore_errors=True)
@@ -503,7 +500,7 @@ class ClusterBackend(LocalBackend):
             raise AutoRLError("ClusterBackend needs ClusterConfig.ray (an address, 'auto' or 'local')")
         connect(cluster)
         self.cluster = cluster
-        self._cluster_models: dict[str, _ClusterModel] = {}
+        self._models: dict[str, _ClusterModel] = {}  # type: ignore[assignment]  # LocalBackend's, per model
 
     def _resources(self, cpus: int) -> dict:
         return {"num_gpus": 1} if cuda_available() else {"num_cpus": cpus}
@@ -512,7 +509,7 @@ class ClusterBackend(LocalBackend):
         """Start the model's replicas, serving its newest checkpoint if it has one."""
         import ray
 
-        if model.name in self._cluster_models:
+        if model.name in self._models:
             return
         run_dir = self.run_dir(model)
         ensure_writable(run_dir)
@@ -556,7 +553,7 @@ class ClusterBackend(LocalBackend):
             max_restarts=self.server_config.max_restarts,
             name=model.name,
         )
-        self._cluster_models[model.name] = state
+        self._models[model.name] = state
         reconcile_history(run_dir)
         model.inference_base_url = f"http://{VIRTUAL_HOST}/v1"
         model.inference_api_key = LOCAL_API_KEY
@@ -583,17 +580,12 @@ class ClusterBackend(LocalBackend):
                     raise
                 await asyncio.sleep(1)
 
-    def _cluster_state(self, model: TrainableModel) -> _ClusterModel:
-        if model.name not in self._cluster_models:
-            raise AutoRLError(f"model {model.name!r} is not registered; call `await model.register(backend)` first")
-        return self._cluster_models[model.name]
-
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
         """Make every replica serve checkpoint `step` (0: the base model) before the next request; returns
         the name to request it under."""
         import ray
 
-        state = self._cluster_state(model)
+        state = self._state(model)
         if state.pool.step == step:
             return state.served_name
         files = None
@@ -612,7 +604,7 @@ class ClusterBackend(LocalBackend):
         """One GRPO step on the trainer actor; the checkpoint is written here, then served by every replica."""
         import ray
 
-        state = self._cluster_state(model)
+        state = self._state(model)
         async with state.lock:
             model._gate.close()
             try:
@@ -620,7 +612,7 @@ class ClusterBackend(LocalBackend):
                 step = done + 1
                 if state.trainer is None:
                     latest = state.run_dir / "checkpoints" / checkpoint_name(done)
-                    files = {p.name: p.read_bytes() for p in latest.iterdir() if p.is_file()} if done else None
+                    files = _read_files(latest) if done else None
                     actor = ray.remote(TrainerActor).options(
                         max_restarts=0, **self._resources(self.cluster.trainer_cpus)
                     )
@@ -637,12 +629,16 @@ class ClusterBackend(LocalBackend):
                 model._gate.open()
         return {"step": step, **metrics}
 
+    async def recover(self, model: TrainableModel) -> bool:
+        """Whether requests to the model may be sent again: its replicas recover by themselves (`ReplicaPool`)."""
+        return model.name in self._models
+
     def close(self) -> None:
         """Stop the replicas and the trainer (their servers end with them)."""
-        for state in self._cluster_models.values():
+        for state in self._models.values():
             state.pool.cancel_recoveries()
             stop_actors([r.handle for r in state.pool.replicas] + ([state.trainer] if state.trainer else []))
-        self._cluster_models.clear()
+        self._models.clear()
         super().close()
 
 
