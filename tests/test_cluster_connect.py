@@ -27,10 +27,10 @@ def cancel(signum, frame):
     pass
 
 signal.signal(signal.SIGTERM, cancel)
-connect(ClusterConfig(ray="local", replicas=3, replica_cpus=2, trainer_cpus=1))
+connect(ClusterConfig(ray="local", replicas=3, judge_replicas=2, replica_cpus=2, trainer_cpus=1))
 import ray
 assert signal.getsignal(signal.SIGTERM) is cancel, signal.getsignal(signal.SIGTERM)
-print(int(ray.cluster_resources()["CPU"]), max(os.cpu_count(), 7))
+print(int(ray.cluster_resources()["CPU"]), max(os.cpu_count(), (3 + 2) * 2 + 1))
 ray.shutdown()
 """
 

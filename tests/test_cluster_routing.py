@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from chat_server import ChatCompletionServer
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, OpenAI
 
-from autorl.cluster import VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
+from autorl.cluster import ENGINE_DIED, VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
 from autorl.errors import ServerDiedError
+from autorl.pool_proxy import PoolProxy
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -32,9 +33,10 @@ CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 class Status(Exception):
     """Raised by an answer function: its server answers with this HTTP status."""
 
-    def __init__(self, code: int):
+    def __init__(self, code: int, explain: str | None = None):
         super().__init__(code)
         self.code = code
+        self.explain = explain
 
 
 class Server(ChatCompletionServer):
@@ -52,7 +54,7 @@ class Server(ChatCompletionServer):
                 try:
                     super().do_POST()
                 except Status as status:
-                    self.send_error(status.code)
+                    self.send_error(status.code, explain=status.explain)
 
         self.httpd.RequestHandlerClass = Handler
 
@@ -74,16 +76,19 @@ def completion(body: dict) -> dict:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., Server]]:
-    """Starts a server that answers after `delay` s (and once `gate` is set), with `status` if given."""
+    """Starts a server that answers after `delay` s (and once `gate` is set), with `status` if given (its body
+    saying `explain`)."""
     made: list[Server] = []
 
-    def start(delay: float = 0.0, gate: threading.Event | None = None, status: int | None = None) -> Server:
+    def start(
+        delay: float = 0.0, gate: threading.Event | None = None, status: int | None = None, explain: str | None = None
+    ) -> Server:
         def answer(body: dict) -> dict:
             time.sleep(delay)
             if gate is not None:
                 gate.wait(10)
             if status is not None:
-                raise Status(status)
+                raise Status(status, explain)
             return completion(body)
 
         made.append(Server(answer))
@@ -239,9 +244,9 @@ async def test_a_refused_request_goes_to_another_replica_while_the_dead_one_is_r
     failures: list[int] = []  # the precondition: several requests saw replica 0 refuse them
     failed = pool.failed
 
-    def spy(replica: Replica, reason: str) -> None:
+    def spy(replica: Replica, reason: str, restarts: int | None = None) -> None:
         failures.append(replica.index)
-        failed(replica, reason)
+        failed(replica, reason, restarts)
 
     pool.failed = spy
     servers[0].close()
@@ -260,6 +265,34 @@ async def test_a_refused_request_goes_to_another_replica_while_the_dead_one_is_r
         await chats(http, 2)  # routable again: least outstanding sends one of the two there
     assert received([actors.fresh[0], servers[1]]) == [1, 5]
     assert outstanding(pool) == [0, 0]
+
+
+@sync
+async def test_a_failure_a_request_saw_before_a_restart_leaves_the_restarted_server_alone(serve):
+    actors = Actors(serve)
+    pool = await ready_pool([serve(), serve()], actors)
+    replica = pool.replicas[0]
+    sent_at = replica.restarts  # two requests were sent to its first server
+    pool.failed(replica, "refused", sent_at)
+    await until(lambda: replica.state == "ready")
+    pool.failed(replica, "cut off", sent_at)  # the second one's failure, seen after the restart
+    assert replica.state == "ready" and actors.restarts() == [("restart", 0)]
+    pool.failed(replica, "refused", replica.restarts)  # a failure of the new server
+    assert replica.state == "recovering"
+    pool.cancel_recoveries()
+
+
+@sync
+async def test_a_request_answered_that_the_engine_died_goes_to_another_replica(serve):
+    servers = [serve(status=500, explain=ENGINE_DIED.decode()), serve()]  # vLLM's answer as its engine dies
+    actors = Actors(serve)
+    actors.hold_restart = asyncio.Event()
+    pool = await ready_pool(servers, actors)
+    async with routed(pool) as http:
+        await chats(http, 2)
+    assert received(servers) == [1, 2]
+    assert actors.restarts() == [("restart", 0)] and pool.replicas[0].state == "recovering"
+    pool.cancel_recoveries()
 
 
 # --- freshness --------------------------------------------------------------------------------------------
@@ -368,3 +401,98 @@ async def test_a_request_reaches_its_replica_with_its_host_path_headers_and_body
         assert headers["host"] == f"127.0.0.1:{server.httpd.server_port}"
         assert headers["authorization"] == "Bearer secret"
         assert server.requests == [CHAT]
+
+
+# --- the same pool behind a local address (PoolProxy: the embedded judge's and generator's way in) ---------
+
+
+@pytest.fixture
+def proxied(serve) -> Iterator[Callable[..., tuple[PoolProxy, ReplicaPool, Actors]]]:
+    """Serves a pool of one replica per server at a `PoolProxy`'s address (the pool lives in the proxy's loop)."""
+    proxies: list[PoolProxy] = []
+
+    def start(servers: list[Server], max_restarts: int = 3) -> tuple[PoolProxy, ReplicaPool, Actors]:
+        proxies.append(PoolProxy())
+        actors = Actors(serve)
+        pool = proxies[-1].run(ready_pool(servers, actors, max_restarts=max_restarts))
+        proxies[-1].run(proxies[-1].serve(RoutingTransport(pool, wait_s=10.0), f"http://{VIRTUAL_HOST}"))
+        return proxies[-1], pool, actors
+
+    yield start
+    for proxy in proxies:
+        proxy.close()
+
+
+async def set_event(event: asyncio.Event) -> None:
+    event.set()
+
+
+def blocking_chats(base_url: str, count: int) -> list[str]:
+    """`count` requests at once, each from its own thread with a blocking client (as DSPy sends)."""
+    client = OpenAI(base_url=base_url, api_key="secret", max_retries=0)
+    with ThreadPoolExecutor(count) as threads:
+        replies = list(threads.map(lambda _: client.chat.completions.create(**CHAT), range(count)))
+    return [reply.choices[0].message.content for reply in replies]
+
+
+def test_the_proxy_spreads_blocking_clients_over_the_replicas(serve, proxied):
+    gate = threading.Event()
+    servers = [serve(gate=gate), serve(gate=gate)]
+    proxy, pool, _ = proxied(servers)
+    assert proxy.base_url.startswith("http://127.0.0.1:") and proxy.base_url.endswith("/v1")
+    with ThreadPoolExecutor(1) as background:
+        sent = background.submit(blocking_chats, proxy.base_url, 8)
+        deadline = time.monotonic() + 10
+        while sum(received(servers)) < 8:
+            assert time.monotonic() < deadline and not sent.done(), "the requests did not all arrive"
+            time.sleep(0.01)
+        assert outstanding(pool) == [4, 4]
+        gate.set()
+        assert sent.result(10) == ["hello"] * 8
+    assert received(servers) == [4, 4]
+    assert outstanding(pool) == [0, 0]
+    path, headers = servers[0].seen[0]
+    assert path == "/v1/chat/completions" and headers["authorization"] == "Bearer secret"
+    assert headers["host"] == f"127.0.0.1:{servers[0].httpd.server_port}"
+
+
+def test_through_the_proxy_a_dead_replica_loses_no_request_and_is_restarted(serve, proxied):
+    servers = [serve(), serve()]
+    proxy, pool, actors = proxied(servers)
+    actors.hold_restart = asyncio.Event()
+    servers[0].close()
+    assert blocking_chats(proxy.base_url, 4) == ["hello"] * 4
+    assert received(servers)[1] == 4
+    assert actors.restarts() == [("restart", 0)]
+    proxy.run(set_event(actors.hold_restart))
+    deadline = time.monotonic() + 5
+    while pool.replicas[0].state != "ready":  # restarted in the proxy's loop, then routable again
+        assert time.monotonic() < deadline, pool.replicas[0].state
+        time.sleep(0.01)
+    assert actors.calls == [("restart", 0), ("load", 0, pool.step)]
+    assert blocking_chats(proxy.base_url, 2) == ["hello"] * 2
+    assert received([actors.fresh[0], servers[1]]) == [1, 5]
+
+
+def test_the_proxy_passes_an_error_status_on_and_answers_503_when_every_replica_is_dead(serve, proxied):
+    proxy, _, _ = proxied([serve(status=400)])
+    assert httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT).status_code == 400
+    dead = [serve(), serve()]
+    proxy, pool, actors = proxied(dead, max_restarts=1)
+    actors.broken = True
+    for server in dead:
+        server.close()
+    response = httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 503
+    assert response.text == "every vLLM replica of 'm' died more than 1 times"
+    assert [r.state for r in pool.replicas] == ["dead", "dead"]
+
+
+def test_a_closed_proxy_ends_its_thread_and_its_address(serve, proxied):
+    proxy, _, _ = proxied([serve()])
+    assert blocking_chats(proxy.base_url, 1) == ["hello"]
+    proxy.close()
+    assert not proxy._thread.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT)
+    proxy.close()  # again: nothing to do

@@ -12,6 +12,7 @@ from autorl import embedded, vllm_server
 from autorl.embedded import running_server_for
 from autorl.errors import AutoRLError
 from autorl.vllm_server import ServerConfig, VLLMServer, kv_bytes_per_token, kv_cache_bytes
+from ruler.endpoint import ModelEndpoint
 
 # SmolLM2-135M's shape: 30 layers x 3 KV heads x 64 (576 / 9) x 2 (K, V) x 2 (bf16) = 23040 bytes a token
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
@@ -75,6 +76,21 @@ def test_a_judge_reuses_only_servers_whose_served_name_stays_the_base_weights(tm
         embedded._shared_servers.pop(tmp_path.resolve(), None)
         for server in servers.values():
             server.stop()
+
+
+def test_the_embedded_model_is_asked_where_serve_embedded_with_points_and_no_server_starts_here():
+    elsewhere = ModelEndpoint(model="embedded:smollm2-135m", base_url="http://127.0.0.1:9/v1")  # a cluster's
+    asked: list[int] = []
+    starts = VLLMServer.starts
+    embedded.serve_embedded_with(lambda: asked.append(1) or elsewhere)
+    try:
+        for _ in range(2):  # what RULER's embedded judge and the embedded generator resolve
+            target = ModelEndpoint.parse("embedded").target()
+            assert (target.api_base, target.name) == ("http://127.0.0.1:9/v1", "embedded:smollm2-135m")
+    finally:
+        embedded.serve_embedded_with(None)
+    assert asked == [1, 1] and VLLMServer.starts == starts
+    assert embedded._served_elsewhere is None
 
 
 def test_merged_weights_go_to_dev_shm_only_when_it_has_room():

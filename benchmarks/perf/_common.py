@@ -107,6 +107,17 @@ def ratio_entry(
     }
 
 
+def median_ratio(
+    results: dict, conditions: str, label: str, key: str, ours: str, baseline: str, higher_is_better: bool
+) -> dict:
+    """A `ratio_entry` of two configurations' medians of `key` (`results`: configuration -> key -> `summary`);
+    the unit is tok/s for a rate, else s."""
+    unit = "tok/s" if higher_is_better else "s"
+    ours_value, baseline_value = results[ours][key]["median"], results[baseline][key]["median"]
+    name = f"{label}, {ours} vs {baseline}"
+    return ratio_entry(name, ours_value, baseline_value, unit, None, higher_is_better, conditions)
+
+
 def write_result(name: str, result: dict, started: float | None = None) -> Path:
     """Write `benchmarks/perf/results/<name>.json` with the machine info and the time of measurement."""
     record = {

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, ratio_entry, summary, write_result
+from _common import median_ratio, print_table, summary, write_result
 from perf_grpo_step import COMPLETION_TOKENS, GROUP_SIZE, Ours
 
 import autorl as art
@@ -107,17 +107,12 @@ def main() -> None:
         f"{cores} cores, G={GROUP_SIZE} x {COMPLETION_TOKENS} tokens, medians of {args.rounds} x {args.steps} steps"
     )
 
-    def row(label: str, key: str, ours: str, baseline: str, rate: bool) -> dict:
-        value = lambda name: results[name][key]["median"]  # noqa: E731
-        unit = "tok/s" if rate else "s"
-        return ratio_entry(f"{label}, {ours} vs {baseline}", value(ours), value(baseline), unit, None, rate, conditions)
-
     rows = [
-        row("rollout throughput", "rollout_tokens_per_s", "ray x1", "local", True),
-        row("GRPO step time", "total_s", "ray x1", "local", False),
-        row("checkpoint + serve", "checkpoint_and_serve_s", "ray x1", "local", False),
-        row("rollout throughput", "rollout_tokens_per_s", "ray x2", "ray x1", True),
-        row("GRPO step time", "total_s", "ray x2", "ray x1", False),
+        median_ratio(results, conditions, "rollout throughput", "rollout_tokens_per_s", "ray x1", "local", True),
+        median_ratio(results, conditions, "GRPO step time", "total_s", "ray x1", "local", False),
+        median_ratio(results, conditions, "checkpoint + serve", "checkpoint_and_serve_s", "ray x1", "local", False),
+        median_ratio(results, conditions, "rollout throughput", "rollout_tokens_per_s", "ray x2", "ray x1", True),
+        median_ratio(results, conditions, "GRPO step time", "total_s", "ray x2", "ray x1", False),
     ]
     print_table(rows)
     print(f"Ray start-up (a local cluster, once per run): {ray_start_s:.1f} s")

@@ -1,0 +1,151 @@
+"""The embedded judge and generator on a Ray cluster: `ClusterBackend` serves the embedded model's plain weights
+on `judge_replicas` vLLM replica actors behind a local `PoolProxy`, and `embedded_endpoint` (which RULER's
+judge and the input generator resolve "embedded" with) points there instead of starting a server here.
+
+One local cluster with two such replicas (no policy registered: nothing else starts): a DSPy call (the
+generator's way), RULER groups (the judge's way) and a streamed request go through the proxy; both replicas
+answer some (each server's own request counter); one replica's process is SIGKILLed while 8 requests are in
+flight, every one is answered (LiteLLM's and OpenAI's retries off: the routing resends them), and the replica
+is restarted and routed to again; closing the backend leaves no vLLM process and no redirection behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from autorl.vllm_server import VLLMServer
+from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+from ruler import ruler_score_group
+from ruler.endpoint import ModelEndpoint, import_litellm
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
+
+CHAT = [{"role": "user", "content": "Name a colour."}]
+
+
+def metric(url: str, name: str) -> int:
+    """A counter or gauge of a replica's vLLM server (its Prometheus metrics), summed over its labels."""
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", metrics, re.M)))
+
+
+def answered_requests(url: str) -> int:
+    return metric(url, "request_success_total")
+
+
+def kill_when_busy(pid: int, urls: list[str]) -> None:
+    """SIGKILL `pid` once every replica is generating, so the killed one drops requests mid-answer."""
+    deadline = time.monotonic() + 30
+    while not all(metric(url, "num_requests_running") > 0 for url in urls):
+        assert time.monotonic() < deadline, "the requests never ran on every replica"
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+def group(answers: list[str]) -> TrajectoryGroup:
+    return TrajectoryGroup(
+        [
+            Trajectory(messages_and_choices=[*CHAT, {"role": "assistant", "content": answer}], reward=0.0)
+            for answer in answers
+        ]
+    )
+
+
+async def judged(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup | None]:
+    """The groups scored at once by RULER with the embedded judge."""
+    scoring = (ruler_score_group(g, "embedded", cache_dir=None, task="Name a colour") for g in groups)
+    return await asyncio.wait_for(asyncio.gather(*scoring), 300)
+
+
+async def completions(target, count: int, once_sent=None) -> list[str]:
+    """`count` concurrent chat calls of 48 tokens as RULER's judge makes them (LiteLLM), with no retry of its own;
+    `once_sent()` runs (blocking) when they are on their way."""
+    litellm = import_litellm()
+
+    async def one() -> str:
+        response = await litellm.acompletion(
+            **target.params(),
+            messages=CHAT,
+            max_tokens=48,
+            extra_body={"min_tokens": 48},
+            num_retries=0,
+            max_retries=0,
+            timeout=120,
+        )
+        return response.choices[0].message.content
+
+    calls = [asyncio.ensure_future(one()) for _ in range(count)]
+    if once_sent is not None:
+        await asyncio.sleep(0.2)  # sent: the proxy's own thread passes them on
+        once_sent()
+    return await asyncio.gather(*calls)
+
+
+@pytest.mark.timeout(600)  # ~200 s on 2 cores: two replica starts, one restart
+def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_killed_one(tmp_path):
+    from autorl import embedded
+    from autorl.cluster import ClusterBackend, ClusterConfig
+    from autorl.inputs import generator_lm
+
+    local_starts = VLLMServer.starts
+    backend = ClusterBackend(tmp_path, cluster=ClusterConfig(ray="local", replicas=1, judge_replicas=2))
+    servers: set[int] = set()
+    try:
+        target = ModelEndpoint.parse("embedded").target()  # what the judge and the generator resolve
+        assert target.api_base == backend._embedded.base_url and target.api_base.startswith("http://127.0.0.1:")
+        assert target.name == "embedded:smollm2-135m"
+        assert VLLMServer.starts == local_starts and backend.remote_server_starts == 2  # none in this process
+        servers = with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
+        pool = backend._embedded_pool
+        urls = [replica.url for replica in pool.replicas]
+
+        lm, _ = generator_lm("embedded", max_tokens=16, temperature=0.0)
+        assert lm("Name a colour.")[0].strip()  # DSPy, blocking, from this thread
+
+        groups = [group(["Red.", "Blue", "I like green."]) for _ in range(4)]
+        scored = asyncio.run(judged(groups))
+        assert all(s is not None and all(0.0 <= t.reward <= 1.0 for t in s) for s in scored)
+
+        with httpx.stream(
+            "POST",
+            f"{target.api_base}/chat/completions",
+            json={"model": target.name, "messages": CHAT, "max_tokens": 8, "stream": True},
+            timeout=60,
+        ) as streamed:
+            events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert len(events) > 2 and events[-1] == "data: [DONE]"  # passed on chunk by chunk
+
+        before = [answered_requests(url) for url in urls]
+        assert all(count > 0 for count in before), before  # both replicas answered some
+
+        actors = with_command_line(descendants(os.getpid()), b"ray::ReplicaActor")
+        assert len(actors) == 2
+        killed = min(actors)
+        answers = asyncio.run(completions(target, 8, once_sent=lambda: kill_when_busy(killed, urls)))
+        assert len(answers) == 8 and all(answers)  # not one lost
+
+        deadline = time.monotonic() + 240
+        while not all(r.state == "ready" for r in pool.replicas):  # the dead one is back and routable
+            assert time.monotonic() < deadline, [r.state for r in pool.replicas]
+            time.sleep(1)
+        assert sorted(r.restarts for r in pool.replicas) == [0, 1]
+        assert backend.remote_server_starts == 3
+        servers |= with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
+        restarted = next(r for r in pool.replicas if r.restarts == 1)
+        served = answered_requests(restarted.url)
+        asyncio.run(completions(target, 4))
+        assert answered_requests(restarted.url) > served  # routed to again
+    finally:
+        backend.close()
+        ray.shutdown()
+    assert not wait_gone(servers, 60), "vLLM servers outlived the backend"
+    assert embedded._served_elsewhere is None  # "embedded" means a server in this process again
