@@ -174,7 +174,8 @@ class LocalBackend:
         return name
 
     async def recover(self, model: TrainableModel) -> bool:
-        """Restart the model's server if it died, serving what it served (merged: the resident checkpoint;
+        """Restart the model's server if it died or no longer answers its health check (it is shutting down,
+        or its engine died), serving what it served (merged: the resident checkpoint;
         adapter: every loaded LoRA) on the same port; returns whether the server runs now, i.e. whether a
         request that failed to reach it is worth sending again. The model's clients call this when a
         request cannot connect or is cut (`autorl.model`). Raises `ServerDiedError` when the server died
@@ -183,18 +184,19 @@ class LocalBackend:
         if state is None:
             return False
         async with state.restart_lock:  # requests that failed together: the first restarts, the rest retry
-            if state.server.running:
+            if await asyncio.to_thread(state.server.healthy):
                 return True
             code = state.server.exit_code
+            how = "no health check answered: stopping" if code is None else f"exit code {code}"
             if state.restarts >= self.server_config.max_restarts:
                 raise ServerDiedError(
-                    f"the vLLM server of {model.name!r} died {state.restarts + 1} times (last exit code {code}); "
+                    f"the vLLM server of {model.name!r} died {state.restarts + 1} times (last: {how}); "
                     f"see {state.server.log_path}"
                 )
             state.restarts += 1
             log.warning(
-                "the vLLM server of %r died (exit code %s); restarting it (%d of at most %d)",
-                model.name, code, state.restarts, self.server_config.max_restarts,
+                "the vLLM server of %r died (%s); restarting it (%d of at most %d)",
+                model.name, how, state.restarts, self.server_config.max_restarts,
             )  # fmt: skip
             resident, loaded = state.resident, dict(state.loaded)
             state.resident, state.loaded = 0, {}

@@ -56,7 +56,7 @@ from .checkpoints import checkpoint_name, latest_checkpoint
 from .config import TrainConfig, TrainerConfig
 from .embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
 from .errors import AutoRLError, ServerDiedError
-from .model import RECOVERY_RETRIES
+from .model import CUT_OFF, RECOVERY_RETRIES, unless_engine_died
 from .pool_proxy import PoolProxy
 from .trajectories import TrajectoryGroup
 from .vllm_server import ServerConfig, cuda_available
@@ -287,13 +287,6 @@ class _Released(httpx.AsyncByteStream):
             release()
 
 
-UNREACHABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
-"""What a request to a replica that died raises: it is sent again to another replica."""
-ENGINE_DIED = b"EngineCore encountered an issue"
-"""What vLLM answers (HTTP 500) to the requests in flight when its engine process died, before its API
-server exits too (as when a replica's actor is killed): such a request is sent again to another replica."""
-
-
 class RoutingTransport(httpx.AsyncBaseTransport):
     """Sends each request to a replica the pool picks, and again to another one if the first was unreachable,
     cut off, or answered that its engine died (the pool restarts that one); other errors and HTTP statuses go
@@ -317,12 +310,8 @@ class RoutingTransport(httpx.AsyncBaseTransport):
                 routed = httpx.Request(
                     request.method, url, headers=headers, content=body, extensions=request.extensions
                 )
-                response = await self._inner.handle_async_request(routed)
-                if response.status_code == 500:  # small: read whole, to tell a dead engine from other errors
-                    response = httpx.Response(500, headers=response.headers, content=await response.aread())
-                    if ENGINE_DIED in response.content:
-                        raise httpx.RemoteProtocolError("its engine died", request=routed)
-            except UNREACHABLE as exc:
+                response = await unless_engine_died(await self._inner.handle_async_request(routed), routed)
+            except CUT_OFF as exc:
                 self._pool.release(replica)
                 self._pool.failed(replica, f"{type(exc).__name__} ({exc}) on {request.url.path}", restarts)
                 if attempt == attempts:
@@ -392,8 +381,9 @@ class ReplicaActor:
         return self.server.base_url.removesuffix("/v1")
 
     def ensure_running(self) -> str:
-        """Restart the server if it died (same port; it starts with the base model); returns the endpoint."""
-        if not self.server.running:
+        """Restart the server if it died or no longer answers its health check (same port; it starts with the
+        base model); returns the endpoint."""
+        if not self.server.healthy():
             self.server.restart()
             self._step, self._adapter = 0, None
         return self.endpoint()

@@ -43,11 +43,29 @@ INFERENCE_TIMEOUT = httpx.Timeout(600, connect=10)
 """How long a request to the policy may take (a long completion on a CPU), and to connect."""
 RECOVERY_RETRIES = 2
 """Times one request is sent again after its server was found dead and recovered."""
+CUT_OFF = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
+"""What a request to a server that died raises: it is sent again once the server is back (or, on a cluster, to
+another replica)."""
+ENGINE_DIED = b"EngineCore encountered an issue"
+"""What vLLM answers (HTTP 500) to the requests it holds when its engine died or it was told to stop (SIGTERM) while
+they ran: the server is going away, so such a request counts as cut off."""
+
+
+async def unless_engine_died(response: httpx.Response, request: httpx.Request) -> httpx.Response:
+    """`response` as it is, or read whole if it is a 500 (an error body is small); raises `httpx.RemoteProtocolError`
+    (one of `CUT_OFF`) when that 500 says the server's engine died (`ENGINE_DIED`)."""
+    if response.status_code != 500:
+        return response
+    response = httpx.Response(500, headers=response.headers, content=await response.aread())
+    if ENGINE_DIED in response.content:
+        raise httpx.RemoteProtocolError("the vLLM server's engine died", request=request)
+    return response
 
 
 class _GatedTransport(httpx.AsyncBaseTransport):
     """An httpx transport that waits for the gate before each request, and sends a request again when it
-    could not reach the server or was cut off and the gate's `recover` brought the server back."""
+    could not reach the server, was cut off or was told the server's engine died (`CUT_OFF`, `ENGINE_DIED`) and
+    the gate's `recover` brought the server back."""
 
     def __init__(self, gate: InferenceGate, inner: httpx.AsyncBaseTransport | None = None):
         self._gate = gate
@@ -58,8 +76,8 @@ class _GatedTransport(httpx.AsyncBaseTransport):
         while True:
             await self._gate.wait()
             try:
-                return await self._inner.handle_async_request(request)
-            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
+                return await unless_engine_died(await self._inner.handle_async_request(request), request)
+            except CUT_OFF:
                 retries += 1
                 if retries > RECOVERY_RETRIES or self._gate.recover is None or not await self._gate.recover():
                     raise

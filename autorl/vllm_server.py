@@ -397,20 +397,26 @@ class VLLMServer:
         _live_servers.add(self)
         self._wait_healthy()
 
+    def healthy(self, timeout: float = 5.0) -> bool:
+        """Whether the server process runs and answers its health check: one that is shutting down, or whose
+        engine died, does not."""
+        if not self.running:
+            return False
+        try:
+            return httpx.get(self.base_url.removesuffix("/v1") + "/health", timeout=timeout).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
-        health = self.base_url.removesuffix("/v1") + "/health"
         while time.monotonic() < deadline:
             if self._process is None:
                 raise ServerStartError("vLLM server stopped during start-up")
             if not self.running:
                 self.stop()
                 raise ServerStartError(f"vLLM server exited during start-up; last log lines:\n{self.log_tail()}")
-            try:
-                if httpx.get(health, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if self.healthy(timeout=2):
+                return
             time.sleep(0.5)
         self.stop()
         raise ServerStartError(

@@ -23,8 +23,9 @@ import pytest
 from chat_server import ChatCompletionServer
 from openai import AsyncOpenAI, OpenAI
 
-from autorl.cluster import ENGINE_DIED, VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
+from autorl.cluster import VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
 from autorl.errors import ServerDiedError
+from autorl.model import ENGINE_DIED
 from autorl.pool_proxy import PoolProxy
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,26 +1,40 @@
-"""The policy's clients send a request again when its server could not be reached and the backend brought
-the server back (`InferenceGate.recover`); the end-to-end case (a killed vLLM server mid-run) is in
-tests/test_pipeline_e2e.py."""
+"""The policy's clients send a request again when its server could not be reached, cut it off or answered that
+its engine died, and the backend brought the server back (`InferenceGate.recover`); a real vLLM server SIGTERMed
+while it generates (slow); the end-to-end case (a killed vLLM server mid-run) is in tests/test_pipeline_e2e.py."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
-from autorl.model import RECOVERY_RETRIES, InferenceGate, _GatedTransport
+from autorl import LocalBackend, TrainableModel
+from autorl.model import ENGINE_DIED, RECOVERY_RETRIES, InferenceGate, _GatedTransport
+from autorl.vllm_server import ServerConfig, VLLMServer
+from benchmarks.perf.processes import descendants, with_command_line
 
 
-def client(failures: list[Exception], recovered: bool | None) -> tuple[httpx.AsyncClient, list[str]]:
-    """A client whose server fails with `failures` (one per request, in order) and then answers; its
-    gate's recover returns `recovered` (None: no recover set, as for a model without a backend)."""
+def client(failures: list[Exception | httpx.Response], recovered: bool | None) -> tuple[httpx.AsyncClient, list[str]]:
+    """A client whose server fails with `failures` (one per request, in order: raised, or a response answered)
+    and then answers; its gate's recover returns `recovered` (None: no recover set, as for a model without a
+    backend)."""
     events: list[str] = []
 
     def server(request: httpx.Request) -> httpx.Response:
         events.append(f"request {request.content.decode()}")
         if failures:
-            raise failures.pop(0)
+            failure = failures.pop(0)
+            if isinstance(failure, httpx.Response):
+                return failure
+            raise failure
         return httpx.Response(200, json={"ok": True})
 
     async def recover() -> bool:
@@ -69,3 +83,94 @@ def test_other_errors_are_not_retried():
     with pytest.raises(httpx.ReadTimeout):
         post(http)
     assert events == ["request same body"]
+
+
+def test_a_request_answered_that_the_engine_died_is_sent_again_once_the_server_is_back():
+    engine_died = {"error": {"message": ENGINE_DIED.decode() + ". See stack trace (above) for the root cause."}}
+    http, events = client([httpx.Response(500, json=engine_died)], recovered=True)
+    assert post(http).json() == {"ok": True}
+    assert events == ["request same body", "recover", "request same body"]
+
+    other = {"error": {"message": "something else broke"}}  # another 500 is the caller's, as it is
+    http, events = client([httpx.Response(500, json=other)], recovered=True)
+    response = post(http)
+    assert response.status_code == 500 and response.json() == other
+    assert events == ["request same body"]
+
+
+def test_a_server_is_healthy_only_while_its_process_runs_and_its_health_check_answers(tmp_path):
+    health = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=health.serve_forever, daemon=True).start()
+    server = VLLMServer(tmp_path, "m", tmp_path / "vllm.log", ServerConfig(port=health.server_port))
+    server.port = health.server_port
+    try:
+        assert not server.healthy()  # no process
+        server._process = subprocess.Popen(["sleep", "60"])  # stands in for vLLM: only `running` is asked
+        Health.status = 200
+        assert server.healthy()
+        Health.status = 503  # vLLM's answer once its engine died
+        assert not server.healthy()
+        health.shutdown()
+        health.server_close()
+        assert not server.healthy()  # shutting down: refused
+    finally:
+        server.stop()
+
+
+class Health(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def running_requests(url: str) -> int:
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    return int(sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)  # ~120 s on 2 cores: a server start and a restart
+def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_restart(tmp_path):
+    """The engine process SIGKILLed while it generates (the kernel's OOM killer picks the largest process): vLLM
+    answers the requests it holds with HTTP 500 "EngineCore encountered an issue" and exits; each request is
+    sent again once the backend restarted the server (OpenAI's own retries off)."""
+    backend = LocalBackend(tmp_path)
+    model = TrainableModel(name="recovery", project="tests")
+
+    async def scenario() -> tuple[list[str], int]:
+        await model.register(backend)
+        client = model.openai_client(max_retries=0)
+        server = backend._state(model).server
+        [engine] = with_command_line(descendants(server._process.pid), b"EngineCore")
+
+        async def answer() -> str:
+            reply = await client.chat.completions.create(
+                model=model.get_inference_name(),
+                messages=[{"role": "user", "content": "Name a colour."}],
+                max_tokens=48,
+                extra_body={"min_tokens": 48},
+            )
+            return reply.choices[0].message.content
+
+        calls = [asyncio.ensure_future(answer()) for _ in range(4)]
+        url = server.base_url.removesuffix("/v1")
+        deadline = time.monotonic() + 60
+        while await asyncio.to_thread(running_requests, url) == 0:
+            assert time.monotonic() < deadline, "the requests never ran"
+            await asyncio.sleep(0.05)
+        os.kill(engine, signal.SIGKILL)
+        answers = await asyncio.wait_for(asyncio.gather(*calls), 300)
+        return answers, backend._state(model).restarts
+
+    try:
+        answers, restarts = asyncio.run(scenario())
+    finally:
+        backend.close()
+    assert len(answers) == 4 and all(answers)
+    assert restarts == 1
