@@ -187,7 +187,7 @@ class LocalBackend:
             if await asyncio.to_thread(state.server.healthy):
                 return True
             code = state.server.exit_code
-            how = "no health check answered: stopping" if code is None else f"exit code {code}"
+            how = "running, but failing its health check" if code is None else f"exit code {code}"
             if state.restarts >= self.server_config.max_restarts:
                 raise ServerDiedError(
                     f"the vLLM server of {model.name!r} died {state.restarts + 1} times (last: {how}); "

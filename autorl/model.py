@@ -47,8 +47,8 @@ CUT_OFF = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
 """What a request to a server that died raises: it is sent again once the server is back (or, on a cluster, to
 another replica)."""
 ENGINE_DIED = b"EngineCore encountered an issue"
-"""What vLLM answers (HTTP 500) to the requests it holds when its engine died or it was told to stop (SIGTERM) while
-they ran: the server is going away, so such a request counts as cut off."""
+"""What vLLM answers (HTTP 500) to the requests it holds when its engine process died (killed, as the OOM killer
+does, or stopped with the server's process group): the server is going away, so such a request counts as cut off."""
 
 
 async def unless_engine_died(response: httpx.Response, request: httpx.Request) -> httpx.Response:
