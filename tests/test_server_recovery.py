@@ -1,6 +1,6 @@
 """The policy's clients send a request again when its server could not be reached, cut it off or answered that
-its engine died, and the backend brought the server back (`InferenceGate.recover`); a real vLLM server SIGTERMed
-while it generates (slow); the end-to-end case (a killed vLLM server mid-run) is in tests/test_pipeline_e2e.py."""
+its engine died, and the backend brought the server back (`InferenceGate.recover`); a real vLLM server whose
+engine is SIGKILLed while it generates (slow); the end-to-end case (a killed vLLM server mid-run) is in tests/test_pipeline_e2e.py."""
 
 from __future__ import annotations
 
