@@ -354,7 +354,8 @@ def _write_files(files: dict[str, bytes], directory: Path) -> Path:
 
 
 class ReplicaActor:
-    """One vLLM server of the policy on its Ray node (`ray.remote` makes it an actor). Ray reruns `__init__`
+    """One vLLM server, of the policy or of the embedded model's plain weights (for the embedded judge and
+    generator), on its Ray node (`ray.remote` makes it an actor). Ray reruns `__init__`
     when the actor's process dies, which starts a new server; the server itself dies with the actor
     (`die_with_parent`), SIGKILL included."""
 

@@ -28,7 +28,8 @@ TRAIN_PROJECT = "train"
 
 class Policy:
     """The policy model on a local vLLM server (or replicas on a Ray cluster: `RunConfig.cluster`), and the
-    task's tools; each started on first use (a fully cached run starts neither)."""
+    task's tools; each started on first use (a fully cached run starts neither; on a cluster it still joins
+    Ray, so that an unreachable address fails before any stage runs)."""
 
     def __init__(
         self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import time
 
@@ -22,6 +21,7 @@ import pytest
 
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from autorl.vllm_server import VLLMServer
+from benchmarks.perf._common import vllm_metric
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler import ruler_score_group
 from ruler.endpoint import ModelEndpoint, import_litellm
@@ -32,20 +32,14 @@ ray = pytest.importorskip("ray")
 CHAT = [{"role": "user", "content": "Name a colour."}]
 
 
-def metric(url: str, name: str) -> int:
-    """A counter or gauge of a replica's vLLM server (its Prometheus metrics), summed over its labels."""
-    metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", metrics, re.M)))
-
-
 def answered_requests(url: str) -> int:
-    return metric(url, "request_success_total")
+    return vllm_metric(url, "request_success_total")
 
 
 def kill_when_busy(pid: int, urls: list[str]) -> None:
     """SIGKILL `pid` once every replica is generating, so the killed one drops requests mid-answer."""
     deadline = time.monotonic() + 30
-    while not all(metric(url, "num_requests_running") > 0 for url in urls):
+    while not all(vllm_metric(url, "num_requests_running") > 0 for url in urls):
         assert time.monotonic() < deadline, "the requests never ran on every replica"
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -19,6 +18,7 @@ import pytest
 from autorl import LocalBackend, TrainableModel
 from autorl.model import ENGINE_DIED, RECOVERY_RETRIES, InferenceGate, _GatedTransport
 from autorl.vllm_server import ServerConfig, VLLMServer
+from benchmarks.perf._common import vllm_metric
 from benchmarks.perf.processes import descendants, with_command_line
 
 
@@ -129,11 +129,6 @@ class Health(BaseHTTPRequestHandler):
         pass
 
 
-def running_requests(url: str) -> int:
-    metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    return int(sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)  # ~120 s on 2 cores: a server start and a restart
 def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_restart(tmp_path):
@@ -161,7 +156,7 @@ def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_r
         calls = [asyncio.ensure_future(answer()) for _ in range(4)]
         url = server.base_url.removesuffix("/v1")
         deadline = time.monotonic() + 60
-        while await asyncio.to_thread(running_requests, url) == 0:
+        while await asyncio.to_thread(vllm_metric, url, "num_requests_running") == 0:
             assert time.monotonic() < deadline, "the requests never ran"
             await asyncio.sleep(0.05)
         os.kill(engine, signal.SIGKILL)

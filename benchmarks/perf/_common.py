@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -105,6 +106,15 @@ def ratio_entry(
         "goal_met": None if goal is None else ratio >= goal,
         "conditions": conditions,
     }
+
+
+def vllm_metric(url: str, name: str) -> int:
+    """A counter or gauge of the vLLM server at `url` (without /v1) from its Prometheus metrics (`vllm:NAME`),
+    summed over its labels: what the server itself counted (requests answered, tokens generated, ...)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)))
 
 
 def median_ratio(

@@ -20,17 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import median_ratio, print_table, summary, write_result
+from _common import median_ratio, print_table, summary, vllm_metric, write_result
 
 from autorl.cluster import ClusterBackend, ClusterConfig, connect
 from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
@@ -73,14 +70,8 @@ def configurations(cores: int) -> dict[str, ClusterConfig | None]:
     }
 
 
-def counter(url: str, name: str) -> int:
-    """A counter of a vLLM server (its Prometheus metrics), summed over its labels."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)))
-
-
 def generated(urls: list[str]) -> int:
-    return sum(counter(url, "generation_tokens_total") for url in urls)
+    return sum(vllm_metric(url, "generation_tokens_total") for url in urls)
 
 
 async def score_batches(judge: JudgeModel, count: int, batches: int, urls: list[str]) -> list[dict]:
@@ -120,10 +111,10 @@ def measure(home: Path, cluster: ClusterConfig | None, count: int, batches: int)
         close = backend.close
     try:
         start_s = time.perf_counter() - started
-        before = [counter(url, "request_success_total") for url in urls]
+        before = [vllm_metric(url, "request_success_total") for url in urls]
         judge = JudgeModel(model=endpoint[0], base_url=endpoint[1], context_tokens=context)
         measured = asyncio.run(score_batches(judge, count, batches, urls))
-        calls = [counter(url, "request_success_total") - b for url, b in zip(urls, before, strict=True)]
+        calls = [vllm_metric(url, "request_success_total") - b for url, b in zip(urls, before, strict=True)]
     finally:
         close()
     return start_s, measured, calls
