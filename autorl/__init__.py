@@ -1,16 +1,27 @@
 """autorl: train LLM agents with reinforcement learning from a plain-text task description.
 
-The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``.
-Names are imported on first use, so ``import autorl`` does not load torch until a trainer is needed.
+The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``: the names below,
+and ART's module paths (``autorl.langgraph``). Names are imported on first use, so ``import autorl`` does
+not load torch until a trainer is needed. The library's packages: ``backends`` (where a model is served
+and trained), ``serving`` (vLLM, the embedded model), ``training`` (the trainer and the loss), ``agents``
+(the agent loop, tools, MCP, LangGraph), ``inputs`` (generation, checks, dedup).
+
+Importing autorl registers its embedded model with ruler, so the spec ``"embedded"`` names it there.
 """
 
 import importlib
 
+from ruler.endpoint import ModelEndpoint as _ModelEndpoint
+from ruler.endpoint import register_embedded as _register_embedded
+
 _EXPORTS = {
     "AutoRLError": "errors",
-    "LocalBackend": "backend",
+    "Backend": "backends.base",
+    "ClusterBackend": "backends.cluster.backend",
+    "ClusterConfig": "backends.cluster.config",
+    "LocalBackend": "backends.local",
     "Model": "model",
-    "ServerConfig": "vllm_server",
+    "ServerConfig": "serving.config",
     "TrainConfig": "config",
     "TrainableModel": "model",
     "TrainerConfig": "config",
@@ -35,3 +46,21 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+class _EmbeddedModel:
+    """What ruler's `"embedded"` spec means once autorl is imported: autorl's embedded base model, on the
+    shared server of `autorl.serving.embedded` (started on first use) or a cluster's replicas of it."""
+
+    def endpoint(self) -> _ModelEndpoint:
+        from .serving.embedded import embedded_endpoint
+
+        return embedded_endpoint()
+
+    def context_tokens(self) -> int:
+        from .serving.config import ServerConfig
+
+        return ServerConfig().max_model_len
+
+
+_register_embedded(_EmbeddedModel())

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
-"""The policy objectives `TrainConfig.loss` names (defined in `autorl.grpo`)."""
+"""The policy objectives `TrainConfig.loss` names (defined in `autorl.training.loss`)."""
 
 ScaleRewards = Literal["group", "batch", "none"]
 """What divides the advantages (`TrainConfig.scale_rewards`)."""
@@ -123,7 +123,7 @@ class TrainerConfig(BaseModel):
     seed: int = 0
     """Seed of the LoRA initialisation."""
     engine: Literal["auto", "peft", "unsloth"] = "auto"
-    """What loads and trains the LoRA (`autorl.engines`): peft (transformers + PEFT, CPU or GPU), unsloth
+    """What loads and trains the LoRA (`autorl.training.engines`): peft (transformers + PEFT, CPU or GPU), unsloth
     (Unsloth's FastLanguageModel: fused kernels, its gradient checkpointing; a CUDA GPU), auto (unsloth
     on a CUDA machine where it is installed, else peft). Same loss, same PEFT checkpoints either way;
     unsloth runs each sequence whole (no `share_prompt_prefix`)."""

@@ -20,7 +20,7 @@ class FatalError(AutoRLError):
 
 class McpServerDied(FatalError):
     """An MCP server of the task did not start, died a second time (it is restarted once), or did not
-    restart (`autorl.mcp_servers`)."""
+    restart (`autorl.agents.mcp`)."""
 
 
 class DiskFullError(AutoRLError):
@@ -37,5 +37,5 @@ class MissingExtraError(AutoRLError):
 
 
 class NoModelCallError(AutoRLError):
-    """A wrapped rollout (`autorl.langgraph.wrap_rollout`) made no chat completion through a chat model of
+    """A wrapped rollout (`autorl.agents.langgraph.wrap_rollout`) made no chat completion through a chat model of
     its model, so there is nothing to train on."""

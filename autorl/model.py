@@ -2,88 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from openai import AsyncOpenAI
 from pydantic import BaseModel, Field, PrivateAttr
 
 from .config import TrainConfig, TrainerConfig
-from .embedded import DEFAULT_BASE_MODEL
 from .errors import AutoRLError
+from .serving.embedded import DEFAULT_BASE_MODEL
 from .trajectories import TrajectoryGroup
 
-
-class InferenceGate:
-    """Holds back requests to the policy while a training step runs, and asks the backend to recover a
-    server that requests cannot reach."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-        self.recover: Callable[[], Awaitable[bool]] | None = None
-        """Set by the backend: restarts the model's server if it died; True when a retry may succeed."""
-        self.transport: Callable[[], httpx.AsyncBaseTransport] | None = None
-        """Set by a backend whose model has no one server (`ClusterBackend`): makes the transport that sends
-        each request to one of its replicas (and sends it again if that one died); None: plain HTTP."""
-
-    def close(self) -> None:
-        self._open.clear()
-
-    def open(self) -> None:
-        self._open.set()
-
-    async def wait(self) -> None:
-        await self._open.wait()
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 
 INFERENCE_TIMEOUT = httpx.Timeout(600, connect=10)
 """How long a request to the policy may take (a long completion on a CPU), and to connect."""
-RECOVERY_RETRIES = 2
-"""Times one request is sent again after its server was found dead and recovered."""
-CUT_OFF = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
-"""What a request to a server that died raises: it is sent again once the server is back (or, on a cluster, to
-another replica)."""
-ENGINE_DIED = b"EngineCore encountered an issue"
-"""What vLLM answers (HTTP 500) to the requests it holds when its engine process died (killed, as the OOM killer
-does, or stopped with the server's process group): the server is going away, so such a request counts as cut off."""
-
-
-async def unless_engine_died(response: httpx.Response, request: httpx.Request) -> httpx.Response:
-    """`response` as it is, or read whole if it is a 500 (an error body is small); raises `httpx.RemoteProtocolError`
-    (one of `CUT_OFF`) when that 500 says the server's engine died (`ENGINE_DIED`)."""
-    if response.status_code != 500:
-        return response
-    response = httpx.Response(500, headers=response.headers, content=await response.aread())
-    if ENGINE_DIED in response.content:
-        raise httpx.RemoteProtocolError("the vLLM server's engine died", request=request)
-    return response
-
-
-class _GatedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that waits for the gate before each request, and sends a request again when it
-    could not reach the server, was cut off or was told the server's engine died (`CUT_OFF`, `ENGINE_DIED`) and
-    the gate's `recover` brought the server back."""
-
-    def __init__(self, gate: InferenceGate, inner: httpx.AsyncBaseTransport | None = None):
-        self._gate = gate
-        self._inner = inner or httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        retries = 0
-        while True:
-            await self._gate.wait()
-            try:
-                return await unless_engine_died(await self._inner.handle_async_request(request), request)
-            except CUT_OFF:
-                retries += 1
-                if retries > RECOVERY_RETRIES or self._gate.recover is None or not await self._gate.recover():
-                    raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class Model(BaseModel):
@@ -99,9 +35,8 @@ class Model(BaseModel):
     """API key for the endpoint; never written to an artifact or a log."""
     inference_model_name: str | None = None
     """Model name to request from the endpoint; defaults to `name`."""
-    _gate: InferenceGate = PrivateAttr(default_factory=InferenceGate)
 
-    async def register(self, backend: Any) -> None:
+    async def register(self, backend: Backend) -> None:
         """Attach to a backend; a plain `Model` needs nothing from it."""
 
     def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
@@ -122,12 +57,15 @@ class Model(BaseModel):
     def http_client(
         self, wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None
     ) -> httpx.AsyncClient:
-        """The httpx client of this model's OpenAI clients: requests wait while the model trains and are sent
-        again once a server that died was recovered. `wrap` wraps that transport (autorl.langgraph records
-        the calls through it)."""
-        inner = self._gate.transport() if self._gate.transport else None
-        transport: httpx.AsyncBaseTransport = _GatedTransport(self._gate, inner)
+        """The httpx client of this model's OpenAI clients, over its backend's transport (`Backend.transport`:
+        a trainable model's requests wait while it trains and are sent again once a server that died was
+        recovered; plain HTTP for a model without a backend). `wrap` wraps that transport (autorl.langgraph
+        records the calls through it)."""
+        transport = self._transport()
         return httpx.AsyncClient(transport=wrap(transport) if wrap else transport, timeout=INFERENCE_TIMEOUT)
+
+    def _transport(self) -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport()
 
     def get_inference_name(self) -> str:
         """The model name to pass as `model=` in chat completion requests."""
@@ -141,14 +79,17 @@ class TrainableModel(Model):
     """`embedded:<name>` or a local Hugging Face model directory."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """LoRA shape, training dtype and seed."""
-    _backend: Any = PrivateAttr(default=None)
+    _backend: Backend | None = PrivateAttr(default=None)
 
-    async def register(self, backend: Any) -> None:
+    async def register(self, backend: Backend) -> None:
         """Start serving this model on `backend` (e.g. `LocalBackend()`), resuming its newest checkpoint."""
         await backend.register(self)
         self._backend = backend
 
-    def _require_backend(self) -> Any:
+    def _transport(self) -> httpx.AsyncBaseTransport:
+        return self._require_backend().transport(self)
+
+    def _require_backend(self) -> Backend:
         if self._backend is None:
             raise AutoRLError(f"model {self.name!r} is not registered; call `await model.register(backend)` first")
         return self._backend

@@ -5,7 +5,7 @@ tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[tr
 `[cluster]` tables), and a key that is not a field is an error that names it. Relative paths in a task file (an
 inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
-themselves are loaded and the servers started by `autorl.tools.Toolbox`. The README documents the
+themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. The README documents the
 fields with an example; `pipelines/tasks/` holds ready-made task files.
 """
 
@@ -40,7 +40,7 @@ class ToolSpec(BaseModel):
     `function`'s docstring."""
     parameters: dict[str, Any] | None = None
     """JSON schema of the arguments: an object schema (`type = "object"`, `properties = {...}`). Omitted,
-    it comes from `function`'s signature and docstring (see `autorl.tools.signature_schema`), or is an
+    it comes from `function`'s signature and docstring (see `autorl.agents.tools.signature_schema`), or is an
     empty object schema for a tool without `function`."""
     function: str | None = None
     """The Python function that runs the tool, sync or async: `file.py:name` (a relative file path is
@@ -77,11 +77,11 @@ class ToolSpec(BaseModel):
 
     def to_openai(self) -> dict[str, Any]:
         """This tool as an entry of the OpenAI `tools` request parameter. A `function` tool without
-        `parameters` has its schema made from the function: use `autorl.tools.Toolbox.openai_tools()`."""
+        `parameters` has its schema made from the function: use `autorl.agents.tools.Toolbox.openai_tools()`."""
         if self.parameters is None:
             raise ValueError(
                 f"tool {self.name!r} takes its parameters from its function {self.function!r}: "
-                "use autorl.tools.Toolbox.openai_tools()"
+                "use autorl.agents.tools.Toolbox.openai_tools()"
             )
         return {
             "type": "function",
@@ -164,7 +164,7 @@ class TaskSpec(BaseModel):
     """The `[trainer]` table: how a run's LoRA is built and trained, by `autorl.config.TrainerConfig` field
     (`lora_rank`, `target_modules`, ...); `autorl run` flags override them."""
     cluster: dict[str, Any] = Field(default_factory=dict)
-    """The `[cluster]` table: where a run is served and trained, by `autorl.cluster.ClusterConfig` field
+    """The `[cluster]` table: where a run is served and trained, by `autorl.backends.cluster.backend.ClusterConfig` field
     (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
 
     @field_validator("description", "system_prompt")

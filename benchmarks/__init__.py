@@ -1,2 +1,2 @@
-"""Benchmarks: `benchmarks.compare`, the agent-variant benchmark behind `autorl benchmark` (a product feature),
+"""Benchmarks: `pipelines.benchmark`, the agent-variant benchmark behind `autorl benchmark` (a product feature),
 and `benchmarks/perf/`, the performance and learning measurements of autorl itself (scripts and their results)."""

@@ -29,7 +29,7 @@ SUMMARY = "summary.json"
 """Beside the manifest: the figures the stage returned, as `run.json` records them."""
 
 
-PROJECT_PACKAGES = ("autorl", "ruler", "pipelines", "benchmarks")
+PROJECT_PACKAGES = ("autorl", "ruler", "pipelines")
 """The packages whose source is part of an artifact's key (third-party code is not)."""
 
 

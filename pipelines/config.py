@@ -8,13 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autorl.cluster import ClusterConfig
+from autorl.agents.rollout import RolloutConfig
+from autorl.backends.cluster.config import ClusterConfig
 from autorl.config import TrainConfig, TrainerConfig
-from autorl.embedded import DEFAULT_BASE_MODEL
 from autorl.errors import AutoRLError
-from autorl.rollout import RolloutConfig
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
-from autorl.vllm_server import ServerConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")

@@ -12,10 +12,10 @@ from typing import Protocol
 from rich.console import Console
 
 from autorl import TrainableModel
-from autorl.cluster import make_backend
-from autorl.rollout import Complete, agent_rollout, openai_completion
+from autorl.agents.rollout import Complete, agent_rollout, openai_completion
+from autorl.agents.tools import Toolbox
+from autorl.backends import make_backend
 from autorl.task import TaskSpec
-from autorl.tools import Toolbox
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
 

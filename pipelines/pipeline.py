@@ -20,11 +20,11 @@ from typing import Any
 
 from rich.console import Console
 
-from autorl.backend import ensure_writable
-from autorl.engines import resolve_engine
+from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
+from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
-from autorl.vllm_server import VLLMServer
+from autorl.training.engines import resolve_engine
 from ruler.loading import load_judge
 
 from .artifacts import ArtifactStore, code_version, stage_key, write_json

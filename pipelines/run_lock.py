@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from autorl.backend import ensure_writable
+from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
 
 LOCKS = "locks"

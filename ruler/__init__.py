@@ -4,40 +4,45 @@
     scores = await ruler.ruler(message_lists, judge_model="openai/gpt-4.1-mini")
     group = await ruler.ruler_score_group(group, judge_model="openai/gpt-4.1-mini")
 
-Custom judges follow the `ruler.Judge` protocol; `ruler.load_judge("module:attribute")` loads one.
+Custom judges follow the `ruler.Judge` protocol; `ruler.load_judge("module:attribute")` loads one. Names are
+imported on first use, so importing one module of ruler (`ruler.endpoint`) does not load the others.
 """
 
-from .api import ruler, ruler_score_group
-from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
-from .cache import JudgeCache, default_cache_dir
-from .endpoint import ModelEndpoint
-from .errors import JudgeFailedError, JudgeSpecError, ModelSpecError, RulerError, RulerInputError
-from .judges import CombinedJudge, FunctionJudge, Judge
-from .loading import load_judge
-from .retry import RetryPolicy
-from .rubric import DEFAULT_RUBRIC
-from .ruler_judge import RulerJudge
-from .scores import TrajectoryScore
+import importlib
 
-__all__ = [
-    "DEFAULT_JUDGE_MODEL",
-    "DEFAULT_RUBRIC",
-    "CombinedJudge",
-    "FunctionJudge",
-    "Judge",
-    "JudgeCache",
-    "JudgeFailedError",
-    "JudgeModel",
-    "JudgeSpecError",
-    "ModelEndpoint",
-    "ModelSpecError",
-    "RetryPolicy",
-    "RulerError",
-    "RulerInputError",
-    "RulerJudge",
-    "TrajectoryScore",
-    "default_cache_dir",
-    "load_judge",
-    "ruler",
-    "ruler_score_group",
-]
+_EXPORTS = {
+    "CombinedJudge": "judges",
+    "DEFAULT_JUDGE_MODEL": "backend",
+    "DEFAULT_RUBRIC": "rubric",
+    "FunctionJudge": "judges",
+    "Judge": "judges",
+    "JudgeCache": "cache",
+    "JudgeFailedError": "errors",
+    "JudgeModel": "backend",
+    "JudgeSpecError": "errors",
+    "ModelEndpoint": "endpoint",
+    "ModelSpecError": "errors",
+    "RetryPolicy": "retry",
+    "RulerError": "errors",
+    "RulerInputError": "errors",
+    "RulerJudge": "ruler_judge",
+    "TrajectoryScore": "scores",
+    "default_cache_dir": "cache",
+    "load_judge": "loading",
+    "register_embedded": "endpoint",
+    "ruler": "api",
+    "ruler_score_group": "api",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ruler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from .endpoint import FORMS, LiteLLMTarget, ModelEndpoint, import_litellm
+from .endpoint import FORMS, LiteLLMTarget, ModelEndpoint, import_litellm, registered_embedded
 from .errors import JudgeSpecError
 
 DEFAULT_JUDGE_MODEL = "openai/gpt-4.1-mini"
@@ -59,15 +59,12 @@ class JudgeModel(ModelEndpoint):
         return self.model_dump(include={"model", "temperature", "max_tokens", "extra_params"})
 
     def context_limit(self) -> int | None:
-        """`context_tokens`, else for the embedded judge its server's default `max_model_len`, else None."""
+        """`context_tokens`, else for the embedded judge what its registration says (autorl's: its server's
+        default `max_model_len`), else None."""
         if self.context_tokens is not None:
             return self.context_tokens
-        if self.is_embedded:
-            try:
-                from autorl.vllm_server import ServerConfig
-            except ImportError:
-                return None
-            return ServerConfig().max_model_len
+        if self.is_embedded and (embedded := registered_embedded()) is not None:
+            return embedded.context_tokens()
         return None
 
 

@@ -3,7 +3,8 @@
 A model spec is one of
 - a LiteLLM model (`openai/gpt-4.1-mini`, `anthropic/claude-sonnet-4-5`, `ollama/qwen3:8b`, ...), whose
   key LiteLLM reads from the provider's usual environment variable;
-- `"embedded"`: the embedded base model on autorl's local vLLM server, started on first use;
+- `"embedded"`: an embedded model served by the library that registers it (`register_embedded`; autorl
+  registers its embedded base model on a local vLLM server, started on first use, when it is imported);
 - `name@http://host:port/v1`: model `name` on any OpenAI-compatible server (a vLLM server, for one).
 
 RULER's judge (`JudgeModel` extends `ModelEndpoint`), autorl's input generator and the API-model variants
@@ -16,14 +17,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import ClassVar, Self
+from typing import ClassVar, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ModelSpecError
 
 EMBEDDED = "embedded"
-"""The spec of the embedded base model on autorl's local vLLM server."""
+"""The spec of the embedded model (`register_embedded` says where it is served)."""
 NO_KEY = "EMPTY"
 """The key sent to an OpenAI-compatible endpoint when none is configured (local servers ignore it)."""
 FORMS = "'provider/model' (e.g. openai/gpt-4.1-mini), 'embedded' or 'name@http://host:port/v1'"
@@ -44,6 +45,33 @@ def import_litellm() -> ModuleType:
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+class EmbeddedModel(Protocol):
+    """Where the `"embedded"` spec is served, as the library that serves it registers it (`register_embedded`)."""
+
+    def endpoint(self) -> ModelEndpoint:
+        """The served model and its OpenAI-compatible URL; may start a server (blocking: call it in a thread)."""
+        ...
+
+    def context_tokens(self) -> int | None:
+        """The served model's context window in tokens (prompt + answer), if known."""
+        ...
+
+
+_embedded: EmbeddedModel | None = None
+
+
+def register_embedded(model: EmbeddedModel | None) -> None:
+    """Make the `"embedded"` spec mean `model` (None: nothing). ruler serves no model itself; autorl registers
+    its embedded model when it is imported."""
+    global _embedded
+    _embedded = model
+
+
+def registered_embedded() -> EmbeddedModel | None:
+    """What `"embedded"` means now (None: nothing is registered)."""
+    return _embedded
 
 
 @dataclass(frozen=True)
@@ -118,14 +146,16 @@ class ModelEndpoint(BaseModel):
             ) from None
 
     def target(self) -> LiteLLMTarget:
-        """Where calls to this model go. For the embedded model this imports autorl and starts its local
-        server on first use (blocking: call it in a thread from async code)."""
+        """Where calls to this model go. For the embedded model this asks what registered it
+        (`register_embedded`), which may start a server on first use (blocking: call it in a thread from
+        async code)."""
         if self.is_embedded:
-            try:
-                from autorl.embedded import embedded_endpoint
-            except ImportError as exc:
-                raise self.spec_error(f"the embedded model needs autorl, which fails to import: {exc}") from exc
-            return embedded_endpoint().target()
+            if _embedded is None:
+                raise self.spec_error(
+                    f"{self.kind} 'embedded' names no model: nothing registered one (`import autorl` registers "
+                    "autorl's embedded model)"
+                )
+            return _embedded.endpoint().target()
         if self.base_url:
             return LiteLLMTarget(f"openai/{self.model}", self.model, self.base_url, self._api_key() or NO_KEY)
         return LiteLLMTarget(self.model, self.model, None, self._api_key())

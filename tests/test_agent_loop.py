@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from autorl import TrajectoryGroup, gather_trajectory_groups
+from autorl.agents.rollout import Turn, agent_rollout
+from autorl.agents.tools import Toolbox
 from autorl.errors import McpServerDied
-from autorl.rollout import Turn, agent_rollout
 from autorl.task import load_task
-from autorl.tools import Toolbox
 
 TASK_FILE = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml"
 

@@ -92,7 +92,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
             assert await again.get_step() == 1
             assert again.get_inference_name() == NAMES[serving][1]
             if serving == "merged":
-                assert backend._state(again).resident == 1
+                assert backend.serving(again).resident == 1
             served = {m.id for m in (await again.openai_client().models.list()).data}
             assert NAMES[serving][1] in served
         finally:
@@ -115,10 +115,10 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     from openai.types.chat.chat_completion import Choice
     from test_langgraph import readme_example
 
-    from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
-    from autorl.sequences import TOKEN_ID_PREFIX
+    from autorl.agents.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.agents.tools import Toolbox
     from autorl.task import load_task
-    from autorl.tools import Toolbox
+    from autorl.training.sequences import TOKEN_ID_PREFIX
 
     task = load_task(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
 

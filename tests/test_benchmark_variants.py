@@ -15,11 +15,11 @@ from test_cli_errors import error_line
 from test_ruler_server import FakeJudgeServer, Reply
 from typer.testing import CliRunner
 
-from autorl.cli import app
 from autorl.errors import AutoRLError
-from benchmarks.compare.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
-from benchmarks.compare.variants import RunView, parse_variants, read_input_texts, resolve
 from pipelines.artifacts import ArtifactStore
+from pipelines.benchmark.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
+from pipelines.benchmark.variants import RunView, parse_variants, read_input_texts, resolve
+from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.stats import mean_ci
 
@@ -254,7 +254,7 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
     import asyncio
 
     from autorl.trajectories import Trajectory, TrajectoryGroup
-    from benchmarks.compare.head_to_head import judge_groups
+    from pipelines.benchmark.head_to_head import judge_groups
     from ruler import TrajectoryScore
 
     told = []

@@ -6,7 +6,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from autorl.cli import app
+from pipelines.cli import app
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 

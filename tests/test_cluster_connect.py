@@ -1,4 +1,4 @@
-"""`autorl.cluster.connect` and the local Ray cluster it starts: without Ray, one error naming the extra; a
+"""`autorl.backends.cluster.backend.connect` and the local Ray cluster it starts: without Ray, one error naming the extra; a
 cluster as large as the replicas and the trainer ask; the run's SIGTERM handler kept although `ray.init`
 replaces it (the CLI cancels its run on SIGTERM); and no process that an actor started under the vLLM
 supervisor (`die_with_parent.py --group`) outliving a run stopped by SIGTERM. The Ray tests run in a
@@ -12,16 +12,18 @@ import time
 
 import pytest
 
-from autorl.cluster import ClusterConfig, connect
-from autorl.die_with_parent import GRACE_S
+from autorl.backends.cluster.backend import connect
+from autorl.backends.cluster.config import ClusterConfig
 from autorl.errors import AutoRLError
+from autorl.serving.die_with_parent import GRACE_S
 from benchmarks.perf.processes import alive, descendants, wait_gone
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the dev extra has it)")
 
 CONNECT = """
 import os, signal
-from autorl.cluster import ClusterConfig, connect
+from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.cluster.backend import connect
 
 def cancel(signum, frame):
     pass
@@ -37,8 +39,9 @@ ray.shutdown()
 STARTS_A_SERVER = """
 import subprocess, time
 import ray
-from autorl.cluster import ClusterConfig, connect
-from autorl.die_with_parent import wrapped
+from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.cluster.backend import connect
+from autorl.serving.die_with_parent import wrapped
 
 connect(ClusterConfig(ray="local"))
 

@@ -31,7 +31,7 @@ def replica_actors(run: subprocess.Popen) -> set[int]:
 
 @pytest.mark.timeout(600)  # ~170 s on 2 cores: two replica starts, one restart
 def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
-    command = [sys.executable, "-m", "autorl.cli", "run", *TASK, *SIZES, "--ray", "local", "--replicas", "2"]
+    command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, "--ray", "local", "--replicas", "2"]
     run = subprocess.Popen(
         [*command, "--no-wandb", "--home", str(tmp_path), "--name", "ray"],
         stdout=subprocess.PIPE,

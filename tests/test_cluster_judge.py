@@ -19,8 +19,8 @@ import time
 import httpx
 import pytest
 
+from autorl.serving.vllm_server import VLLMServer
 from autorl.trajectories import Trajectory, TrajectoryGroup
-from autorl.vllm_server import VLLMServer
 from benchmarks.perf._common import vllm_metric
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler import ruler_score_group
@@ -86,20 +86,23 @@ async def completions(target, count: int, once_sent=None) -> list[str]:
 
 @pytest.mark.timeout(600)  # ~200 s on 2 cores: two replica starts, one restart
 def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_killed_one(tmp_path):
-    from autorl import embedded
-    from autorl.cluster import ClusterBackend, ClusterConfig
-    from autorl.inputs import generator_lm
+    from autorl.backends.cluster.backend import ClusterBackend
+    from autorl.backends.cluster.config import ClusterConfig
+    from autorl.inputs.generation import generator_lm
+    from autorl.serving import embedded
 
     local_starts = VLLMServer.starts
     backend = ClusterBackend(tmp_path, cluster=ClusterConfig(ray="local", replicas=1, judge_replicas=2))
     servers: set[int] = set()
     try:
         target = ModelEndpoint.parse("embedded").target()  # what the judge and the generator resolve
-        assert target.api_base == backend._embedded.base_url and target.api_base.startswith("http://127.0.0.1:")
+        assert target.api_base == backend.placement.embedded_proxy.base_url and target.api_base.startswith(
+            "http://127.0.0.1:"
+        )
         assert target.name == "embedded:smollm2-135m"
         assert VLLMServer.starts == local_starts and backend.remote_server_starts == 2  # none in this process
         servers = with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
-        pool = backend._embedded_pool
+        pool = backend.placement.embedded_pool
         urls = [replica.url for replica in pool.replicas]
 
         lm, _ = generator_lm("embedded", max_tokens=16, temperature=0.0)

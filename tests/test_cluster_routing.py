@@ -1,4 +1,4 @@
-"""`ReplicaPool` and `RoutingTransport` (autorl/cluster.py): how a cluster model's requests reach its replicas.
+"""`ReplicaPool` and `RoutingTransport` (autorl/backends/cluster/backend.py): how a cluster model's requests reach its replicas.
 
 Each fake replica is a real HTTP server on 127.0.0.1 (`ChatCompletionServer`), and requests go to it over real
 HTTP through `RoutingTransport`; the only fakes are the pool's two Ray calls, `load(replica, step)` and
@@ -23,10 +23,11 @@ import pytest
 from chat_server import ChatCompletionServer
 from openai import AsyncOpenAI, OpenAI
 
-from autorl.cluster import VIRTUAL_HOST, Replica, ReplicaPool, RoutingTransport
+from autorl.backends.cluster.backend import VIRTUAL_HOST
+from autorl.backends.cluster.proxy import PoolProxy
+from autorl.backends.cluster.routing import Replica, ReplicaPool, RoutingTransport
+from autorl.backends.transport import ENGINE_DIED
 from autorl.errors import ServerDiedError
-from autorl.model import ENGINE_DIED
-from autorl.pool_proxy import PoolProxy
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 

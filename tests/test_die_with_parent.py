@@ -1,4 +1,4 @@
-"""`autorl/die_with_parent.py --group`, the supervisor the vLLM servers run under, ends the whole process
+"""`autorl/serving/die_with_parent.py --group`, the supervisor the vLLM servers run under, ends the whole process
 group it leads however its parent or its command ends, also when a process of the group ignores SIGTERM
 (as a vLLM server stuck in its shutdown does)."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from autorl.die_with_parent import GRACE_S, wrapped
+from autorl.serving.die_with_parent import GRACE_S, wrapped
 from benchmarks.perf.processes import alive, descendants, wait_gone
 
 STUBBORN = ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"]

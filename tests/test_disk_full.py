@@ -16,9 +16,9 @@ from tiny import choice
 
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 from autorl.atomic import atomic_file, atomic_text
-from autorl.checkpoints import latest_checkpoint
 from autorl.errors import DiskFullError
-from autorl.trainer import OPTIMIZER_FILE, GRPOTrainer
+from autorl.training.checkpoints import latest_checkpoint
+from autorl.training.trainer import OPTIMIZER_FILE, GRPOTrainer
 
 
 def mount_tmpfs(path: Path, size: str) -> bool:

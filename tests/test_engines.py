@@ -3,8 +3,8 @@ cannot run is one line; the PEFT engine is what CPU runs train with (the GPU pat
 
 import pytest
 
-from autorl import engines
 from autorl.errors import AutoRLError
+from autorl.training import engines
 
 
 @pytest.mark.parametrize(
@@ -30,7 +30,7 @@ def test_unsloth_where_it_cannot_run_is_one_line(monkeypatch):
 
 def test_a_cpu_trainer_uses_peft(tiny_model, tmp_path):
     from autorl import TrainerConfig
-    from autorl.trainer import GRPOTrainer
+    from autorl.training.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(dtype="float32"))
     assert trainer.engine == ("unsloth" if engines.cuda_available() and engines.unsloth_installed() else "peft")

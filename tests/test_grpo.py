@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from autorl import TrainConfig
-from autorl.grpo import advantages, clipped_policy_loss, k3_kl, loss_normaliser, overlong_penalty, token_logprobs
+from autorl.training.loss import (
+    advantages,
+    clipped_policy_loss,
+    k3_kl,
+    loss_normaliser,
+    overlong_penalty,
+    token_logprobs,
+)
 
 
 def test_advantages_scaled_by_group_batch_or_not_at_all():

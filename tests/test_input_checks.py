@@ -1,11 +1,11 @@
-"""The junk checks on generated inputs and system prompts (autorl.input_checks)."""
+"""The junk checks on generated inputs and system prompts (autorl.inputs.checks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from autorl.input_checks import junk_reason, system_prompt_problem
-from autorl.inputs import WriteInputs
+from autorl.inputs.checks import junk_reason, system_prompt_problem
+from autorl.inputs.generation import WriteInputs
 from autorl.task import TaskSpec
 
 MATH = TaskSpec(

@@ -12,15 +12,8 @@ import pytest
 from chat_server import ChatCompletionServer
 
 from autorl.errors import AutoRLError
-from autorl.inputs import (
-    GeneratedInputs,
-    GenerationConfig,
-    InputGenerationError,
-    generate_inputs,
-    generator_lm,
-    read_inputs_jsonl,
-    write_inputs_jsonl,
-)
+from autorl.inputs.files import GeneratedInputs, read_inputs_jsonl, write_inputs_jsonl
+from autorl.inputs.generation import GenerationConfig, InputGenerationError, generate_inputs, generator_lm
 from autorl.task import TaskSpec
 from ruler.errors import ModelSpecError
 
@@ -215,7 +208,7 @@ def test_default_call_cap_scales_with_n():
 def test_cli_prints_a_table_and_writes_the_inputs(fake_server, tmp_path):
     from typer.testing import CliRunner
 
-    from autorl.cli import app
+    from pipelines.cli import app
 
     server = fake_server(random_words)
     out = tmp_path / "inputs.jsonl"
@@ -265,7 +258,7 @@ NOISE = "## ## system prompt prompt ## ## " * 50
 
 def test_unusable_system_prompt_falls_back_to_the_task_description(fake_server, caplog):
     server = fake_server(system_prompts(NOISE[:1499]))
-    with caplog.at_level("WARNING", logger="autorl.inputs"):
+    with caplog.at_level("WARNING", logger="autorl.inputs.generation"):
         result = generate(server, n=3)
     assert result.system_prompt == TASK.description
     assert result.system_prompt_fallback is not None and "repetition loop" in result.system_prompt_fallback
@@ -282,7 +275,7 @@ def test_a_later_try_that_passes_is_used(fake_server):
 def test_cli_reports_junk_and_a_fallback(fake_server, tmp_path):
     from typer.testing import CliRunner
 
-    from autorl.cli import app
+    from pipelines.cli import app
 
     server = fake_server(system_prompts("You are a helpful assistant. Be polite and friendly to all."))
     out = tmp_path / "inputs.jsonl"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from autorl.dedup import DedupIndex, dedup, jaccard, ngrams, normalize, split_train_val
+from autorl.inputs.dedup import DedupIndex, dedup, jaccard, ngrams, normalize, split_train_val
 
 
 def test_normalize_ignores_case_punctuation_and_spacing():

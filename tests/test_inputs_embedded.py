@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorl.inputs import GenerationConfig, generate_inputs
+from autorl.inputs.generation import GenerationConfig, generate_inputs
 from autorl.task import TaskSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # about 100 s on 2 cores

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from autorl.dedup import DEFAULT_VAL_FRACTION, split_train_val
 from autorl.errors import AutoRLError
-from autorl.inputs import GeneratedInput, inputs_from_file, read_input_rows, write_inputs_jsonl
+from autorl.inputs.dedup import DEFAULT_VAL_FRACTION, split_train_val
+from autorl.inputs.files import GeneratedInput, inputs_from_file, read_input_rows, write_inputs_jsonl
 from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
@@ -106,7 +106,7 @@ def test_a_bad_inputs_file_is_one_line_naming_the_file_and_line(tmp_path, lines,
 def test_a_missing_inputs_file_is_one_line_from_the_command(tmp_path):
     from typer.testing import CliRunner
 
-    from autorl.cli import app
+    from pipelines.cli import app
 
     missing = tmp_path / "missing.jsonl"
     result = CliRunner().invoke(app, ["run", TASK.description, "--inputs-file", str(missing), "--home", str(tmp_path)])

@@ -25,10 +25,11 @@ from langgraph.prebuilt import create_react_agent
 from openai.types.chat.chat_completion import Choice
 
 import autorl as art
-from autorl.embedded import TEMPLATES
+from autorl.backends.transport import GatedTransport, InferenceGate
 from autorl.errors import AutoRLError, MissingExtraError, NoModelCallError
 from autorl.langgraph import init_chat_model, wrap_rollout
-from autorl.sequences import TOKEN_ID_PREFIX, tokenize_trajectory
+from autorl.serving.embedded import TEMPLATES
+from autorl.training.sequences import TOKEN_ID_PREFIX, tokenize_trajectory
 
 # create_react_agent is LangGraph 1.x's ReAct agent (its successor lives in the `langchain` package)
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
@@ -161,7 +162,7 @@ def test_a_react_agent_becomes_a_trajectory_that_trains_every_model_turn(server,
 def test_concurrent_rollouts_each_get_their_own_calls_and_train(server, model, tokenizer, tiny_model, tmp_path):
     """A group of wrapped rollouts run concurrently; each trajectory holds its own conversation, and a
     GRPO step of the trainer takes the group."""
-    from autorl.trainer import GRPOTrainer
+    from autorl.training.trainer import GRPOTrainer
 
     async def run(question: str) -> None:
         await agent(model).ainvoke({"messages": [{"role": "user", "content": question}]})
@@ -184,18 +185,35 @@ def test_concurrent_rollouts_each_get_their_own_calls_and_train(server, model, t
     assert metrics["groups_trained"] == 1 and metrics["trained_tokens"] > 0
 
 
-def test_requests_wait_for_training_and_reach_the_newest_checkpoint(server, model):
+class GateOnlyBackend:
+    """A backend that starts nothing: the model keeps the test server's endpoint, and its requests pass the
+    backend's gate as a real backend's do (`Backend.transport`)."""
+
+    def __init__(self) -> None:
+        self.gate = InferenceGate()
+
+    async def register(self, model) -> None:
+        pass
+
+    def transport(self, model) -> GatedTransport:
+        return GatedTransport(self.gate)
+
+
+def test_requests_wait_for_training_and_reach_the_newest_checkpoint(server):
     """The chat model uses the model's gated transport (held back while the model trains) and asks for
     the model's current inference name, which a training step may change."""
-    chat = init_chat_model(model)
-    model.inference_model_name = "policy@0002"
+    model = art.TrainableModel(name="policy", inference_base_url=server.base_url, inference_api_key="test-key")
+    backend = GateOnlyBackend()
 
     async def scenario() -> None:
-        model._gate.close()
+        await model.register(backend)
+        chat = init_chat_model(model)
+        model.inference_model_name = "policy@0002"
+        backend.gate.close()
         reply = asyncio.create_task(chat.ainvoke("Hi"))
         await asyncio.sleep(0.3)
         assert server.requests == []  # held back while "training"
-        model._gate.open()
+        backend.gate.open()
         await reply
 
     asyncio.run(scenario())

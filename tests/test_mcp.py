@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from autorl.agents.tools import Toolbox
 from autorl.errors import AutoRLError, McpServerDied
 from autorl.task import McpServerSpec, TaskSpec, load_task
-from autorl.tools import Toolbox
 from benchmarks.perf.processes import children, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ PARENT = """
 import asyncio, sys
 sys.path.insert(0, {repo!r})
 from autorl.task import McpServerSpec, TaskSpec
-from autorl.tools import Toolbox
+from autorl.agents.tools import Toolbox
 
 async def main():
     task = TaskSpec(description="x", tool_timeout_s=60, mcp_servers=[McpServerSpec(command=["python", "server.py"])])

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from autorl.errors import AutoRLError
-from autorl.merge import MERGED_FILE, merged_state_dict, write_merged
+from autorl.serving.merge import MERGED_FILE, merged_state_dict, write_merged
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -41,7 +41,7 @@ def _foreground_signals() -> None:
 
 def autorl(home: Path, name: str, *args: str, task: str = TASK) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "autorl.cli", "run", task, "--home", str(home), "--name", name, *SMALL, *args],
+        [sys.executable, "-m", "pipelines.cli", "run", task, "--home", str(home), "--name", name, *SMALL, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -148,7 +148,7 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
 
     def benchmark() -> str:
         args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
-        command = [sys.executable, "-m", "autorl.cli", *args]
+        command = [sys.executable, "-m", "pipelines.cli", *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout + result.stderr
@@ -228,7 +228,7 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
 def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_once(home):
     """SIGTERM (what schedulers and containers send) stops a run as Ctrl-C does, also while the input
     generator's worker threads wait on model calls that take minutes on CPU."""
-    from autorl.embedded import cache_dir
+    from autorl.serving.embedded import cache_dir
 
     process = autorl(home, "terminated", "--steps", "1", "--seed", "7", "--no-wandb")  # a new inputs stage
     generator_log = cache_dir() / "logs" / f"embedded-vllm-{process.pid}.log"
@@ -300,7 +300,7 @@ def test_a_task_with_an_mcp_server_and_a_python_tool_runs_end_to_end(home, tmp_p
 def test_no_file_a_run_wrote_holds_the_api_key(home, first_run):
     """Artifacts, logs, reports, parquet and W&B files of every run in the home (and the embedded
     servers' logs): the key in the environment appears in none of them."""
-    from autorl.embedded import cache_dir
+    from autorl.serving.embedded import cache_dir
 
     files = [p for p in [*home.rglob("*"), *(cache_dir() / "logs").glob("*")] if p.is_file() and not p.is_symlink()]
     suffixes = {p.suffix for p in files}

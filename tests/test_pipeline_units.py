@@ -5,10 +5,10 @@ import errno
 import pytest
 from typer.testing import CliRunner
 
-from autorl.cli import app
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
+from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
 from pipelines.pipeline import forced_stages, stage_keys
 from pipelines.stages.train import check_unscored_steps
@@ -100,7 +100,7 @@ def test_run_help_documents_every_flag():
 
 
 def test_the_train_key_covers_every_setting_training_reads():
-    from autorl.vllm_server import ServerConfig
+    from autorl.serving.config import ServerConfig
 
     base = stage_keys(TASK, RunConfig())
     downstream = {"train", "evaluate", "report"}
@@ -115,8 +115,14 @@ def test_a_stage_key_covers_the_code_of_every_project_module_it_runs():
 
     train = imported_modules("pipelines.stages.train", PROJECT_PACKAGES)
     # the loss and the trainer (imported inside functions), the judge, the stage context
-    assert {"autorl.grpo", "autorl.trainer", "autorl.config", "ruler.prompt", "pipelines.context"} <= train
-    assert "autorl.trainer" not in imported_modules("pipelines.stages.inputs", PROJECT_PACKAGES)
+    assert {
+        "autorl.training.loss",
+        "autorl.training.trainer",
+        "autorl.config",
+        "ruler.prompt",
+        "pipelines.context",
+    } <= train
+    assert "autorl.training.trainer" not in imported_modules("pipelines.stages.inputs", PROJECT_PACKAGES)
 
 
 def test_editing_a_module_imported_through_others_changes_the_code_version(tmp_path, monkeypatch):

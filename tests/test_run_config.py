@@ -13,12 +13,12 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import pipelines.pipeline
-from autorl.cli import RUN_FLAGS, app
-from autorl.cluster import ClusterConfig
+from autorl.agents.rollout import RolloutConfig
+from autorl.backends.cluster.config import ClusterConfig
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
-from autorl.rollout import RolloutConfig
 from autorl.task import RUN_SETTINGS, TaskSpec, load_task
+from pipelines.cli import RUN_FLAGS, app
 from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys

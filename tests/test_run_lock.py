@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autorl.cli import app
 from autorl.task import TaskSpec
+from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
 from pipelines.run_lock import RunLockedError, run_locks

@@ -6,7 +6,7 @@ import math
 from tiny import choice
 
 from autorl import Trajectory
-from autorl.sequences import tokenize_trajectory
+from autorl.training.sequences import tokenize_trajectory
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Reply to a customer asking for a refund."}
@@ -72,7 +72,7 @@ def test_a_three_turn_tool_trajectory_trains_the_model_turns_only(tokenizer):
     results, the tools in the system turn and the user's input are context."""
     from openai.types.chat.chat_completion import Choice
 
-    from autorl.embedded import TEMPLATES
+    from autorl.serving.embedded import TEMPLATES
 
     tokenizer = copy.copy(tokenizer)
     tokenizer.chat_template = (TEMPLATES / "smollm2_tools.jinja").read_text()

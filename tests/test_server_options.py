@@ -8,10 +8,13 @@ import sys
 import pytest
 import torch
 
-from autorl import embedded, vllm_server
-from autorl.embedded import running_server_for
 from autorl.errors import AutoRLError
-from autorl.vllm_server import ServerConfig, VLLMServer, kv_bytes_per_token, kv_cache_bytes
+from autorl.serving import config as serving_config
+from autorl.serving import embedded, memory, vllm_server
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import running_server_for
+from autorl.serving.memory import kv_bytes_per_token, kv_cache_bytes
+from autorl.serving.vllm_server import VLLMServer
 from ruler.endpoint import ModelEndpoint
 
 # SmolLM2-135M's shape: 30 layers x 3 KV heads x 64 (576 / 9) x 2 (K, V) x 2 (bf16) = 23040 bytes a token
@@ -49,9 +52,15 @@ def test_on_cpu_the_model_runs_in_the_engine_process_unless_told_otherwise(tmp_p
     assert chosen.count("--distributed-executor-backend") == 1 and chosen[-1] == "mp"
 
 
+def pretend_cuda(monkeypatch, cuda: bool) -> None:
+    """Every place that asks whether CUDA is there (the config's defaults, the command line) hears `cuda`."""
+    for module in (serving_config, vllm_server):
+        monkeypatch.setattr(module, "cuda_available", lambda: cuda)
+
+
 @pytest.mark.parametrize("cuda", [False, True])
 def test_auto_serving_merges_on_cpu_and_uses_adapters_on_cuda_or_off_loopback(monkeypatch, cuda):
-    monkeypatch.setattr(vllm_server, "cuda_available", lambda: cuda)
+    pretend_cuda(monkeypatch, cuda)
     assert ServerConfig().serves_merged() is not cuda
     assert ServerConfig(host="0.0.0.0").serves_merged() is False
     assert ServerConfig(lora_serving="adapter").serves_merged() is False
@@ -131,7 +140,7 @@ def test_a_config_without_the_sizes_asks_for_kv_cache_bytes(tmp_path):
 
 
 def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_path, monkeypatch):
-    monkeypatch.setattr(vllm_server, "cuda_available", lambda: False)
+    pretend_cuda(monkeypatch, False)
     monkeypatch.setattr(vllm_server, "memory_available_for_kv", lambda model_dir: 10**12)
     default = command(tmp_path)
     assert default[default.index("--kv-cache-memory-bytes") :][:2] == ["--kv-cache-memory-bytes", "1604321280"]
@@ -150,7 +159,7 @@ def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_pa
 
 
 def test_on_cuda_vllm_takes_half_the_gpu_unless_told_a_share_or_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(vllm_server, "cuda_available", lambda: True)
+    pretend_cuda(monkeypatch, True)
     default = command(tmp_path)
     assert "--kv-cache-memory-bytes" not in default and "--max-num-seqs" not in default
     assert default[default.index("--gpu-memory-utilization") + 1] == "0.5"  # half the GPU left to the trainer
@@ -165,14 +174,14 @@ def test_on_cuda_vllm_takes_half_the_gpu_unless_told_a_share_or_bytes(tmp_path, 
 def test_meminfo_files_are_read_in_bytes(tmp_path):
     (tmp_path / "node").write_text("Node 0 MemTotal:       13068500 kB\nNode 0 MemFree:  3888924 kB\n")
     (tmp_path / "proc").write_text("MemTotal:       24684092 kB\nMemAvailable:   21736224 kB\nHugePages_Total: 0\n")
-    assert vllm_server._meminfo(str(tmp_path / "node")) == {"MemTotal": 13068500 * 1024, "MemFree": 3888924 * 1024}
-    assert vllm_server._meminfo(str(tmp_path / "proc"))["MemAvailable"] == 21736224 * 1024
-    assert vllm_server._meminfo(str(tmp_path / "proc"))["HugePages_Total"] == 0
+    assert memory._meminfo(str(tmp_path / "node")) == {"MemTotal": 13068500 * 1024, "MemFree": 3888924 * 1024}
+    assert memory._meminfo(str(tmp_path / "proc"))["MemAvailable"] == 21736224 * 1024
+    assert memory._meminfo(str(tmp_path / "proc"))["HugePages_Total"] == 0
 
 
 def test_importing_the_server_module_takes_no_signal_and_a_backend_does(tmp_path):
     code = (
-        "import signal, autorl, autorl.vllm_server as v; before = signal.getsignal(signal.SIGTERM); "
+        "import signal, autorl, autorl.serving.vllm_server as v; before = signal.getsignal(signal.SIGTERM); "
         f"autorl.LocalBackend({str(tmp_path)!r}); "
         "print(before == signal.SIG_DFL, signal.getsignal(signal.SIGTERM) is v._on_sigterm)"
     )

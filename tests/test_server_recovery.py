@@ -1,5 +1,5 @@
 """The policy's clients send a request again when its server could not be reached, cut it off or answered that
-its engine died, and the backend brought the server back (`InferenceGate.recover`); a real vLLM server whose
+its engine died, and the backend brought the server back (`GatedTransport`'s `recover`); a real vLLM server whose
 engine is SIGKILLed while it generates (slow); the end-to-end case (a killed vLLM server mid-run) is in tests/test_pipeline_e2e.py."""
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import httpx
 import pytest
 
 from autorl import LocalBackend, TrainableModel
-from autorl.model import ENGINE_DIED, RECOVERY_RETRIES, InferenceGate, _GatedTransport
-from autorl.vllm_server import ServerConfig, VLLMServer
+from autorl.backends.transport import ENGINE_DIED, RECOVERY_RETRIES, GatedTransport, InferenceGate
+from autorl.serving.config import ServerConfig
+from autorl.serving.vllm_server import VLLMServer
 from benchmarks.perf._common import vllm_metric
 from benchmarks.perf.processes import descendants, with_command_line
 
 
 def client(failures: list[Exception | httpx.Response], recovered: bool | None) -> tuple[httpx.AsyncClient, list[str]]:
     """A client whose server fails with `failures` (one per request, in order: raised, or a response answered)
-    and then answers; its gate's recover returns `recovered` (None: no recover set, as for a model without a
+    and then answers; its transport's recover returns `recovered` (None: no recover given, as for a model without a
     backend)."""
     events: list[str] = []
 
@@ -41,9 +42,8 @@ def client(failures: list[Exception | httpx.Response], recovered: bool | None) -
         events.append("recover")
         return recovered
 
-    gate = InferenceGate()
-    gate.recover = None if recovered is None else recover
-    return httpx.AsyncClient(transport=_GatedTransport(gate, httpx.MockTransport(server))), events
+    transport = GatedTransport(InferenceGate(), None if recovered is None else recover, httpx.MockTransport(server))
+    return httpx.AsyncClient(transport=transport), events
 
 
 def post(http: httpx.AsyncClient) -> httpx.Response:
@@ -141,7 +141,7 @@ def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_r
     async def scenario() -> tuple[list[str], int]:
         await model.register(backend)
         client = model.openai_client(max_retries=0)
-        server = backend._state(model).server
+        server = backend.serving(model).server
         [engine] = with_command_line(descendants(server._process.pid), b"EngineCore")
 
         async def answer() -> str:
@@ -161,7 +161,7 @@ def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_r
             await asyncio.sleep(0.05)
         os.kill(engine, signal.SIGKILL)
         answers = await asyncio.wait_for(asyncio.gather(*calls), 300)
-        return answers, backend._state(model).restarts
+        return answers, backend.serving(model).restarts
 
     try:
         answers, restarts = asyncio.run(scenario())

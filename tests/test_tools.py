@@ -11,9 +11,10 @@ from typing import Annotated, Any, Literal
 
 import pytest
 
+from autorl.agents.tool_schema import signature_schema
+from autorl.agents.tools import Toolbox, load_function
 from autorl.errors import AutoRLError
 from autorl.task import McpServerSpec, TaskSpec, ToolSpec, load_task
-from autorl.tools import Toolbox, load_function, signature_schema
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -420,7 +421,7 @@ def test_malformed_tool_fields_name_the_field(tmp_path, text, message):
 
 
 def test_a_function_tool_without_parameters_has_no_openai_entry_of_its_own():
-    with pytest.raises(ValueError, match=r"use autorl\.tools\.Toolbox\.openai_tools"):
+    with pytest.raises(ValueError, match=r"use autorl\.agents\.tools\.Toolbox\.openai_tools"):
         ToolSpec(name="t", function="json:dumps").to_openai()
 
 

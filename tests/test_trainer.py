@@ -8,8 +8,8 @@ from tiny import choice
 from transformers import AutoModelForCausalLM
 
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
-from autorl.checkpoints import latest_checkpoint
-from autorl.trainer import GRPOTrainer
+from autorl.training.checkpoints import latest_checkpoint
+from autorl.training.trainer import GRPOTrainer
 
 PROMPTS = [[{"role": "user", "content": text}] for text in ("yes or no?", "say thanks", "the refund", "a tool")]
 COMPLETION_TOKENS = 6

@@ -14,12 +14,13 @@ import torch
 from tiny import choice
 from transformers import AutoTokenizer
 
-import autorl.trainer
+import autorl.training.trainer
 from autorl import TrainableModel, TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
-from autorl.backend import LocalBackend, _ModelState
+from autorl.backends.base import ModelSlot
+from autorl.backends.local import LocalBackend
 from autorl.errors import AutoRLError
-from autorl.grpo import overlong_penalty
-from autorl.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
+from autorl.training.loss import overlong_penalty
+from autorl.training.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly, please."},
@@ -98,9 +99,9 @@ def test_the_shared_prefix_stops_before_the_first_trained_token_and_at_the_first
 
 def test_auto_dtype_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(autorl.trainer, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(autorl.training.trainer, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
     assert training_dtype("auto", cpu) == torch.bfloat16
-    monkeypatch.setattr(autorl.trainer, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(autorl.training.trainer, "_cpu_flags", lambda: {"avx2", "avx512f"})
     assert training_dtype("auto", cpu) == torch.float32
     assert training_dtype("bfloat16", cpu) == torch.bfloat16
 
@@ -170,15 +171,24 @@ def test_the_overlong_penalty_ranks_long_completions_below_short_ones_of_the_sam
         trainer.step(data, TrainConfig(overlong_buffer=4))
 
 
-class ServerStandIn:
-    """What the backend asks of a vLLM server after a step, for a backend test without one: merged serving."""
+class ServingStandIn:
+    """What the backend asks of a model's serving after a step, for a backend test without a server."""
 
-    merged, running, served_name = True, True, "policy"
+    base_url = "http://127.0.0.1:1/v1"
 
-    def load_merged(self, path):
+    def transport(self):
+        return None
+
+    async def serve(self, step):
+        return "policy"
+
+    async def retire(self, name):
         pass
 
-    def stop(self):
+    async def recover(self):
+        return True
+
+    def close(self):
         pass
 
 
@@ -192,9 +202,11 @@ def test_the_backend_builds_steps_and_saves_the_trainer_on_one_thread(tiny_model
             return method(self, *args, **kwargs)
 
         monkeypatch.setattr(GRPOTrainer, name, recorded)
-    model = TrainableModel(name="policy", project="p", trainer=TrainerConfig(seed=0, dtype="float32"))
+    model = TrainableModel(
+        name="policy", project="p", base_model=str(tiny_model), trainer=TrainerConfig(seed=0, dtype="float32")
+    )
     backend = LocalBackend(tmp_path)
-    backend._models[model.name] = _ModelState(backend.run_dir(model), tiny_model, ServerStandIn())
+    backend._slots[model.name] = ModelSlot(backend.run_dir(model), ServingStandIn())
 
     async def three_steps(tokenizer):
         for _ in range(3):  # other work on asyncio's worker threads in between, as a run has

@@ -7,8 +7,9 @@ import httpx
 import pytest
 from test_merge import random_lora
 
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.vllm_server import ServerConfig, VLLMServer
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.vllm_server import VLLMServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # about 125 s on 2 cores
 STARTUP_TIMEOUT_S = 180

@@ -47,8 +47,8 @@ import httpx
 from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
 from processes import command_lines, descendants, wait_gone, with_command_line
 
-from autorl.backend import read_history
-from autorl.checkpoints import METRICS_FILE
+from autorl.backends.run_dir import read_history
+from autorl.training.checkpoints import METRICS_FILE
 
 TASK = LEARNING_TASKS / "one_word.toml"
 JUDGE = f"{LEARNING_JUDGES}:one_word"
@@ -62,7 +62,7 @@ _RUN_NUMBERS = itertools.count(1)
 
 
 def command(home: Path, name: str, lr: float, judge: str = JUDGE) -> list[str]:
-    return [sys.executable, "-m", "autorl.cli", "run", str(TASK), "--home", str(home), "--name", name,
+    return [sys.executable, "-m", "pipelines.cli", "run", str(TASK), "--home", str(home), "--name", name,
             "--judge", judge, "--lr", repr(lr), *SETTINGS]  # fmt: skip
 
 
@@ -291,7 +291,7 @@ class FlakyProxy:
 
 
 def judge_outage(home: Path, lrs: Learning) -> dict:
-    from autorl.embedded import embedded_endpoint
+    from autorl.serving.embedded import embedded_endpoint
 
     result = Trials("judge_outage")
     endpoint = embedded_endpoint()  # this process's embedded server: RULER on the embedded model

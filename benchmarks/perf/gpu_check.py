@@ -46,8 +46,8 @@ def one_engine(engine: str, steps: int, home: Path) -> dict:
     import torch
 
     import autorl as art
-    from autorl.inputs import read_inputs_jsonl
-    from autorl.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.agents.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.inputs.files import read_inputs_jsonl
     from benchmarks.perf.learning_tasks import judges
 
     rows = read_inputs_jsonl(LEARNING_TASKS / "inputs.jsonl")

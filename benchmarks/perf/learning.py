@@ -30,7 +30,7 @@ from pathlib import Path
 
 from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
 
-from autorl.backend import read_history
+from autorl.backends.run_dir import read_history
 
 TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 LOSSES = ("grpo", "dr_grpo", "gspo")
@@ -43,7 +43,7 @@ def judge_spec(task: str) -> str:
 def run_command(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> list[str]:
     """The `autorl run` command line of one benchmark run."""
     return [
-        sys.executable, "-m", "autorl.cli", "run", str(LEARNING_TASKS / f"{task}.toml"),
+        sys.executable, "-m", "pipelines.cli", "run", str(LEARNING_TASKS / f"{task}.toml"),
         "--judge", judge_spec(task), "--loss", loss, "--seed", str(seed), "--steps", str(steps),
         "--home", str(home), "--name", f"{task}-{loss}-seed{seed}", "--no-wandb", *extra,
     ]  # fmt: skip

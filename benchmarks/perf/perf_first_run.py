@@ -35,7 +35,7 @@ def one_run(home: Path) -> dict:
     """Run the README command in `home`; its figures from run.json, and the wall time of the command."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "autorl.cli", *COMMAND, "--home", str(home)],
+        [sys.executable, "-m", "pipelines.cli", *COMMAND, "--home", str(home)],
         capture_output=True,
         text=True,
         env={**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")},

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Loop, print_table, ratio_entry, summary, write_result
 
 import autorl as art
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -143,7 +143,7 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from autorl.engines import lora_config
+    from autorl.training.engines import lora_config
 
     config = GRPOConfig(
         output_dir=str(output_dir),
@@ -197,7 +197,7 @@ def trainer_ablation(
     """Our trainer's update on the same groups, before and after each speed option, interleaved."""
     import torch
 
-    from autorl.trainer import GRPOTrainer, training_dtype
+    from autorl.training.trainer import GRPOTrainer, training_dtype
 
     defaults = art.TrainerConfig(), art.TrainConfig()
     resolved = str(training_dtype(defaults[0].dtype, torch.device("cpu"))).removeprefix("torch.")
@@ -228,7 +228,7 @@ def trainer_ablation(
 
 
 def main() -> None:
-    from autorl.trainer import training_dtype
+    from autorl.training.trainer import training_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="measured steps per side, after one warm-up step")
@@ -243,7 +243,7 @@ def main() -> None:
     import torch
     from transformers import TrainerCallback
 
-    from autorl.vllm_server import ServerConfig
+    from autorl.serving.config import ServerConfig
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     dtype = str(training_dtype(args.dtype, torch.device("cpu"))).removeprefix("torch.")

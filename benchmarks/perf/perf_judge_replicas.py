@@ -29,10 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import median_ratio, print_table, summary, vllm_metric, write_result
 
-from autorl.cluster import ClusterBackend, ClusterConfig, connect
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.backends.cluster.backend import ClusterBackend, connect
+from autorl.backends.cluster.config import ClusterConfig
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.vllm_server import VLLMServer
 from autorl.trajectories import Trajectory, TrajectoryGroup
-from autorl.vllm_server import ServerConfig, VLLMServer
 from ruler import JudgeModel, ruler_score_group
 
 TASK = "Turn a casual sentence into formal business English"
@@ -105,8 +107,8 @@ def measure(home: Path, cluster: ClusterConfig | None, count: int, batches: int)
         close = server.stop
     else:
         backend = ClusterBackend(home, cluster=cluster)
-        served = backend._embedded_endpoint()
-        urls = [replica.url for replica in backend._embedded_pool.replicas]
+        served = backend.placement.embedded_endpoint()
+        urls = [replica.url for replica in backend.placement.embedded_pool.replicas]
         endpoint = (served.model, served.base_url)
         close = backend.close
     try:

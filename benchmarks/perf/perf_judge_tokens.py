@@ -83,7 +83,7 @@ def token_counter() -> tuple[Callable[[list[dict]], int], str]:
     try:
         from transformers import AutoTokenizer
 
-        from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+        from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 
         model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -42,8 +42,9 @@ from _common import Loop, print_table, ratio_entry, summary, write_result
 from processes import process_group_cpu_s
 
 import autorl as art
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.vllm_server import ServerConfig, VLLMServer
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.vllm_server import VLLMServer
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -169,7 +170,7 @@ def main() -> None:
         setup["train_step_s"] = time.monotonic() - t
         checkpoint = home / "bench" / "perf" / "checkpoints" / "0001"
         lora_name = model.get_inference_name()
-        server = backend._state(model).server
+        server = backend.serving(model).server
 
         t = time.monotonic()  # what a new checkpoint costs to serve, each way (same checkpoint, a second name)
         server.load_lora("perf@reload-probe", checkpoint)

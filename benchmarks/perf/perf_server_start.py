@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, ratio_entry, summary, write_result
 from openai import AsyncOpenAI
 
-from autorl.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.vllm_server import ServerConfig, VLLMServer
+from autorl.serving.config import ServerConfig
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.vllm_server import VLLMServer
 
 MODES = {
     "vLLM default": ({}, []),

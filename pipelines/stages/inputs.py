@@ -1,7 +1,7 @@
 """Stage `inputs`: N unique inputs for the task, split into train and validation.
 
 With an inputs file (`RunConfig.inputs_file`) the stage makes no model call: it reads the file's inputs,
-drops exact duplicates and splits them (`autorl.inputs.inputs_from_file`), and its key covers the
+drops exact duplicates and splits them (`autorl.inputs.files.inputs_from_file`), and its key covers the
 file's content and the split settings (seed, validation fraction) instead of the generator's.
 """
 
@@ -11,14 +11,8 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from autorl.inputs import (
-    GenerationConfig,
-    generate_inputs,
-    inputs_file_digest,
-    inputs_from_file,
-    read_inputs_jsonl,
-    write_inputs_jsonl,
-)
+from autorl.inputs.files import inputs_file_digest, inputs_from_file, read_inputs_jsonl, write_inputs_jsonl
+from autorl.inputs.generation import GenerationConfig, generate_inputs
 from autorl.task import TaskSpec
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code

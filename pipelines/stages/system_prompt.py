@@ -1,7 +1,7 @@
 """Stage `system_prompt`: the policy's system prompt, written by the generator from the task, or the
 task's own `system_prompt` as written (no model call, no server).
 
-A generated prompt that fails the checks (`autorl.input_checks.system_prompt_problem`) is replaced by the
+A generated prompt that fails the checks (`autorl.inputs.checks.system_prompt_problem`) is replaced by the
 task description; the artifact and the summary then record the reason as `fallback` (null otherwise).
 """
 
@@ -11,7 +11,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from autorl.inputs import WrittenSystemPrompt, generate_system_prompt, generator_lm
+from autorl.inputs.generation import WrittenSystemPrompt, generate_system_prompt, generator_lm
 from autorl.task import TaskSpec
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code

@@ -16,11 +16,11 @@ import pandas as pd
 
 from autorl import gather_trajectory_groups
 from autorl.atomic import atomic_file, atomic_text
-from autorl.backend import read_history
-from autorl.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.backends.run_dir import read_history
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
+from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import MANIFEST, canonical_json

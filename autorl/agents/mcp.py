@@ -12,7 +12,7 @@ request and await its future, so a server may be opened, called and closed from 
 
 Lifetime: `McpServer.aclose` stops a stdio server (stdin closed, then SIGTERM/SIGKILL to its process
 group, as the `mcp` client does). Ctrl-C and SIGTERM stop it too, as `asyncio.run` cancels the owner
-task on the way out. A stdio server is started through `autorl/die_with_parent.py`, so the kernel
+task on the way out. A stdio server is started through `autorl/serving/die_with_parent.py`, so the kernel
 sends it SIGTERM if autorl itself dies without cleaning up (a crash, SIGKILL).
 
 A server that dies (a call finds its connection closed) is restarted once: the call that found it dead
@@ -42,9 +42,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .die_with_parent import wrapped
-from .errors import McpServerDied
-from .task import McpServerSpec
+from ..errors import McpServerDied
+from ..serving.die_with_parent import wrapped
+from ..task import McpServerSpec
 
 log = logging.getLogger(__name__)
 

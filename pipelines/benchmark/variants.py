@@ -1,5 +1,5 @@
 """Agent variants for `autorl benchmark`: what a variant name means (`resolve`), and the recorded runs they
-come from (`RunView`). `benchmarks.compare.answers` has them answer the inputs.
+come from (`RunView`). `pipelines.benchmark.answers` has them answer the inputs.
 
 A variant is written as one of
     base                        the benchmarked run's base model, without a LoRA
@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autorl.checkpoints import checkpoint_name, complete_checkpoints
 from autorl.errors import AutoRLError
-from autorl.inputs import read_input_rows
+from autorl.inputs.files import read_input_rows
 from autorl.task import TaskSpec
+from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.context import Policy
@@ -126,7 +126,7 @@ def parse_variants(text: str) -> list[str]:
 
 
 def read_input_texts(path: Path) -> list[str]:
-    """The `input` field of every row of a JSONL file (`autorl.inputs.read_input_rows`; other fields are
+    """The `input` field of every row of a JSONL file (`autorl.inputs.files.read_input_rows`; other fields are
     ignored), each text once."""
     return list(dict.fromkeys(row.input for row in read_input_rows(path)))
 

@@ -19,8 +19,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_file
-from .errors import AutoRLError
+from ..atomic import atomic_file
+from ..errors import AutoRLError
 
 MERGED_FILE = "model.safetensors"
 _ADAPTER_PREFIX = "base_model.model."

@@ -15,14 +15,14 @@ import torch
 from openai.types.chat.chat_completion import Choice
 from transformers import AutoTokenizer
 
-from .atomic import atomic_dir
+from ..atomic import atomic_dir
+from ..config import TrainConfig, TrainerConfig
+from ..errors import AutoRLError
+from ..trajectories import Trajectory, TrajectoryGroup
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
-from .config import TrainConfig, TrainerConfig
 from .engines import LOADERS, resolve_engine
-from .errors import AutoRLError
-from .grpo import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
+from .loss import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
-from .trajectories import Trajectory, TrajectoryGroup
 
 OPTIMIZER_FILE = "optimizer.pt"
 log = logging.getLogger(__name__)

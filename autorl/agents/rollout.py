@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ruler.messages import as_message
 
-from .trajectories import MessageOrChoice, Trajectory
+from ..trajectories import MessageOrChoice, Trajectory
 
 if TYPE_CHECKING:
     from .tools import Toolbox

@@ -1,4 +1,4 @@
-"""`BenchmarkConfig`: what `autorl benchmark` compares; its fields are the command's options (`autorl.cli`).
+"""`BenchmarkConfig`: what `autorl benchmark` compares; its fields are the command's options (`pipelines.cli`).
 
 A module of its own, light to import, so that the CLI can build its options from the fields without
 loading the benchmark itself.
@@ -23,7 +23,7 @@ class BenchmarkConfig(BaseModel):
     variants: list[str] = Field(default_factory=list)
     """The variants: base, RUN@latest, RUN@best, RUN@NNNN, provider/model or name@http://host:port/v1, each
     optionally with +prompt=FILE for another system prompt; unset: base and RUN@latest. What each name means:
-    `benchmarks.compare.variants`."""
+    `pipelines.benchmark.variants`."""
     home: Path = DEFAULT_HOME
     """Where runs and the artifact cache live."""
     out: Path | None = None

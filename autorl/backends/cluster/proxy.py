@@ -1,6 +1,6 @@
 """An OpenAI-compatible address on this machine (`http://127.0.0.1:PORT/v1`) in front of an httpx transport.
 
-A cluster's policy clients route through `autorl.cluster.RoutingTransport` directly; LiteLLM (RULER's judge)
+A cluster's policy clients route through `autorl.backends.cluster.backend.RoutingTransport` directly; LiteLLM (RULER's judge)
 and DSPy (the input generator) take a URL, not a transport, so for them `PoolProxy` serves one: each request
 is sent on through the transport (for a `ReplicaPool`: least-outstanding choice, resent to another replica if
 one dies) and its answer, streamed or not, is passed back as it comes. The proxy runs its own event loop in a
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from .errors import ServerDiedError
+from ...errors import ServerDiedError
 
 T = TypeVar("T")
 

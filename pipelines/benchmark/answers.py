@@ -1,4 +1,4 @@
-"""The answers of agent variants (`benchmarks.compare.variants`) to the held-out inputs of `autorl benchmark`.
+"""The answers of agent variants (`pipelines.benchmark.variants`) to the held-out inputs of `autorl benchmark`.
 
 Base and checkpoints of a run are served by that run's policy server (one local vLLM server, serving
 one checkpoint after the other: merged into the weights under merged serving, the CPU default, or as a
@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from autorl import gather_trajectory_groups
+from autorl.agents.rollout import Complete, RolloutConfig, Turn, openai_completion
 from autorl.model import Model
-from autorl.rollout import Complete, RolloutConfig, Turn, openai_completion
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import ArtifactStore, code_version, stage_key

@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .config import TrainerConfig
-from .errors import AutoRLError
-from .vllm_server import cuda_available
+from ..config import TrainerConfig
+from ..errors import AutoRLError
+from ..serving.config import cuda_available
 
 if TYPE_CHECKING:
     import torch

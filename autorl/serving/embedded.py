@@ -17,12 +17,16 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ruler.endpoint import ModelEndpoint
 
-from .atomic import atomic_dir, atomic_text
-from .errors import ModelNotFoundError
-from .vllm_server import ServerConfig, VLLMServer, live_servers
+from ..atomic import atomic_dir, atomic_text
+from ..errors import ModelNotFoundError
+from .config import ServerConfig
+
+if TYPE_CHECKING:
+    from .vllm_server import VLLMServer
 
 DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
 EMBEDDED_MODELS = {
@@ -115,7 +119,7 @@ _served_elsewhere: Callable[[], ModelEndpoint] | None = None
 def serve_embedded_with(endpoint: Callable[[], ModelEndpoint] | None) -> None:
     """Make `embedded_endpoint` return `endpoint()` instead of a server in this process: a callable that
     serves the embedded model's plain weights elsewhere (started on its first call, the same endpoint after),
-    as a Ray cluster's replicas do (`autorl.cluster.ClusterBackend`). None: a server in this process again."""
+    as a Ray cluster's replicas do (`autorl.backends.cluster.backend.ClusterBackend`). None: a server in this process again."""
     global _served_elsewhere
     with _shared_lock:
         _served_elsewhere = endpoint
@@ -125,6 +129,8 @@ def running_server_for(model_dir: Path) -> VLLMServer | None:
     """A running server of this process whose served name is, and stays, the plain weights of `model_dir`:
     the shared one of `embedded_endpoint`, or a training server in adapter mode (its LoRAs have names of
     their own). A merged-mode training server does not qualify: a training step replaces its weights."""
+    from .vllm_server import live_servers
+
     model_dir = Path(model_dir).resolve()
     shared = _shared_servers.get(model_dir)
     if shared is not None and shared.running:
@@ -145,6 +151,8 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
         model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
         server = running_server_for(model_dir)
         if server is None:
+            from .vllm_server import VLLMServer  # the server's process code loads only to start one
+
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
             server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
             server.start()

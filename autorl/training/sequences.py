@@ -16,8 +16,8 @@ from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
-from .errors import AutoRLError
-from .trajectories import Trajectory
+from ..errors import AutoRLError
+from ..trajectories import Trajectory
 
 TOKEN_ID_PREFIX = "token_id:"
 

@@ -17,14 +17,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from benchmarks.compare.config import BenchmarkConfig
-from pipelines.config import DEFAULT_HOME, RunConfig
+from autorl.config import LOSS_DEFAULTS
+from autorl.errors import AutoRLError
+from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
 from ruler.errors import RulerError
 
+from .benchmark.config import BenchmarkConfig
 from .cli_options import FieldFlag, command_signature, field_flags, flag_for, given_values
-from .config import LOSS_DEFAULTS
-from .dedup import DEFAULT_VAL_FRACTION
-from .errors import AutoRLError
+from .config import DEFAULT_HOME, RunConfig
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -67,7 +67,7 @@ def exit_interrupted(message: str) -> NoReturn:
     model call (input generation runs in threads; one call can take minutes on CPU), which a normal
     exit would wait for: stop every server this process started and leave without waiting.
     """
-    from autorl.vllm_server import stop_all_servers
+    from autorl.serving.vllm_server import stop_all_servers
 
     print_error(message)
     stop_all_servers()
@@ -219,7 +219,8 @@ def inputs_command(
     from rich.table import Table
     from rich.text import Text
 
-    from autorl.inputs import GenerationConfig, generate_inputs, write_inputs_jsonl
+    from autorl.inputs.files import write_inputs_jsonl
+    from autorl.inputs.generation import GenerationConfig, generate_inputs
     from autorl.task import load_task
 
     try:
@@ -274,8 +275,8 @@ def benchmark_command(
     and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
     is reported as failed and the others finish.
     """
-    from benchmarks.compare.head_to_head import check_finished, run_benchmark
-    from benchmarks.compare.scoreboard import RESULTS, markdown_table
+    from pipelines.benchmark.head_to_head import check_finished, run_benchmark
+    from pipelines.benchmark.scoreboard import RESULTS, markdown_table
 
     with user_errors(BENCHMARK_FLAGS, "interrupted; rerun the same command to reuse the answers already made"):
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))

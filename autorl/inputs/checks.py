@@ -14,7 +14,7 @@ Inputs (`junk_reason`), checked in this order:
 - **too few words**: fewer than `MIN_INPUT_WORDS` (2) words (whitespace-separated tokens with a
   letter), or fewer than
   `MIN_INPUT_LETTERS` (4) letters. "Convert 5 km to miles" and "hey can u send the report" pass.
-- **copy of the instructions**: the character-trigram Jaccard similarity (`autorl.dedup`) with the
+- **copy of the instructions**: the character-trigram Jaccard similarity (`autorl.inputs.dedup`) with the
   task description, the generator instructions or any other instruction text given (the system
   prompt, the generator's own instructions), or with any one sentence of them, is at least
   `INSTRUCTION_COPY_THRESHOLD` (0.7). A real input that merely uses the task's words scores lower:
@@ -38,8 +38,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..task import TaskSpec
 from .dedup import jaccard, ngrams, normalize
-from .task import TaskSpec
 
 MIN_INPUT_WORDS = 2
 """Fewest words (tokens with a letter) in an input."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import LossName, ScaleRewards
+from ..config import LossName, ScaleRewards
 
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""

@@ -5,10 +5,10 @@ The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` conso
 the tokens the policy produced. A trained LoRA is served merged into the base weights, reloaded in
 place after each step (`VLLMServer.load_merged`; the default on CPU), or as a runtime-loaded vLLM
 LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. On CPU its KV cache is sized in
-bytes (`--kv-cache-memory-bytes`, see `kv_cache_bytes`), never as a fraction of memory: vLLM's CPU worker
+bytes (`--kv-cache-memory-bytes`, see `autorl.serving.memory`), never as a fraction of memory: vLLM's CPU worker
 would take a fraction of one NUMA node's memory minus its own RSS, which can come out negative where the
 node reports less than the machine has (memory plugged in as it is used). It is stopped on exit, on
-Ctrl-C and on SIGTERM. It runs under `autorl/die_with_parent.py --group`, a supervisor that leads the
+Ctrl-C and on SIGTERM. It runs under `autorl/serving/die_with_parent.py --group`, a supervisor that leads the
 server's process group: if this process is killed outright, the kernel sends the supervisor SIGTERM
 (PR_SET_PDEATHSIG) and it ends the whole group (SIGTERM, then SIGKILL after a grace), so neither the
 server nor its engine processes outlive their parent, even when the server's own shutdown hangs.
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -33,32 +31,23 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import AutoRLError, ServerStartError
+from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
-from .errors import AutoRLError, ServerStartError
+from .memory import kv_cache_bytes, memory_available_for_kv
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
 
-CPU_MAX_NUM_SEQS = 32
-"""`ServerConfig.max_num_seqs` on CPU when unset: above the largest batch of a default run (about 20 answers:
-~10 validation inputs of the bundled tasks x `eval_samples` 2; a training step is 4 x 2 rollouts)."""
-KV_BLOCK_TOKENS = 128
-"""Tokens per KV cache block of vLLM's CPU attention (its default block size there)."""
-MEMORY_MARGIN_BYTES = 3 * 2**30
-"""Memory kept free beside the weights and the KV cache: vLLM's own runtime (torch, compiled code,
-activations; about 1.5 GiB RSS for SmolLM2-135M) and whatever else the run allocates meanwhile."""
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 _ROOT_CAUSE = re.compile(r"\b(?!RuntimeError: Engine core)[A-Z]\w*(Error|Exception): ")
 
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 STOP_GRACE_S = 5.0
 """How long `stop` waits after SIGTERM before it kills the server: a healthy one exits in 1-2 s, one that is
 compiling may ignore SIGTERM, and a run told to stop must be gone within seconds."""
@@ -70,175 +59,6 @@ compiled model it cached as an AOT artifact ("'function' object has no attribute
 compiles it again at every start; its older cache loads. Measured on 2 cores (benchmarks/perf/
 perf_server_start.py): start-up 61 s [58, 64] instead of 126 s [119, 134], decode 269 tokens/s [257, 280]
 against 314 [286, 342] (overlapping spreads); `--enforce-eager` would start in 35 s but decode at 0.59x."""
-
-
-def cuda_available() -> bool:
-    import torch  # only when a server starts: `import autorl` stays light
-
-    return torch.cuda.is_available()
-
-
-CUDA_GPU_MEMORY_UTILIZATION = 0.5
-"""vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset: the trainer gets the rest."""
-
-
-class ServerConfig(BaseModel):
-    """How the local vLLM server is started."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
-
-    host: str = "127.0.0.1"
-    """Interface to bind; loopback by default so the server is never exposed."""
-    port: int | None = None
-    """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: 0.5
-    (`CUDA_GPU_MEMORY_UTILIZATION`), leaving the other half to the trainer on the same GPU (vLLM's own
-    default, 0.9, leaves the trainer too little).
-    Refused on CPU, where vLLM takes it as a fraction of one NUMA node's memory minus its own RSS (negative
-    on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
-    kv_cache_bytes: int | None = Field(None, gt=0)
-    """KV cache size in bytes (`--kv-cache-memory-bytes`). None: on CPU, sized for `max_num_seqs` sequences
-    of `max_model_len` tokens and capped by the memory available (see `kv_cache_bytes()`; 1.5 GiB for
-    SmolLM2-135M at the defaults); on CUDA, what `gpu_memory_utilization` leaves."""
-    max_num_seqs: int | None = Field(None, ge=1)
-    """Sequences vLLM runs at once (`--max-num-seqs`); more requests wait in its queue. On CPU the KV cache
-    is sized for this many. None: 32 on CPU (`CPU_MAX_NUM_SEQS`, above a default run's largest batch),
-    vLLM's default on CUDA."""
-    max_model_len: int = 2048
-    """Longest prompt + completion, in tokens."""
-    max_lora_rank: int = 8
-    """Largest LoRA rank the server accepts; must be at least the trained LoRA's rank."""
-    max_loras: int = 2
-    """LoRAs resident at once (the newest and the one being replaced)."""
-    dtype: str = "auto"
-    """Weights dtype for inference (auto, bfloat16, float32, ...)."""
-    startup_timeout_s: float = 600.0
-    """How long to wait for the server's health check before giving up."""
-    max_restarts: int = Field(3, ge=0)
-    """Times a `LocalBackend` restarts a model's server that died (on the same port, serving what it
-    served); one more death ends the run with `ServerDiedError`."""
-    tool_call_parser: str | None = "hermes"
-    """vLLM's parser of tool calls in the model's output (`--enable-auto-tool-choice --tool-call-parser`),
-    which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
-    template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
-    None for no tool calling."""
-    extra_args: list[str] = Field(default_factory=list)
-    """More `vllm serve` flags, passed through as is."""
-    lora_serving: Literal["auto", "adapter", "merged"] = "auto"
-    """How a trained LoRA is served. "adapter": vLLM's LoRA support (`--enable-lora`); each checkpoint is
-    loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
-    the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
-    server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
-    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf/perf_rollout.py). The
-    server then holds one checkpoint at a time, under one served name. It needs vLLM's development
-    endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
-    a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
-    cpu_in_process: bool = True
-    """On CPU, run the model inside vLLM's engine process (`--distributed-executor-backend uni` with
-    VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to
-    all cores but one while the engine process busy-waits for it on the last core. In-process, the
-    model's threads use every core: on 2 cores 1.1-1.3x the tokens/s of LoRA requests and 1.5-1.6x with
-    merged weights, same greedy outputs (benchmarks/perf/perf_rollout.py). No effect on a CUDA machine, or
-    when `extra_args` choose an executor."""
-
-    def resolved_max_num_seqs(self) -> int | None:
-        """`max_num_seqs`, with None resolved: `CPU_MAX_NUM_SEQS` on CPU, None (vLLM's default) on CUDA."""
-        if self.max_num_seqs is None and not cuda_available():
-            return CPU_MAX_NUM_SEQS
-        return self.max_num_seqs
-
-    def serves_merged(self) -> bool:
-        """Whether LoRAs are served merged into the weights (`lora_serving`, with "auto" resolved here)."""
-        if self.lora_serving == "auto":
-            return self.host in LOOPBACK_HOSTS and not cuda_available()
-        return self.lora_serving == "merged"
-
-
-def kv_bytes_per_token(model_dir: Path, dtype: str = "auto") -> int:
-    """KV cache bytes one token takes: layers x KV heads x head size x 2 (K and V) x bytes of the dtype,
-    from the model's config.json. dtype "auto" is 2 bytes: vLLM serves float32 checkpoints in bfloat16
-    (float16 where the platform lacks it) and 16-bit ones as they are; an unknown dtype counts 4."""
-    path = Path(model_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise AutoRLError(
-            f"cannot size the KV cache: {path} is unreadable ({exc}); set ServerConfig.kv_cache_bytes"
-        ) from None
-    config = config.get("text_config", config)
-    try:
-        heads = config["num_attention_heads"]
-        head_dim = config.get("head_dim") or config["hidden_size"] // heads
-        layers = config["num_hidden_layers"]
-    except KeyError as exc:
-        raise AutoRLError(f"cannot size the KV cache: {path} has no {exc}; set ServerConfig.kv_cache_bytes") from None
-    kv_heads = config.get("num_key_value_heads") or heads
-    dtype_bytes = 2 if dtype == "auto" else _DTYPE_BYTES.get(dtype.removeprefix("torch."), 4)
-    return layers * kv_heads * head_dim * 2 * dtype_bytes
-
-
-def kv_cache_bytes(
-    model_dir: Path, max_num_seqs: int, max_model_len: int, available_bytes: int, dtype: str = "auto"
-) -> int:
-    """The KV cache, in bytes, for `max_num_seqs` sequences of `max_model_len` tokens, capped at
-    `available_bytes` (memory free for it once the weights are loaded).
-
-    Each sequence is counted as its length rounded up to whole blocks of `KV_BLOCK_TOKENS`, plus one
-    block (vLLM keeps one block back, and a sequence rarely ends on a block boundary). Below one such
-    sequence vLLM refuses to start, so that minimum not fitting in `available_bytes` is an AutoRLError.
-    """
-    per_token = kv_bytes_per_token(model_dir, dtype)
-    per_sequence = (math.ceil(max_model_len / KV_BLOCK_TOKENS) + 1) * KV_BLOCK_TOKENS * per_token
-    wanted = max_num_seqs * per_sequence
-    if per_sequence > available_bytes:
-        raise AutoRLError(
-            f"the KV cache needs at least {per_sequence / 2**30:.2f} GiB (one sequence of max_model_len "
-            f"{max_model_len} tokens) but only {max(available_bytes, 0) / 2**30:.2f} GiB is available for it; "
-            f"lower max_model_len or free memory"
-        )
-    if wanted > available_bytes:
-        log.warning(
-            "KV cache capped at %.2f GiB, the memory available (%d sequences x %d tokens want %.2f GiB); "
-            "lower max_num_seqs or max_model_len to stop this",
-            available_bytes / 2**30,
-            max_num_seqs,
-            max_model_len,
-            wanted / 2**30,
-        )
-        return available_bytes
-    return wanted
-
-
-def _meminfo(path: str) -> dict[str, int]:
-    """A meminfo file (/proc/meminfo, or a NUMA node's, whose lines start "Node N") as bytes by key."""
-    values = {}
-    for line in Path(path).read_text().splitlines():
-        parts = line.split()
-        if parts and parts[0] == "Node":
-            parts = parts[2:]
-        if len(parts) >= 2 and parts[1].isdigit():
-            values[parts[0].rstrip(":")] = int(parts[1]) * (1024 if parts[2:] == ["kB"] else 1)
-    return values
-
-
-def memory_available_for_kv(model_dir: Path) -> int:
-    """Bytes the KV cache may take: memory available, less the weights' size on disk and
-    `MEMORY_MARGIN_BYTES`. Memory available is the lesser of /proc/meminfo's MemAvailable and what vLLM's
-    CPU worker counts free on its NUMA node (the node of this process's first CPU; free + file cache +
-    reclaimable slab), since vLLM refuses a KV cache larger than the latter."""
-    available = _meminfo("/proc/meminfo")["MemAvailable"]
-    cpu = min(os.sched_getaffinity(0))
-    node = next(Path(f"/sys/devices/system/cpu/cpu{cpu}").glob("node[0-9]*"), None)
-    if node is not None:
-        try:
-            info = _meminfo(f"/sys/devices/system/node/{node.name}/meminfo")
-            free = info["MemFree"] + info["Active(file)"] + info["Inactive(file)"] + info["SReclaimable"]
-            available = min(available, free)
-        except (OSError, KeyError):
-            pass
-    weights = sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in Path(model_dir).glob(pattern))
-    return available - weights - MEMORY_MARGIN_BYTES
 
 
 def free_port(host: str = "127.0.0.1") -> int:

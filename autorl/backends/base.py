@@ -1,0 +1,240 @@
+"""The `Backend` interface that `TrainableModel` is typed against, and `ModelBackend`, the one implementation
+of its training loop that every backend running its own servers and trainer shares.
+
+A backend registers models (starts serving them), trains them one GRPO step at a time, serves any of their
+checkpoints, and gives their OpenAI clients the transport that reaches its servers. `ModelBackend` does
+what is the same wherever the work runs: the run directory, one step at a time per model, inference held
+back while a step runs (the model's `InferenceGate`), the history, serving the new checkpoint. Where the
+servers and the trainer run is its `Placement`'s: this machine (`autorl.backends.local`) or a Ray cluster
+(`autorl.backends.cluster`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import httpx
+
+from ..config import TrainConfig
+from ..errors import AutoRLError
+from ..serving.vllm_server import install_exit_hooks
+from ..training.checkpoints import checkpoint_name, latest_checkpoint
+from ..trajectories import TrajectoryGroup
+from .run_dir import append_history, ensure_writable, reconcile_history, warn_untrained
+from .transport import GatedTransport, InferenceGate
+
+if TYPE_CHECKING:
+    from ..model import TrainableModel
+
+LOCAL_API_KEY = "autorl-local"
+"""The key autorl's clients send to the servers a backend starts."""
+
+
+def inference_name(model_name: str, step: int) -> str:
+    """The name a server serves the LoRA of `step` under (adapter serving): `name@NNNN`."""
+    return f"{model_name}@{checkpoint_name(step)}"
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a `TrainableModel` needs from where it is served and trained."""
+
+    async def register(self, model: TrainableModel) -> None:
+        """Start serving `model` (its newest checkpoint, if it has one) and set its inference endpoint."""
+        ...
+
+    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step from scored groups; returns the step's metrics, with `step`."""
+        ...
+
+    async def get_step(self, model: TrainableModel) -> int:
+        """The newest trained step (0 before any training)."""
+        ...
+
+    async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
+        """The name under which checkpoint `step` (0: the base model) is served, loading it if needed."""
+        ...
+
+    async def recover(self, model: TrainableModel) -> bool:
+        """Bring the model's server back if it died; whether a request that failed to reach it may be sent again."""
+        ...
+
+    def transport(self, model: TrainableModel) -> httpx.AsyncBaseTransport:
+        """The httpx transport of the model's OpenAI clients: held back while it trains, and resent to a server
+        that was recovered."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything the backend started."""
+        ...
+
+
+class Serving(Protocol):
+    """One model's inference, as a `Placement` runs it: a vLLM server, or a pool of replicas."""
+
+    base_url: str
+    """The OpenAI-compatible base URL the model's clients send to."""
+
+    def transport(self) -> httpx.AsyncBaseTransport | None:
+        """What sends the model's requests (None: plain HTTP to `base_url`)."""
+        ...
+
+    async def serve(self, step: int) -> str:
+        """Serve checkpoint `step` (0: the base model); returns the name to request it under."""
+        ...
+
+    async def retire(self, name: str) -> None:
+        """A name served before is no longer the newest checkpoint's: free what it holds, if anything."""
+        ...
+
+    async def recover(self) -> bool:
+        """Restart what died; whether a request that failed may be sent again."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Trainer(Protocol):
+    """One model's trainer, as a `Placement` runs it: on a thread here, or in a Ray actor."""
+
+    async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
+        """One GRPO update; returns its metrics once checkpoint `step` is complete in the run directory."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Placement(Protocol):
+    """Where a `ModelBackend` runs its models' servers and trainers."""
+
+    remote_server_starts: int
+    """vLLM servers started in other processes (on a cluster); this process's own are `VLLMServer.starts`."""
+
+    async def start_serving(self, model: TrainableModel, run_dir: Path) -> Serving:
+        """Start serving `model`'s base weights (checkpoints are served later with `Serving.serve`)."""
+        ...
+
+    def trainer(self, model: TrainableModel, run_dir: Path) -> Trainer:
+        """The model's trainer, made at its first training step; it resumes from the newest checkpoint."""
+        ...
+
+    def close(self) -> None:
+        """Stop what the placement started besides the models' servers and trainers."""
+        ...
+
+
+@dataclass(eq=False)
+class ModelSlot:
+    """What a `ModelBackend` holds for one registered model."""
+
+    run_dir: Path
+    serving: Serving
+    trainer: Trainer | None = None
+    """Made at the first training step."""
+    gate: InferenceGate = field(default_factory=InferenceGate)
+    """Closed while a step runs: the model's requests wait."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One training step at a time."""
+
+
+class ModelBackend:
+    """A `Backend` that serves and trains its models itself, on its `placement`.
+
+    path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
+        `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
+    """
+
+    def __init__(self, path: str | os.PathLike, placement: Placement):
+        install_exit_hooks()  # here, in the thread that makes the backend: SIGTERM is the main thread's to take
+        self.path = Path(path)
+        self.placement = placement
+        self._slots: dict[str, ModelSlot] = {}
+
+    @property
+    def remote_server_starts(self) -> int:
+        return self.placement.remote_server_starts
+
+    def run_dir(self, model: TrainableModel) -> Path:
+        return self.path / model.project / model.name
+
+    async def register(self, model: TrainableModel) -> None:
+        """Start the model's inference, serving its newest checkpoint if it has one."""
+        if model.name in self._slots:
+            return
+        run_dir = self.run_dir(model)
+        ensure_writable(run_dir)
+        serving = await self.placement.start_serving(model, run_dir)
+        self._slots[model.name] = ModelSlot(run_dir, serving)
+        reconcile_history(run_dir)
+        model.inference_base_url = serving.base_url
+        model.inference_api_key = LOCAL_API_KEY
+        latest = latest_checkpoint(run_dir / "checkpoints")
+        model.inference_model_name = await serving.serve(latest[0] if latest else 0)
+
+    async def get_step(self, model: TrainableModel) -> int:
+        latest = latest_checkpoint(self.run_dir(model) / "checkpoints")
+        return latest[0] if latest else 0
+
+    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step: holds back the model's inference, updates the LoRA, checkpoints it, serves it."""
+        slot = self.slot(model)
+        async with slot.lock, slot.gate.closed():
+            if slot.trainer is None:
+                slot.trainer = self.placement.trainer(model, slot.run_dir)
+            step = await self.get_step(model) + 1
+            metrics = await slot.trainer.step(groups, config, step)
+            warn_untrained(step, groups, metrics)
+            append_history(slot.run_dir, {"step": step, **metrics})
+            previous = model.inference_model_name
+            model.inference_model_name = await slot.serving.serve(step)
+            if previous is not None and previous != model.inference_model_name:
+                await slot.serving.retire(previous)  # only the newest LoRA stays resident
+        return {"step": step, **metrics}
+
+    async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
+        """The name under which checkpoint `step` (0: the base model) is served, loading it if needed.
+
+        With merged serving the server holds one checkpoint at a time: serving another step swaps the
+        weights for every request after the swap (requests in flight finish on the old ones), so answer
+        with one checkpoint after the other.
+        """
+        return await self.slot(model).serving.serve(step)
+
+    async def recover(self, model: TrainableModel) -> bool:
+        slot = self._slots.get(model.name)
+        return slot is not None and await slot.serving.recover()
+
+    def transport(self, model: TrainableModel) -> httpx.AsyncBaseTransport:
+        slot = self.slot(model)
+        return GatedTransport(slot.gate, slot.serving.recover, slot.serving.transport())
+
+    def slot(self, model: TrainableModel) -> ModelSlot:
+        """What the backend holds for `model`; one clear error if it is not registered."""
+        if model.name not in self._slots:
+            raise AutoRLError(f"model {model.name!r} is not registered; call `await model.register(backend)` first")
+        return self._slots[model.name]
+
+    def serving(self, model: TrainableModel) -> Serving:
+        """The model's inference (its server, or its replicas)."""
+        return self.slot(model).serving
+
+    def close(self) -> None:
+        """Stop every server and trainer this backend started."""
+        try:
+            self.placement.close()  # first: it cancels a start under way (the embedded model's on a cluster)
+        finally:
+            slots, self._slots = list(self._slots.values()), {}
+            for slot in slots:
+                slot.serving.close()
+                if slot.trainer is not None:
+                    slot.trainer.close()
+
+    async def __aenter__(self) -> ModelBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,128 @@
+"""The Ray actors of a cluster run: `ReplicaActor` (one vLLM server on its node) and `TrainerActor` (the
+`GRPOTrainer` on its node); made into actors by `ray.remote` in `autorl.backends.cluster.backend`. Ray is not
+imported at module level: the actors' modules load on the nodes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ...config import TrainConfig, TrainerConfig
+from ...serving.config import ServerConfig
+from ...training.checkpoints import checkpoint_name
+from ...trajectories import TrajectoryGroup
+
+
+def _threads(count: int) -> None:
+    """Compute with `count` threads: Ray sets OMP_NUM_THREADS to an actor's CPUs or 1, torch and vLLM read it."""
+    os.environ["OMP_NUM_THREADS"] = str(count)
+    import torch
+
+    torch.set_num_threads(count)
+
+
+def read_files(directory: Path) -> dict[str, bytes]:
+    """A checkpoint directory's files (it has no subdirectories), to send to another process."""
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+
+
+def write_files(files: dict[str, bytes], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    return directory
+
+
+class ReplicaActor:
+    """One vLLM server, of the policy or of the embedded model's plain weights (for the embedded judge and
+    generator), on its Ray node (`ray.remote` makes it an actor). Ray reruns `__init__`
+    when the actor's process dies, which starts a new server; the server itself dies with the actor
+    (`die_with_parent`), SIGKILL included."""
+
+    def __init__(
+        self, base_model: str, served_name: str, server: ServerConfig, log_path: str, threads: int, driver_node: str
+    ):
+        import ray
+
+        from ...serving.embedded import resolve_base_model  # on this node: each node converts or finds the model itself
+        from ...serving.vllm_server import VLLMServer
+
+        _threads(threads)
+        if ray.get_runtime_context().get_node_id() != driver_node:  # the driver reaches it over the network
+            server = server.model_copy(update={"host": ray.util.get_node_ip_address()})
+        self.server = VLLMServer(resolve_base_model(base_model), served_name, Path(log_path), server)
+        self.server.start()
+        self._adapters = Path(tempfile.mkdtemp(prefix="autorl-replica-"))
+        self._step = 0
+        """The checkpoint step the server holds (0: the base model, which it starts with)."""
+        self._adapter: str | None = None
+        """The name of the LoRA loaded as an adapter (adapter serving)."""
+
+    def endpoint(self) -> str:
+        return self.server.base_url.removesuffix("/v1")
+
+    def ensure_running(self) -> str:
+        """Restart the server if it died or no longer answers its health check (same port; it starts with the
+        base model); returns the endpoint."""
+        if not self.server.healthy():
+            self.server.restart()
+            self._step, self._adapter = 0, None
+        return self.endpoint()
+
+    def load(self, step: int, name: str, files: dict[str, bytes] | None) -> None:
+        """Serve checkpoint `step` from its LoRA `files` (None for step 0: the base model) as `name`: merged
+        into the weights, or loaded as an adapter (replacing the one before)."""
+        if step == self._step:
+            return
+        if self.server.merged:
+            if files is None:
+                self.server.load_merged(None)
+            else:
+                with tempfile.TemporaryDirectory(dir=self._adapters) as directory:
+                    self.server.load_merged(write_files(files, Path(directory)))
+        else:
+            if files is not None:
+                self.server.load_lora(name, write_files(files, self._adapters / name))
+            if self._adapter is not None:
+                self.server.unload_lora(self._adapter)
+                shutil.rmtree(self._adapters / self._adapter, ignore_errors=True)
+            self._adapter = name if files is not None else None
+        self._step = step
+
+    def stop(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self._adapters, ignore_errors=True)
+
+
+class TrainerActor:
+    """The `GRPOTrainer` on its Ray node; starts from the checkpoint it is given (its files), and returns each
+    step's checkpoint as files for the driver to keep."""
+
+    def __init__(
+        self, base_model: str, config: TrainerConfig, threads: int, latest: dict[str, bytes] | None, step: int
+    ):
+        from ...serving.embedded import resolve_base_model
+        from ...training.trainer import GRPOTrainer
+
+        _threads(threads)
+        self._dir = Path(tempfile.mkdtemp(prefix="autorl-trainer-"))
+        if latest is not None:
+            write_files(latest, self._dir / checkpoint_name(step))
+        self.trainer = GRPOTrainer(resolve_base_model(base_model), self._dir, config)
+
+    def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
+        from ...training.trainer import release_freed_memory
+
+        metrics = self.trainer.step(groups, config)
+        path = self.trainer.save(step, metrics)
+        release_freed_memory()
+        files = read_files(path)
+        for old in self._dir.iterdir():  # the trainer resumes from memory; only the newest is kept on disk
+            if old != path:
+                shutil.rmtree(old, ignore_errors=True)
+        return metrics, files
+
+    def stop(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -1,0 +1,340 @@
+"""Past one machine: the policy served by N vLLM replicas and trained by one trainer, each a Ray actor.
+
+`ClusterBackend` is a `ModelBackend` (autorl/backends/base.py) like `LocalBackend`: the same training loop
+and run layout (`checkpoints/NNNN/`, `history.jsonl`), so a run on a cluster resumes, reports and
+benchmarks as a local one does. Its `ClusterPlacement` differs:
+
+- inference: `ClusterConfig.replicas` `ReplicaActor`s, each a `VLLMServer` on its node (one GPU each on
+  CUDA, `replica_cpus` CPUs otherwise). The model's clients send to a virtual host that `RoutingTransport`
+  routes to the replica with the fewest requests outstanding (`ReplicaPool`); a request that a replica
+  refuses or cuts off is sent again to another one at once, while the pool restarts the dead one.
+- training: one `TrainerActor` holds the `GRPOTrainer`; each step it gets the scored groups and returns the
+  checkpoint's files, which the driver writes under the run directory as `LocalBackend` does.
+- the embedded judge and generator: the embedded model's plain weights on `judge_replicas` replicas of their
+  own, started when first asked for, routed and recovered the same way; LiteLLM and DSPy take a URL, so
+  `PoolProxy` (autorl/backends/cluster/proxy.py) serves the pool at a local address, which `embedded_endpoint` returns.
+- freshness: after a step the LoRA (adapter files only, 9.8 MB for the embedded model at rank 8) goes into
+  Ray's object store once and every replica loads it from there before the next rollouts start; a replica
+  becomes routable again only once it serves the newest step. The object store, not a shared directory:
+  it needs no filesystem shared by the nodes, each node pulls the bytes once, and a replica restarted
+  later reads the same reference.
+
+Ray is imported only here and only when a `ClusterBackend` is made; the config (`ClusterConfig`), the
+routing (`ReplicaPool`, `RoutingTransport`) and the actors live beside this module (`pip install -e ".[ray]"`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ruler.endpoint import EMBEDDED, ModelEndpoint
+
+from ...atomic import atomic_dir
+from ...config import TrainConfig
+from ...errors import AutoRLError
+from ...serving.config import ServerConfig, cuda_available
+from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
+from ...training.checkpoints import checkpoint_name, latest_checkpoint
+from ...trajectories import TrajectoryGroup
+from ..base import ModelBackend, inference_name
+from .actors import ReplicaActor, TrainerActor, read_files, write_files
+from .config import ClusterConfig
+from .proxy import PoolProxy
+from .routing import Replica, ReplicaPool, RoutingTransport
+
+if TYPE_CHECKING:
+    from ...model import TrainableModel
+
+log = logging.getLogger("autorl")
+
+VIRTUAL_HOST = "autorl-replicas.invalid"
+"""The host in a cluster model's base URL: `RoutingTransport` replaces it with a replica's address, and a
+client that bypasses the transport fails to resolve it instead of reaching a replica unrouted."""
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+"""What of a checkpoint the replicas need (the optimizer state stays with the driver)."""
+STOP_TIMEOUT_S = 30.0
+"""How long `ClusterBackend.close` waits for the actors to stop their servers before it kills them."""
+LOCAL_SYSTEM_CONFIG = {"kill_child_processes_on_worker_exit": False}
+"""Ray settings of a cluster that `ray="local"` starts. By default Ray SIGKILLs an actor's child processes when
+the actor's worker exits; a replica's child is the supervisor of its vLLM server (`die_with_parent.py`),
+which, killed so, cannot end the server's engine process (left running, measured). Left alone, the
+supervisor sees the actor die and ends the server's whole process group. On a cluster started with
+`ray start`, set RAY_kill_child_processes_on_worker_exit=0 in the nodes' environment for the same."""
+LOCAL_OBJECT_STORE_BYTES = 512 * 2**20
+"""Object store of a cluster that `ray="local"` starts: Ray's default is 30 % of RAM; a LoRA is megabytes."""
+
+
+def connect(config: ClusterConfig) -> None:
+    """Join (or for "local" start) the Ray cluster, once per process; keeps this process's SIGTERM handler,
+    which `ray.init` replaces (the CLI cancels its run on SIGTERM)."""
+    try:
+        import ray
+    except ImportError:
+        raise AutoRLError('--ray needs Ray: pip install -e ".[ray]"') from None
+    if ray.is_initialized():
+        return
+    local = config.ray == "local"
+    replicas = config.replicas + (config.judge_replicas or config.replicas)  # the policy's, the embedded model's
+    size = max(os.cpu_count() or 1, replicas * config.replica_cpus + config.trainer_cpus)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(
+            address=config.ray,
+            namespace="autorl",
+            logging_level=logging.WARNING,
+            **(
+                {
+                    "num_cpus": size,
+                    "include_dashboard": False,
+                    "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
+                    "_system_config": LOCAL_SYSTEM_CONFIG,
+                }
+                if local
+                else {}
+            ),
+        )
+    except ConnectionError as exc:
+        raise AutoRLError(f"cannot reach the Ray cluster at {config.ray!r}: {exc}") from None
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def stop_actors(actors: list[Any]) -> None:
+    """Let each actor stop what it started (a restarting one cannot), then end them."""
+    import ray
+
+    stops = [actor.stop.remote() for actor in actors]
+    ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT_S)
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+
+
+class ClusterServing:
+    """One model's replicas: every one serves the step last published before it is routed to again."""
+
+    def __init__(self, model: TrainableModel, run_dir: Path, replicas: list[Replica], placement: ClusterPlacement):
+        self.model_name = model.name
+        self.base_model = model.base_model
+        self.run_dir = run_dir
+        self.merged = placement.server_config.serves_merged()
+        self.base_url = f"http://{VIRTUAL_HOST}/v1"
+        self._wait_s = placement.server_config.startup_timeout_s
+        self._adapter_ref: Any = None
+        """The object-store reference of the LoRA files the replicas serve (None: the base model)."""
+        self._served_name = ""
+        self.pool = ReplicaPool(
+            replicas,
+            load=self._load,
+            restart=placement.restart,
+            max_restarts=placement.server_config.max_restarts,
+            name=model.name,
+        )
+
+    def transport(self) -> RoutingTransport:
+        return RoutingTransport(self.pool, self._wait_s)
+
+    async def _load(self, replica: Replica, step: int) -> None:
+        await replica.handle.load.remote(step, self._served_name, self._adapter_ref)
+
+    async def serve(self, step: int) -> str:
+        """Make every replica serve checkpoint `step` (0: the base model) before the next request; returns
+        the name to request it under."""
+        import ray
+
+        if self.pool.step == step:
+            return self._served_name
+        files = None
+        if step > 0:
+            path = self.run_dir / "checkpoints" / checkpoint_name(step)
+            if not all((path / name).is_file() for name in ADAPTER_FILES):
+                raise AutoRLError(f"model {self.model_name!r} has no checkpoint {checkpoint_name(step)}")
+            files = {name: (path / name).read_bytes() for name in ADAPTER_FILES}
+        self._adapter_ref = None if files is None else ray.put(files)
+        if self.merged:
+            self._served_name = self.model_name
+        else:
+            self._served_name = inference_name(self.model_name, step) if step else self.base_model
+        await self.pool.publish(step)
+        return self._served_name
+
+    async def retire(self, name: str) -> None:
+        """Nothing to free: a replica replaces its adapter when it loads the next one."""
+
+    async def recover(self) -> bool:
+        """False: the replicas recover by themselves (`ReplicaPool`), and a request the router gave up on (after
+        trying every replica) is not sent again."""
+        return False
+
+    def close(self) -> None:
+        self.pool.cancel_recoveries()
+        stop_actors([r.handle for r in self.pool.replicas])
+
+
+class ClusterTrainer:
+    """The `TrainerActor` of one model, started from the newest checkpoint; each step's checkpoint files come
+    back and are written under the run directory here."""
+
+    def __init__(self, model: TrainableModel, run_dir: Path, placement: ClusterPlacement):
+        import ray
+
+        self.run_dir = run_dir
+        latest = latest_checkpoint(run_dir / "checkpoints")
+        done, files = (latest[0], read_files(latest[1])) if latest else (0, None)
+        cpus = placement.cluster.trainer_cpus
+        actor = ray.remote(TrainerActor).options(max_restarts=0, **placement.resources(cpus))
+        self.actor = actor.remote(model.base_model, model.trainer, cpus, files, done)
+
+    async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
+        metrics, files = await self.actor.step.remote(groups, config, step)
+        with atomic_dir(self.run_dir / "checkpoints" / checkpoint_name(step)) as tmp:
+            write_files(files, tmp)
+        return metrics
+
+    def close(self) -> None:
+        stop_actors([self.actor])
+
+
+class ClusterPlacement:
+    """Models served by vLLM replica actors and trained by a trainer actor on a Ray cluster, and the embedded
+    model's replicas for the embedded judge and generator (see this module's docstring)."""
+
+    def __init__(self, cluster: ClusterConfig, server: ServerConfig):
+        if cluster.ray is None:
+            raise AutoRLError("ClusterBackend needs ClusterConfig.ray (an address, 'auto' or 'local')")
+        connect(cluster)
+        self.cluster = cluster
+        self.server_config = server
+        self.remote_server_starts = 0
+        self._embedded: PoolProxy | None = None
+        """The address of the embedded model's replicas (`embedded_endpoint`), once asked for."""
+        self.embedded_pool: ReplicaPool | None = None
+        serve_embedded_with(self.embedded_endpoint)
+
+    def resources(self, cpus: int) -> dict:
+        return {"num_gpus": 1} if cuda_available() else {"num_cpus": cpus}
+
+    async def start_serving(self, model: TrainableModel, run_dir: Path) -> ClusterServing:
+        import ray
+
+        merged = self.server_config.serves_merged()
+        if merged and sum(node["Alive"] for node in ray.nodes()) > 1:
+            raise AutoRLError(
+                "merged LoRA serving keeps each vLLM server on loopback, which a multi-node cluster's driver cannot "
+                "reach; use --lora-serving adapter"
+            )
+        served = model.name if merged else model.base_model
+        logs = [run_dir / "logs" / f"vllm-replica-{index}.log" for index in range(self.cluster.replicas)]
+        replicas = await self.start_replicas(model.base_model, served, self.server_config, logs)
+        return ClusterServing(model, run_dir, replicas, self)
+
+    def trainer(self, model: TrainableModel, run_dir: Path) -> ClusterTrainer:
+        return ClusterTrainer(model, run_dir, self)
+
+    async def start_replicas(
+        self, base_model: str, served: str, server: ServerConfig, logs: list[Path]
+    ) -> list[Replica]:
+        """One `ReplicaActor` per log path, serving `base_model` as `served` (each started before the next on
+        CPU); on a failure or cancellation the ones started are stopped."""
+        import ray
+
+        driver_node = ray.get_runtime_context().get_node_id()
+        actor = ray.remote(ReplicaActor).options(
+            max_restarts=server.max_restarts, max_task_retries=0, **self.resources(self.cluster.replica_cpus)
+        )
+        handles = []
+        try:
+            for log_path in logs:
+                handles.append(
+                    actor.remote(base_model, served, server, str(log_path), self.cluster.replica_cpus, driver_node)
+                )
+                self.remote_server_starts += 1
+                if not cuda_available():  # one after another: on CPU each sizes its KV cache from the memory left
+                    await handles[-1].endpoint.remote()
+            urls = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
+        except BaseException:  # a replica that failed to start, or Ctrl-C: the others stop too
+            stop_actors(handles)
+            raise
+        return [Replica(index, handle, url=url) for index, (handle, url) in enumerate(zip(handles, urls, strict=True))]
+
+    def embedded_endpoint(self) -> ModelEndpoint:
+        """The embedded model's plain weights on `judge_replicas` replicas, behind a local `PoolProxy`: where the
+        embedded judge and generator send (`autorl.serving.embedded.embedded_endpoint` asks here, from a worker
+        thread). Started on the first call, which blocks until every replica serves."""
+        proxy = self._embedded
+        if proxy is None:
+            proxy = self._embedded = PoolProxy("autorl-embedded-proxy")  # known to `close` while it starts
+            count = self.cluster.judge_replicas or self.cluster.replicas
+            logs = [cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}-replica-{i}.log" for i in range(count)]
+            try:
+                proxy.run(self._start_embedded(proxy, logs))
+            except BaseException:  # a replica failed to start, or `close` cancelled the start
+                proxy.close()
+                self._embedded = None
+                raise
+        return ModelEndpoint(model=DEFAULT_BASE_MODEL, base_url=proxy.base_url)
+
+    @property
+    def embedded_proxy(self) -> PoolProxy | None:
+        """The local address of the embedded model's replicas, once started."""
+        return self._embedded
+
+    async def _start_embedded(self, proxy: PoolProxy, logs: list[Path]) -> None:
+        server = ServerConfig()  # as a local run's embedded server: the judge's context is its max_model_len
+        replicas = await self.start_replicas(DEFAULT_BASE_MODEL, DEFAULT_BASE_MODEL, server, logs)
+        self.embedded_pool = ReplicaPool(
+            replicas, load=_plain_weights, restart=self.restart, max_restarts=server.max_restarts, name=EMBEDDED
+        )
+        await self.embedded_pool.publish(0)
+        await proxy.serve(RoutingTransport(self.embedded_pool, server.startup_timeout_s), f"http://{VIRTUAL_HOST}")
+
+    async def restart(self, replica: Replica) -> str:
+        """Bring a replica's server back: Ray restarts an actor whose process died (rerunning `__init__`);
+        the actor restarts a server that died under it."""
+        import ray
+
+        self.remote_server_starts += 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.server_config.startup_timeout_s
+        while True:
+            try:
+                return await replica.handle.ensure_running.remote()
+            except ray.exceptions.ActorUnavailableError:  # Ray is restarting the actor (its __init__ starts vLLM)
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(1)
+
+    def close(self) -> None:
+        """Stop the embedded model's replicas and their proxy (the models' own stop with their slots)."""
+        if self._embedded is not None:
+            self._embedded.close()  # cancels a start or recovery under way (first: a start holds embedded's lock)
+            self._embedded = None
+        serve_embedded_with(None)
+        if self.embedded_pool is not None:
+            stop_actors([r.handle for r in self.embedded_pool.replicas])
+            self.embedded_pool = None
+
+
+async def _plain_weights(replica: Replica, step: int) -> None:
+    """The embedded model's replicas serve its plain weights from their start (and restart): nothing to load."""
+
+
+class ClusterBackend(ModelBackend):
+    """A `ModelBackend` whose models are served by `cluster.replicas` vLLM replicas and trained by one trainer,
+    each a Ray actor (see this module's docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike = ".autorl",
+        *,
+        cluster: ClusterConfig,
+        server: ServerConfig | None = None,
+    ):
+        self.server_config = server or ServerConfig()
+        self.cluster = cluster
+        super().__init__(path, ClusterPlacement(cluster, self.server_config))

@@ -1,0 +1,191 @@
+"""`LocalBackend`: serves each model with a vLLM server on this machine and trains its LoRA in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import TrainConfig, TrainerConfig
+from ..errors import AutoRLError, ServerDiedError
+from ..serving.config import ServerConfig
+from ..serving.embedded import resolve_base_model
+from ..serving.vllm_server import VLLMServer
+from ..training.checkpoints import METRICS_FILE, checkpoint_name
+from ..trajectories import TrajectoryGroup
+from .base import ModelBackend, inference_name
+
+if TYPE_CHECKING:
+    from ..model import TrainableModel
+
+log = logging.getLogger("autorl")
+
+
+class LocalServing:
+    """One model's vLLM server on this machine, the checkpoints it holds, and its restarts."""
+
+    def __init__(self, model: TrainableModel, run_dir: Path, server: VLLMServer, max_restarts: int):
+        self.model_name = model.name
+        self.base_model = model.base_model
+        self.run_dir = run_dir
+        self.server = server
+        self.max_restarts = max_restarts
+        self.loaded: dict[str, int] = {}
+        """LoRA names loaded into the server, and their steps (adapter serving)."""
+        self.resident = 0
+        """The step whose weights the server holds (merged serving; 0: the base model)."""
+        self.restarts = 0
+        """Times the server died and was restarted."""
+        self._restart_lock = asyncio.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def transport(self) -> None:
+        return None
+
+    async def serve(self, step: int) -> str:
+        if not self.server.running:
+            await self.recover()
+        return await self._load(step)
+
+    async def _load(self, step: int) -> str:
+        path = None
+        if step > 0:
+            path = self.run_dir / "checkpoints" / checkpoint_name(step)
+            if not (path / METRICS_FILE).is_file():
+                raise AutoRLError(f"model {self.model_name!r} has no checkpoint {checkpoint_name(step)}")
+        if self.server.merged:
+            if self.resident != step:
+                await asyncio.to_thread(self.server.load_merged, path)
+                self.resident = step
+            return self.server.served_name
+        if path is None:
+            return self.base_model
+        name = inference_name(self.model_name, step)
+        if name not in self.loaded:
+            await asyncio.to_thread(self.server.load_lora, name, path)
+            self.loaded[name] = step
+        return name
+
+    async def retire(self, name: str) -> None:
+        if name in self.loaded:
+            await asyncio.to_thread(self.server.unload_lora, name)
+            del self.loaded[name]
+
+    async def recover(self) -> bool:
+        """Restart the server if it died or no longer answers its health check (it is shutting down, or its
+        engine died), serving what it served (merged: the resident checkpoint; adapter: every loaded LoRA) on
+        the same port; returns whether the server runs now, i.e. whether a request that failed to reach it
+        is worth sending again. The model's clients call this when a request cannot connect or is cut
+        (`autorl.backends.transport`). Raises `ServerDiedError` when the server died more than
+        `ServerConfig.max_restarts` times."""
+        async with self._restart_lock:  # requests that failed together: the first restarts, the rest retry
+            if await asyncio.to_thread(self.server.healthy):
+                return True
+            code = self.server.exit_code
+            how = "running, but failing its health check" if code is None else f"exit code {code}"
+            if self.restarts >= self.max_restarts:
+                raise ServerDiedError(
+                    f"the vLLM server of {self.model_name!r} died {self.restarts + 1} times (last: {how}); "
+                    f"see {self.server.log_path}"
+                )
+            self.restarts += 1
+            log.warning(
+                "the vLLM server of %r died (%s); restarting it (%d of at most %d)",
+                self.model_name, how, self.restarts, self.max_restarts,
+            )  # fmt: skip
+            resident, loaded = self.resident, dict(self.loaded)
+            self.resident, self.loaded = 0, {}
+            await asyncio.to_thread(self.server.restart)
+            for step in sorted({resident, *loaded.values()} - {0}):
+                await self._load(step)
+            return True
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+class ThreadTrainer:
+    """The `GRPOTrainer` of one model, built, stepped and saved on one thread of its own.
+
+    One thread, not asyncio's pool: glibc gives each thread its own malloc arena and keeps what a step frees
+    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads grew a run to 22 GB,
+    where one thread holds one step's worth.
+    """
+
+    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig):
+        self._model_dir = model_dir
+        self._checkpoints = checkpoints
+        self._config = config
+        self._trainer = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autorl-train")
+
+    async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
+        on_thread = functools.partial(asyncio.get_running_loop().run_in_executor, self._thread)
+        if self._trainer is None:
+            from ..training.trainer import GRPOTrainer  # torch, transformers and peft load only to train
+
+            self._trainer = await on_thread(GRPOTrainer, self._model_dir, self._checkpoints, self._config)
+        metrics = await on_thread(self._trainer.step, groups, config)
+        await on_thread(self._trainer.save, step, metrics)
+        return metrics
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False)
+
+
+class LocalPlacement:
+    """Each model's vLLM server a child process of this one, its trainer a thread of it."""
+
+    remote_server_starts = 0
+
+    def __init__(self, server: ServerConfig):
+        self.server_config = server
+
+    async def start_serving(self, model: TrainableModel, run_dir: Path) -> LocalServing:
+        model_dir = resolve_base_model(model.base_model)
+        config = self.server_config
+        merged = config.serves_merged()
+        if not merged and config.max_lora_rank < model.trainer.lora_rank:
+            raise AutoRLError(
+                f"LoRA rank {model.trainer.lora_rank} exceeds the server's max_lora_rank "
+                f"{config.max_lora_rank}; raise ServerConfig.max_lora_rank"
+            )
+        served_name = model.name if merged else model.base_model
+        server = VLLMServer(model_dir, served_name, run_dir / "logs" / "vllm.log", config)
+        try:
+            await asyncio.to_thread(server.start)
+        except asyncio.CancelledError:  # Ctrl-C during start-up: stopping ends the start thread's wait
+            server.stop()
+            raise
+        return LocalServing(model, run_dir, server, config.max_restarts)
+
+    def trainer(self, model: TrainableModel, run_dir: Path) -> ThreadTrainer:
+        return ThreadTrainer(resolve_base_model(model.base_model), run_dir / "checkpoints", model.trainer)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalBackend(ModelBackend):
+    """Runs everything on this machine: one vLLM server per registered model, PEFT training in-process.
+
+    path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
+        `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
+    server: how the vLLM server is started (port, memory, context length, how LoRAs are served, ...).
+
+    How a trained LoRA reaches the server follows `ServerConfig.lora_serving`. Adapter serving (the
+    default on CUDA): each checkpoint is a vLLM LoRA served as `<name>@NNNN`, the base model under its
+    own name. Merged serving (the default on CPU, 3x the rollout tokens/s there): the server holds one
+    checkpoint's weights at a time, served as `<name>`; `serve_checkpoint` swaps them in.
+    """
+
+    def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):
+        self.server_config = server or ServerConfig()
+        super().__init__(path, LocalPlacement(self.server_config))

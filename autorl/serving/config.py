@@ -1,0 +1,96 @@
+"""How a vLLM server is started (`ServerConfig`): importable without the server's process code, so the
+layers that only read these settings (the pipeline's flags, the judge's context size) stay light."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CPU_MAX_NUM_SEQS = 32
+"""`ServerConfig.max_num_seqs` on CPU when unset: above the largest batch of a default run (about 20 answers:
+~10 validation inputs of the bundled tasks x `eval_samples` 2; a training step is 4 x 2 rollouts)."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def cuda_available() -> bool:
+    import torch  # only when a server starts: `import autorl` stays light
+
+    return torch.cuda.is_available()
+
+
+CUDA_GPU_MEMORY_UTILIZATION = 0.5
+"""vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset: the trainer gets the rest."""
+
+
+class ServerConfig(BaseModel):
+    """How the local vLLM server is started."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
+
+    host: str = "127.0.0.1"
+    """Interface to bind; loopback by default so the server is never exposed."""
+    port: int | None = None
+    """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: 0.5
+    (`CUDA_GPU_MEMORY_UTILIZATION`), leaving the other half to the trainer on the same GPU (vLLM's own
+    default, 0.9, leaves the trainer too little).
+    Refused on CPU, where vLLM takes it as a fraction of one NUMA node's memory minus its own RSS (negative
+    on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
+    kv_cache_bytes: int | None = Field(None, gt=0)
+    """KV cache size in bytes (`--kv-cache-memory-bytes`). None: on CPU, sized for `max_num_seqs` sequences
+    of `max_model_len` tokens and capped by the memory available (see `autorl.serving.memory.kv_cache_bytes`; 1.5 GiB for
+    SmolLM2-135M at the defaults); on CUDA, what `gpu_memory_utilization` leaves."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Sequences vLLM runs at once (`--max-num-seqs`); more requests wait in its queue. On CPU the KV cache
+    is sized for this many. None: 32 on CPU (`CPU_MAX_NUM_SEQS`, above a default run's largest batch),
+    vLLM's default on CUDA."""
+    max_model_len: int = 2048
+    """Longest prompt + completion, in tokens."""
+    max_lora_rank: int = 8
+    """Largest LoRA rank the server accepts; must be at least the trained LoRA's rank."""
+    max_loras: int = 2
+    """LoRAs resident at once (the newest and the one being replaced)."""
+    dtype: str = "auto"
+    """Weights dtype for inference (auto, bfloat16, float32, ...)."""
+    startup_timeout_s: float = 600.0
+    """How long to wait for the server's health check before giving up."""
+    max_restarts: int = Field(3, ge=0)
+    """Times a `LocalBackend` restarts a model's server that died (on the same port, serving what it
+    served); one more death ends the run with `ServerDiedError`."""
+    tool_call_parser: str | None = "hermes"
+    """vLLM's parser of tool calls in the model's output (`--enable-auto-tool-choice --tool-call-parser`),
+    which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
+    template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
+    None for no tool calling."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More `vllm serve` flags, passed through as is."""
+    lora_serving: Literal["auto", "adapter", "merged"] = "auto"
+    """How a trained LoRA is served. "adapter": vLLM's LoRA support (`--enable-lora`); each checkpoint is
+    loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
+    the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
+    server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
+    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf/perf_rollout.py). The
+    server then holds one checkpoint at a time, under one served name. It needs vLLM's development
+    endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
+    a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
+    cpu_in_process: bool = True
+    """On CPU, run the model inside vLLM's engine process (`--distributed-executor-backend uni` with
+    VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to
+    all cores but one while the engine process busy-waits for it on the last core. In-process, the
+    model's threads use every core: on 2 cores 1.1-1.3x the tokens/s of LoRA requests and 1.5-1.6x with
+    merged weights, same greedy outputs (benchmarks/perf/perf_rollout.py). No effect on a CUDA machine, or
+    when `extra_args` choose an executor."""
+
+    def resolved_max_num_seqs(self) -> int | None:
+        """`max_num_seqs`, with None resolved: `CPU_MAX_NUM_SEQS` on CPU, None (vLLM's default) on CUDA."""
+        if self.max_num_seqs is None and not cuda_available():
+            return CPU_MAX_NUM_SEQS
+        return self.max_num_seqs
+
+    def serves_merged(self) -> bool:
+        """Whether LoRAs are served merged into the weights (`lora_serving`, with "auto" resolved here)."""
+        if self.lora_serving == "auto":
+            return self.host in LOOPBACK_HOSTS and not cuda_available()
+        return self.lora_serving == "merged"
