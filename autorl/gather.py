@@ -6,8 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 
-from tqdm.auto import tqdm
-
+from .progress import progress_bar
 from .trajectories import TrajectoryGroup
 
 AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None] | TrajectoryGroup | None]
@@ -27,20 +26,26 @@ async def gather_trajectory_groups(
         in `group.exceptions`.
     after_each: called with each group as soon as its rollouts finish (e.g. to score it with a judge);
         it may return a replacement group, or None to drop the group. Sync or async.
-    pbar_desc: the progress bar's label; None hides the bar.
+    pbar_desc: the progress bar's label; None hides the bar. It counts rollouts, and with `after_each` also
+        the groups done (`after_each` returned), e.g. judged; a plain line every few seconds off a terminal.
     """
     groups = list(groups)
     total = sum(g.pending + len(g) if isinstance(g, TrajectoryGroup) else 0 for g in groups)
-    bar = tqdm(total=total or None, desc=pbar_desc, unit="rollout", disable=pbar_desc is None)
-    failures = 0
+    bar = progress_bar(pbar_desc, total, "rollout")
+    failures = finished = 0
+
+    def postfix() -> None:
+        done = f"groups done {finished}/{len(groups)}" if after_each is not None else ""
+        bar.set_postfix_str(", ".join(filter(None, [done, f"exceptions {failures}" if failures else ""])))
 
     def on_done(ok: bool) -> None:
         nonlocal failures
         failures += not ok
+        postfix()
         bar.update(1)
-        bar.set_postfix(exceptions=failures, refresh=False)
 
     async def finish(group: TrajectoryGroup | Awaitable[TrajectoryGroup]) -> TrajectoryGroup | None:
+        nonlocal finished
         if isinstance(group, TrajectoryGroup):
             group = await group.resolve(on_done)
         else:
@@ -49,7 +54,11 @@ async def gather_trajectory_groups(
         if after_each is None:
             return group
         result = after_each(group)
-        return await result if inspect.isawaitable(result) else result
+        result = await result if inspect.isawaitable(result) else result
+        finished += 1
+        postfix()
+        bar.update(0)
+        return result
 
     try:
         results = await asyncio.gather(*(finish(g) for g in groups))

@@ -185,11 +185,15 @@ def show_command(
     run: Annotated[str, typer.Argument(help="Run name (see `autorl runs`).")],
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
-    """Print a run's stages: cache key, whether cached, time, model calls and figures."""
-    from pipelines.runs import show_table
+    """Print a run's stages (cache key, whether cached, time, model calls, figures) and its model requests
+    (per stage: the judge's and the generator's requests, failures by cause, seconds, tokens)."""
+    from pipelines.runs import calls_table, load_run, show_table
 
     try:
-        Console(width=200).print(show_table(home, run))
+        console = Console(width=200)
+        console.print(show_table(home, run))
+        if (requests := calls_table(load_run(home, run))) is not None:
+            console.print(requests)
     except USER_ERRORS as exc:
         fail(str(exc))
 
@@ -221,11 +225,19 @@ def inputs_command(
 
     from autorl.inputs.files import write_inputs_jsonl
     from autorl.inputs.generation import GenerationConfig, generate_inputs
+    from autorl.progress import progress_bar
     from autorl.task import load_task
 
     try:
         config = GenerationConfig(val_fraction=val_fraction)
-        result = generate_inputs(load_task(task), num_inputs, generator, seed, config)
+        spec = load_task(task)
+        bar = progress_bar(f"inputs from {generator}", num_inputs or spec.num_inputs, "input")
+        try:
+            result = generate_inputs(
+                spec, num_inputs, generator, seed, config, progress=lambda done, wanted: bar.update(done - bar.n)
+            )
+        finally:
+            bar.close()
     except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:

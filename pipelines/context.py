@@ -18,6 +18,7 @@ from autorl.backends import make_backend
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
+from ruler.calls import CallRecord
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
@@ -131,6 +132,14 @@ class StageContext:
     """What the judge did in this process: `groups` it was given, `failed` (not scored), `retries` (requests
     beyond the first for the groups it scored), `shortened` (answers cut to fit the judge's context). The
     pipeline records each stage's share in its summary."""
+    generator_calls: list[CallRecord] = field(default_factory=list)
+    """The generator's requests made in this process, in order (the inputs and system prompt stages add
+    theirs); the pipeline records each stage's in run.json, beside the judge's (`judge_calls`)."""
+
+    def judge_calls(self) -> list[CallRecord]:
+        """The judge's requests made in this process, in order (a RULER judge keeps them; a program judge
+        makes none)."""
+        return list(getattr(self.judge, "calls", []))
 
     def artifact(self, stage: str) -> Path:
         """The directory of a stage's artifact."""

@@ -25,6 +25,7 @@ from autorl.errors import AutoRLError
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.training.engines import resolve_engine
+from ruler.calls import CallRecord, summarize
 from ruler.loading import load_judge
 
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
@@ -109,6 +110,7 @@ async def _run_locked(
             if stage in forced:
                 store.remove(stage, keys[stage])
             started, before = time.monotonic(), sum(calls.values())
+            marks = len(ctx.judge_calls()), len(ctx.generator_calls)
             if STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
@@ -121,6 +123,8 @@ async def _run_locked(
                 store.write_summary(stage, keys[stage], summary)
                 entry = {"cached": False, "summary": summary}
             entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
+            if logged := call_log(ctx.judge_calls()[marks[0] :], ctx.generator_calls[marks[1] :]):
+                entry["calls"] = logged
             record["stages"][stage] = entry
             write_json(run_dir / RUN_FILE, record)
         _copy_report(store.path("report", keys["report"]), run_dir)
@@ -141,6 +145,16 @@ async def _run_locked(
         await policy.aclose()
     console.print(f"done: report in {run_dir / 'report.md'}; model calls this run: {sum(calls.values())}")
     return record
+
+
+def call_log(judge: list[CallRecord], generator: list[CallRecord]) -> dict[str, Any]:
+    """A stage's model requests for run.json: per kind (judge, generator) a summary per model
+    (`ruler.calls.summarize`: calls, failures by cause, seconds, tokens) and every request's record."""
+    return {
+        kind: {"summary": summarize(records), "log": [r.as_json() for r in records]}
+        for kind, records in (("judge", judge), ("generator", generator))
+        if records
+    }
 
 
 def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) -> dict[str, Any]:

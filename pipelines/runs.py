@@ -80,3 +80,20 @@ def show_table(home: Path, name: str) -> Table:
             f"{entry['seconds']:.1f}", str(entry["model_calls"]), figures[:120],
         )  # fmt: skip
     return table
+
+
+def calls_table(record: dict[str, Any]) -> Table | None:
+    """The model requests a run's stages made (run.json's `calls`), per stage, kind and model: requests, the
+    failed ones by cause, seconds in all, median and slowest, tokens; None when no stage recorded any."""
+    table = Table(title="model requests (judge and generator)")
+    for column in ("stage", "kind", "model", "requests", "failed", "seconds", "median s", "max s", "tokens in/out"):
+        table.add_column(column)
+    for stage in STAGES:
+        for kind, logged in record.get("stages", {}).get(stage, {}).get("calls", {}).items():
+            for model, s in logged["summary"].items():
+                failed = ", ".join(f"{cause} {count}" for cause, count in s["failed"].items()) or "-"
+                table.add_row(
+                    stage, kind, model, str(s["calls"]), failed, f"{s['seconds']:.1f}", f"{s['median_s']:.1f}",
+                    f"{s['max_s']:.1f}", f"{s['prompt_tokens']}/{s['completion_tokens']}",
+                )  # fmt: skip
+    return table if table.rows else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from .backend import (
     stated_context_tokens,
 )
 from .cache import CacheDir, JudgeCache, cache_key
+from .calls import OK, CallRecord, failure_cause
 from .errors import JudgeFailedError
 from .messages import Message
 from .prompt import JudgePrompt, as_message_lists, build_judge_prompt, canonical_json
@@ -74,6 +76,8 @@ class RulerJudge:
         self.name = name
         self._client = JudgeClient(self.model)
         self._console = Console(stderr=True)
+        self.calls: list[CallRecord] = []
+        """Every request this judge made, in order (`ruler.calls`): what each took and how it ended."""
 
     async def score_group(
         self,
@@ -171,12 +175,29 @@ class RulerJudge:
     async def _ask(
         self, prompt: JudgePrompt, answer_format: dict[str, Any], usage: Usage, max_tokens: int | None = None
     ) -> dict[str, Verdict]:
+        """One request for the group's scores; recorded in `calls` however it ends."""
         if self.debug:
             for message in prompt.messages:
                 self._console.rule(f"RULER prompt: {message['role']}")
                 self._console.print(message["content"], markup=False, highlight=False)
-        text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
-        if self.debug:
-            self._console.rule("RULER answer")
-            self._console.print(text, markup=False, highlight=False)
-        return parse_verdicts(text, prompt.ids)
+        started, before = time.monotonic(), dataclasses.replace(usage)
+        outcome = OK
+        try:
+            text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
+            if self.debug:
+                self._console.rule("RULER answer")
+                self._console.print(text, markup=False, highlight=False)
+            return parse_verdicts(text, prompt.ids)
+        except Exception as exc:
+            outcome = failure_cause(exc)
+            raise
+        finally:
+            self.calls.append(
+                CallRecord(
+                    self.model.model,
+                    time.monotonic() - started,
+                    usage.prompt_tokens - before.prompt_tokens,
+                    usage.completion_tokens - before.completion_tokens,
+                    outcome,
+                )
+            )

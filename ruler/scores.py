@@ -33,7 +33,12 @@ class TrajectoryScore(BaseModel):
 
 
 class InvalidAnswer(ValueError):
-    """The judge's answer is not a valid set of scores; RULER asks again."""
+    """The judge's answer is not a valid set of scores; RULER asks again. `cause` names what was wrong:
+    malformed_json, no_scores, wrong_count or bad_score (what a call's record keeps, `ruler.calls`)."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,9 @@ def is_finite_number(value: Any) -> bool:
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
-        raise InvalidAnswer(f"duplicate keys in the answer: {sorted({k for k in keys if keys.count(k) > 1})}")
+        raise InvalidAnswer(
+            f"duplicate keys in the answer: {sorted({k for k in keys if keys.count(k) > 1})}", "malformed_json"
+        )
     return dict(pairs)
 
 
@@ -99,21 +106,23 @@ def parse_verdicts(text: str, ids: Sequence[str]) -> dict[str, Verdict]:
     try:
         answer = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise InvalidAnswer(f"the answer is not JSON ({exc.msg} at char {exc.pos}): {text[:80]!r}") from None
+        raise InvalidAnswer(
+            f"the answer is not JSON ({exc.msg} at char {exc.pos}): {text[:80]!r}", "malformed_json"
+        ) from None
     scores = answer.get("scores") if isinstance(answer, dict) else None
     if not isinstance(scores, dict):
-        raise InvalidAnswer('the answer has no "scores" object')
+        raise InvalidAnswer('the answer has no "scores" object', "no_scores")
     if set(scores) != set(ids):
         missing, extra = sorted(set(ids) - set(scores)), sorted(set(scores) - set(ids))
         raise InvalidAnswer(
-            f"{len(scores)} scores for {len(ids)} trajectories (missing ids {missing}, unknown {extra})"
+            f"{len(scores)} scores for {len(ids)} trajectories (missing ids {missing}, unknown {extra})", "wrong_count"
         )
     verdicts = {}
     for tid in ids:
         entry = scores[tid]
         score = entry.get("score") if isinstance(entry, dict) else None
         if not is_finite_number(score):
-            raise InvalidAnswer(f"trajectory {tid} has no finite numeric score: {entry!r:.80}")
+            raise InvalidAnswer(f"trajectory {tid} has no finite numeric score: {entry!r:.80}", "bad_score")
         explanation = entry.get("explanation")
         clamped = min(max(float(score), 0.0), 1.0)
         verdicts[tid] = Verdict(

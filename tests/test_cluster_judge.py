@@ -88,7 +88,7 @@ async def completions(target, count: int, once_sent=None) -> list[str]:
 def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_killed_one(tmp_path):
     from autorl.backends.cluster.backend import ClusterBackend
     from autorl.backends.cluster.config import ClusterConfig
-    from autorl.inputs.generation import generator_lm
+    from autorl.inputs.generation import Generator
     from autorl.serving import embedded
 
     local_starts = VLLMServer.starts
@@ -105,8 +105,11 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
         pool = backend.placement.embedded_pool
         urls = [replica.url for replica in pool.replicas]
 
-        lm, _ = generator_lm("embedded", max_tokens=16, temperature=0.0)
-        assert lm("Name a colour.")[0].strip()  # DSPy, blocking, from this thread
+        generator = Generator("embedded")  # LiteLLM, blocking, from this thread, with the prefill vLLM continues
+        (answer,) = generator.complete(
+            [{"role": "user", "content": "Name a colour."}], "A colour:", n=1, seed=0, max_tokens=16
+        )
+        assert answer.text.strip()
 
         groups = [group(["Red.", "Blue", "I like green."]) for _ in range(4)]
         scored = asyncio.run(judged(groups))

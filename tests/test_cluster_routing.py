@@ -1,4 +1,4 @@
-"""`ReplicaPool` and `RoutingTransport` (autorl/backends/cluster/backend.py): how a cluster model's requests reach its replicas.
+"""`ReplicaPool` and `RoutingTransport` (autorl/backends/cluster/routing.py): how a cluster model's requests reach its replicas.
 
 Each fake replica is a real HTTP server on 127.0.0.1 (`ChatCompletionServer`), and requests go to it over real
 HTTP through `RoutingTransport`; the only fakes are the pool's two Ray calls, `load(replica, step)` and

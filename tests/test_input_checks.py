@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autorl.inputs.checks import junk_reason, system_prompt_problem
-from autorl.inputs.generation import WriteInputs
+from autorl.inputs.generation import input_request
 from autorl.task import TaskSpec
 
 MATH = TaskSpec(
@@ -68,8 +68,9 @@ def test_copies_of_extra_instructions_are_junk():
     assert junk_reason("You are a careful math tutor who explains each step.", MATH, [system_prompt]) == (
         "copy of the instructions"
     )
-    first_sentence = WriteInputs.instructions.split(". ")[0]
-    assert junk_reason(first_sentence, MATH, [WriteInputs.instructions]) == "copy of the instructions"
+    request = input_request(MATH, "hard")
+    last_sentence = request.splitlines()[-1]
+    assert junk_reason(last_sentence, MATH, [request]) == "copy of the instructions"
     assert junk_reason("You are a careful math tutor who explains each step.", MATH) is None
 
 
@@ -91,7 +92,7 @@ def test_copies_of_extra_instructions_are_junk():
     ],
 )
 def test_real_inputs_pass(text, task):
-    assert junk_reason(text, task, [WriteInputs.instructions]) is None
+    assert junk_reason(text, task, [input_request(task)]) is None
 
 
 GOOD_PROMPT = (

@@ -13,12 +13,12 @@ from chat_server import ChatCompletionServer
 
 from autorl.errors import AutoRLError
 from autorl.inputs.files import GeneratedInputs, read_inputs_jsonl, write_inputs_jsonl
-from autorl.inputs.generation import GenerationConfig, InputGenerationError, generate_inputs, generator_lm
+from autorl.inputs.generation import INPUT_PREFILL, GenerationConfig, Generator, InputGenerationError, generate_inputs
 from autorl.task import TaskSpec
 from ruler.errors import ModelSpecError
 
 TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
-SYSTEM_PROMPT = "You solve math word problems step by step and end with 'Answer: <number>'."
+SYSTEM_PROMPT = "You are a math tutor: solve word problems step by step and end with 'Answer: <number>'."
 WORDS = [
     "apple",
     "river",
@@ -36,26 +36,37 @@ WORDS = [
     "ember",
 ]
 
-Reply = Callable[[dict], str]
-"""Maps a chat-completions request body to the assistant message content."""
+Reply = Callable[[dict], list[str]]
+"""Maps a chat-completions request body to the texts of its choices (one per `n`)."""
+
+
+def is_prompt_request(body: dict) -> bool:
+    """Whether a request asks for the system prompt (else for inputs)."""
+    return body["messages"][0]["content"].startswith("Write the instructions")
 
 
 class FakeOpenAIServer(ChatCompletionServer):
-    """`POST /v1/chat/completions` answered by `reply`; records every request body."""
+    """`POST /v1/chat/completions` answered by `reply`, one choice per text, each stopped as vLLM stops a
+    prefilled answer at `stop`; records every request body."""
 
     def __init__(self, reply: Reply):
         def answer(body: dict) -> dict:
-            message = {"role": "assistant", "content": reply(body)}
+            choices = []
+            for index, text in enumerate(reply(body)):
+                stops = [text.find(s) for s in body.get("stop") or [] if s in text]
+                finished = text.endswith("<eos>") or bool(stops)
+                text = text[: min(stops)] if stops else text.removesuffix("<eos>")
+                message = {"role": "assistant", "content": text}
+                choices.append({"index": index, "message": message, "finish_reason": "stop" if finished else "length"})
             return {
-                "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"], "choices": choices,
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2 * len(choices), "total_tokens": 3 + 2 * len(choices)},
             }  # fmt: skip
 
         super().__init__(answer)
 
     def input_requests(self) -> list[dict]:
-        return [r for r in self.requests if r["response_format"]["json_schema"]["name"] == "inputs"]
+        return [r for r in self.requests if not is_prompt_request(r)]
 
 
 @pytest.fixture
@@ -71,26 +82,30 @@ def fake_server() -> Iterator[Callable[[Reply], FakeOpenAIServer]]:
         server.close()
 
 
-def scripted(batches: list[list[str] | str]) -> Reply:
-    """System prompt requests get SYSTEM_PROMPT; input requests get the next batch (a str is sent raw)."""
+def quoted(text: str) -> str:
+    """A prefilled input answer as the model writes it: the message, then the closing quote."""
+    return f'{text}" and more the stop cuts off'
+
+
+def scripted(batches: list[list[str]]) -> Reply:
+    """System prompt requests get SYSTEM_PROMPT (after the prefill); input requests the next batch, each text an
+    answer (quoted: the message then its closing quote; a text without a quote runs into the token cap)."""
     queue = iter(batches)
 
-    def reply(body: dict) -> str:
-        if body["response_format"]["json_schema"]["name"] == "system_prompt":
-            return json.dumps({"system_prompt": SYSTEM_PROMPT})
-        batch = next(queue)
-        return batch if isinstance(batch, str) else json.dumps({"new_inputs": batch})
+    def reply(body: dict) -> list[str]:
+        if is_prompt_request(body):
+            return [SYSTEM_PROMPT.removeprefix("You are") + "<eos>"]
+        return next(queue)
 
     return reply
 
 
-def random_words(body: dict) -> str:
+def random_words(body: dict) -> list[str]:
     """Inputs of random words drawn from the request's seed: distinct, and the same for the same seed."""
-    if body["response_format"]["json_schema"]["name"] == "system_prompt":
-        return json.dumps({"system_prompt": SYSTEM_PROMPT})
+    if is_prompt_request(body):
+        return [SYSTEM_PROMPT.removeprefix("You are") + "<eos>"]
     rng = random.Random(body["seed"])
-    size = body["response_format"]["json_schema"]["schema"]["properties"]["new_inputs"]["maxItems"]
-    return json.dumps({"new_inputs": [" ".join(rng.sample(WORDS, 6)) + "?" for _ in range(size)]})
+    return [quoted(" ".join(rng.sample(WORDS, 6)) + "?") for _ in range(body["n"])]
 
 
 def generate(server: FakeOpenAIServer, n: int, seed: int = 0, task: TaskSpec = TASK, **config) -> GeneratedInputs:
@@ -101,19 +116,21 @@ def generate(server: FakeOpenAIServer, n: int, seed: int = 0, task: TaskSpec = T
 def test_filters_dedups_splits_and_records_metadata(fake_server, tmp_path):
     server = fake_server(
         scripted([
-            ["How many legs do three spiders have?", "how many legs do THREE spiders have", "short", "x" * 80],
-            "Sorry, I can't help with that.",
+            [quoted("How many legs do three spiders have?"), quoted("how many legs do THREE spiders have"),
+             quoted("short"), "x" * 80],  # too short; cut off at the token cap (no closing quote)
+            [],  # no answer at all
             [
-                "A train leaves at 3pm and travels 120 km at 60 km/h. When does it arrive?",
-                "A train leaves at 4pm and travels 120 km at 60 km/h. When does it arrive?",
-                "Write the number seven hundred and two in digits.",
-                "Is 91 a prime number?",
+                quoted("A train leaves at 3pm and travels 120 km at 60 km/h. When does it arrive?"),
+                quoted("A train leaves at 4pm and travels 120 km at 60 km/h. When does it arrive?"),
+                quoted("Write the number seven hundred and two in digits."),
+                quoted("Is 91 a prime number?"),
             ],
-            ["What is 15% of 80?", "Sort these numbers: 5, 3, 9, 1.", "Is 91 a prime number?", "how many wheels do 4 bicycles have"],
+            [quoted("What is 15% of 80?"), quoted("Sort these numbers: 5, 3, 9, 1."), quoted("Is 91 a prime number?"),
+             quoted("how many wheels do 4 bicycles have")],
         ])
     )  # fmt: skip
     task = TASK.model_copy(update={"seed_examples": ["How many wheels do 4 bicycles have?"]})
-    result = generate(server, n=5, task=task, batch_size=4, concurrency=1, max_chars=80, val_fraction=0.2)
+    result = generate(server, n=5, task=task, samples_per_call=4, concurrency=1, max_chars=80, val_fraction=0.2)
 
     assert result.system_prompt == SYSTEM_PROMPT
     assert [row.input for row in result.inputs] == [
@@ -134,12 +151,22 @@ def test_filters_dedups_splits_and_records_metadata(fake_server, tmp_path):
     assert [row.split for row in result.inputs].count("val") == 1
     assert sorted(result.train + result.val) == sorted(row.input for row in result.inputs)
 
-    # Every input call sent the bounded JSON schema and its own seed; later calls list kept inputs to avoid.
+    # Every input request asked for 4 answers with its own seed, continuing the prefill up to the closing
+    # quote (a name@URL endpoint is taken for vLLM), and showed the seed example; every one is recorded.
     calls = server.input_requests()
-    schema = calls[0]["response_format"]["json_schema"]["schema"]["properties"]["new_inputs"]
-    assert (schema["minItems"], schema["maxItems"], schema["items"]["maxLength"]) == (4, 4, 80)
-    assert len({call["seed"] for call in calls}) == 4
-    assert "three spiders" in calls[2]["messages"][-1]["content"]
+    assert {call["n"] for call in calls} == {4} and len({call["seed"] for call in calls}) == 4
+    assert calls[0]["messages"][-1] == {"role": "assistant", "content": INPUT_PREFILL}
+    assert (calls[0]["continue_final_message"], calls[0]["add_generation_prompt"], calls[0]["stop"]) == (
+        True,
+        False,
+        ['"'],
+    )
+    assert "How many wheels do 4 bicycles have?" in calls[0]["messages"][0]["content"]
+    assert "unusual" in calls[2]["messages"][0]["content"] and "unusual" not in calls[0]["messages"][0]["content"]
+    assert len(result.calls) == 5 and {c.model for c in result.calls} == {"fake-model"}  # the system prompt's too
+    assert [c.completion_tokens for c in result.calls] == [2, 8, 0, 8, 8] and {c.outcome for c in result.calls} == {
+        "ok"
+    }
 
     path = write_inputs_jsonl(result.inputs, tmp_path / "out" / "inputs.jsonl")
     frame = pd.read_json(path, lines=True)
@@ -159,24 +186,23 @@ def test_same_seed_same_inputs_and_split(fake_server):
 
 
 def test_generator_with_nothing_usable_fails_after_the_call_cap(fake_server):
-    server = fake_server(scripted(["I am a language model."] * 10))
-    with pytest.raises(
-        InputGenerationError, match=r"only 0 of 5 unique inputs after 3 generator calls \(3 unparseable"
-    ):
+    server = fake_server(scripted([[]] * 10))
+    with pytest.raises(InputGenerationError, match=r"only 0 of 5 unique inputs after 3 generator calls \(3 empty"):
         generate(server, n=5, max_calls=3, concurrency=2)
     assert len(server.input_requests()) == 3
 
 
 def test_generator_repeating_itself_fails_after_the_call_cap(fake_server):
-    server = fake_server(scripted([["What is two plus two?"] * 5] * 10))
+    server = fake_server(scripted([[quoted("What is two plus two?")] * 5] * 10))
     with pytest.raises(InputGenerationError, match=r"only 1 of 3 unique inputs after 4 generator calls.*19 duplicates"):
         generate(server, n=3, max_calls=4)
 
 
-def test_unusable_system_prompt_is_one_clear_error(fake_server):
-    server = fake_server(lambda body: "no json here")
-    with pytest.raises(InputGenerationError, match="no usable system prompt in 3 calls"):
-        generate(server, n=5)
+def test_a_system_prompt_cut_off_in_every_try_falls_back_with_that_reason(fake_server):
+    server = fake_server(lambda body: ["an endless prompt"] if is_prompt_request(body) else random_words(body))
+    result = generate(server, n=5)
+    assert (result.system_prompt, result.system_prompt_fallback) == (TASK.description, "cut off at the token cap")
+    assert len(server.requests) - len(server.input_requests()) == 3
 
 
 @pytest.mark.parametrize("n", [0, -3])
@@ -185,23 +211,41 @@ def test_non_positive_n_is_rejected(n):
         generate_inputs(TASK, n, generator="never-called")
 
 
-def test_generator_forms():
-    lm, name = generator_lm("Qwen/Qwen3-8B@http://127.0.0.1:8000/v1")
-    assert (lm.model, lm.kwargs["api_base"], name) == (
+def test_generator_forms_and_where_a_prefill_is_sent():
+    served = Generator("Qwen/Qwen3-8B@http://127.0.0.1:8000/v1")
+    assert (served.target().model, served.target().api_base, served.name, served.prefill) == (
         "openai/Qwen/Qwen3-8B",
         "http://127.0.0.1:8000/v1",
         "Qwen/Qwen3-8B",
+        True,
     )
-    lm, name = generator_lm("openai/gpt-4.1-mini")
-    assert (lm.model, name) == ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini")
+    provider = Generator("openai/gpt-4.1-mini")
+    assert (provider.target().model, provider.name, provider.prefill) == (
+        "openai/gpt-4.1-mini",
+        "openai/gpt-4.1-mini",
+        False,
+    )
+    assert (
+        Generator("openai/gpt-4.1-mini", prefill=True).prefill and not Generator("m@http://h/v1", prefill=False).prefill
+    )
     with pytest.raises(ModelSpecError, match="names no model; use 'provider/model'"):
-        generator_lm("@http://127.0.0.1:8000/v1")
+        Generator("@http://127.0.0.1:8000/v1")
+
+
+def test_without_a_prefill_the_whole_answer_is_the_input(fake_server):
+    server = fake_server(
+        lambda body: [SYSTEM_PROMPT + "<eos>"] if is_prompt_request(body) else ['"Is 91 a prime number?"<eos>']
+    )
+    config = GenerationConfig(prefill=False, samples_per_call=1, max_calls=2)
+    result = generate_inputs(TASK, 1, generator=f"m@{server.base_url}", config=config)
+    assert result.system_prompt == SYSTEM_PROMPT and [row.input for row in result.inputs] == ["Is 91 a prime number?"]
+    assert all(request["messages"][-1]["role"] == "user" and "stop" not in request for request in server.requests)
 
 
 def test_default_call_cap_scales_with_n():
-    config = GenerationConfig(batch_size=5)
+    config = GenerationConfig(samples_per_call=4)
     assert config.calls_allowed(5) == 16
-    assert config.calls_allowed(100) == 80
+    assert config.calls_allowed(100) == 100
     assert GenerationConfig(max_calls=3).calls_allowed(100) == 3
 
 
@@ -227,8 +271,8 @@ REAL = ["Convert 5 km to miles", "hey can u send the report", "Is 91 a prime num
 
 
 def test_junk_inputs_are_rejected_and_counted(fake_server):
-    server = fake_server(scripted([JUNK[:3] + REAL[:2], JUNK[3:] + REAL[2:]]))
-    result = generate(server, n=4, batch_size=5, concurrency=1)
+    server = fake_server(scripted([[quoted(t) for t in JUNK[:3] + REAL[:2]], [quoted(t) for t in JUNK[3:] + REAL[2:]]]))
+    result = generate(server, n=4, samples_per_call=5, concurrency=1)
     assert [row.input for row in result.inputs] == REAL
     stats = result.stats
     assert (stats.raw, stats.rejected, stats.rejected_junk, stats.duplicates, stats.unique) == (10, 0, 6, 0, 4)
@@ -236,18 +280,19 @@ def test_junk_inputs_are_rejected_and_counted(fake_server):
 
 
 def test_only_junk_fails_with_the_junk_count(fake_server):
-    server = fake_server(scripted([["example 1", "example 2", "guidance"]] * 3))
+    server = fake_server(scripted([[quoted("example 1"), quoted("example 2"), quoted("guidance")]] * 3))
     with pytest.raises(InputGenerationError, match="9 junk inputs"):
-        generate(server, n=2, batch_size=3, max_calls=3)
+        generate(server, n=2, samples_per_call=3, max_calls=3)
 
 
 def system_prompts(*prompts: str) -> Reply:
-    """System prompt requests get `prompts` in turn (the last one repeated); input requests random words."""
+    """System prompt requests get `prompts` in turn (the last one repeated), each the continuation of the prefill
+    "You are"; input requests random words."""
     queue = list(prompts)
 
-    def reply(body: dict) -> str:
-        if body["response_format"]["json_schema"]["name"] == "system_prompt":
-            return json.dumps({"system_prompt": queue.pop(0) if len(queue) > 1 else queue[0]})
+    def reply(body: dict) -> list[str]:
+        if is_prompt_request(body):
+            return [(queue.pop(0) if len(queue) > 1 else queue[0]) + "<eos>"]
         return random_words(body)
 
     return reply
@@ -257,7 +302,7 @@ NOISE = "## ## system prompt prompt ## ## " * 50
 
 
 def test_unusable_system_prompt_falls_back_to_the_task_description(fake_server, caplog):
-    server = fake_server(system_prompts(NOISE[:1499]))
+    server = fake_server(system_prompts(NOISE[:1400]))
     with caplog.at_level("WARNING", logger="autorl.inputs.generation"):
         result = generate(server, n=3)
     assert result.system_prompt == TASK.description
@@ -267,7 +312,7 @@ def test_unusable_system_prompt_falls_back_to_the_task_description(fake_server, 
 
 
 def test_a_later_try_that_passes_is_used(fake_server):
-    server = fake_server(system_prompts("You are a helpful assistant. Be polite and friendly to all.", SYSTEM_PROMPT))
+    server = fake_server(system_prompts(" a helpful assistant. Be polite and friendly to all.", SYSTEM_PROMPT[7:]))
     result = generate(server, n=3)
     assert (result.system_prompt, result.system_prompt_fallback) == (SYSTEM_PROMPT, None)
 
@@ -277,7 +322,7 @@ def test_cli_reports_junk_and_a_fallback(fake_server, tmp_path):
 
     from pipelines.cli import app
 
-    server = fake_server(system_prompts("You are a helpful assistant. Be polite and friendly to all."))
+    server = fake_server(system_prompts(" a helpful assistant. Be polite and friendly to all."))
     out = tmp_path / "inputs.jsonl"
     command = ["inputs", TASK.description, "-n", "3", "--out", str(out), "--generator", f"fake@{server.base_url}"]
     result = CliRunner().invoke(app, command)
@@ -300,7 +345,13 @@ def stage_context(server: FakeOpenAIServer, tmp_path, **config):
     )
     keys = {"inputs": "k-inputs", "system_prompt": "k-prompt"}
     return SimpleNamespace(
-        task=TASK, config=run_config, store=ArtifactStore(tmp_path), keys=keys, console=console, calls=Counter()
+        task=TASK,
+        config=run_config,
+        store=ArtifactStore(tmp_path),
+        keys=keys,
+        console=console,
+        calls=Counter(),
+        generator_calls=[],
     )
 
 
@@ -309,7 +360,7 @@ def test_system_prompt_stage_records_the_fallback(fake_server, tmp_path):
 
     from pipelines.stages import system_prompt as stage
 
-    ctx = stage_context(fake_server(system_prompts("Solve it.")), tmp_path)
+    ctx = stage_context(fake_server(system_prompts(" it.")), tmp_path)
     ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
     summary = asyncio.run(stage.run(ctx))
     assert summary["fallback"].startswith("too short") and summary["generator_calls"] == 3
@@ -317,7 +368,7 @@ def test_system_prompt_stage_records_the_fallback(fake_server, tmp_path):
     assert stage.load(ctx) == TASK.description
     assert "using the task description" in ctx.console.export_text()
 
-    ctx = stage_context(fake_server(system_prompts(SYSTEM_PROMPT)), tmp_path / "ok")
+    ctx = stage_context(fake_server(system_prompts(SYSTEM_PROMPT[7:])), tmp_path / "ok")
     ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
     summary = asyncio.run(stage.run(ctx))
     assert summary["fallback"] is None and stage.load(ctx) == SYSTEM_PROMPT
@@ -329,6 +380,7 @@ def test_inputs_stage_summary_counts_junk(fake_server, tmp_path):
 
     from pipelines.stages import inputs as stage
 
-    ctx = stage_context(fake_server(scripted([JUNK[:3] + REAL[:2], JUNK[3:] + REAL[2:]])), tmp_path, num_inputs=4)
+    batches = [[quoted(t) for t in JUNK[:3] + REAL[:2]], [quoted(t) for t in JUNK[3:] + REAL[2:]]]
+    ctx = stage_context(fake_server(scripted(batches)), tmp_path, num_inputs=4)
     summary = asyncio.run(stage.run(ctx))
     assert summary["rejected_junk"] == 6 and summary["inputs"] == 4

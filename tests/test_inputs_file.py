@@ -136,7 +136,7 @@ def test_the_inputs_stage_reads_the_file_without_a_model_call(tmp_path):
     path = write_rows(tmp_path / "in.jsonl", [{"input": q} for q in QUESTIONS] + [{"input": QUESTIONS[0]}])
     config = RunConfig(inputs_file=path, generator="nowhere@http://127.0.0.1:9/v1")
     ctx = SimpleNamespace(task=TASK, config=config, store=ArtifactStore(tmp_path / "artifacts"), keys={"inputs": "k"},
-                          policy=None, calls=Counter(), console=Console())  # fmt: skip
+                          policy=None, calls=Counter(), generator_calls=[], console=Console())  # fmt: skip
     ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
     summary = asyncio.run(stage.run(ctx))
     assert summary["generator_calls"] == 0 and sum(ctx.calls.values()) == 0

@@ -265,3 +265,39 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     assert system_prompt.load(ctx) == "You write formal business English." and ctx.calls == Counter()
     with pytest.raises(ValueError, match="must not be empty"):
         TaskSpec(description="x", system_prompt="  ")
+
+
+def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path):
+    """run.json keeps every request a stage made (seconds, tokens, how it ended) with a summary per model, and
+    `autorl show` prints them: a slow or flaky judge is explained by the record."""
+    import json
+
+    from pipelines.pipeline import call_log
+    from ruler.calls import CallRecord
+
+    judge = [
+        CallRecord("j", 4.0, 300, 60),
+        CallRecord("j", 30.0, 300, 0, "timeout"),
+        CallRecord("j", 2.0, 300, 50, "malformed_json"),
+    ]
+    logged = call_log(judge, [CallRecord("g", 1.5, 40, 20)])
+    assert logged["judge"]["summary"]["j"] == {
+        "calls": 3,
+        "failed": {"malformed_json": 1, "timeout": 1},
+        "seconds": 36.0,
+        "median_s": 4.0,
+        "max_s": 30.0,
+        "prompt_tokens": 900,
+        "completion_tokens": 110,
+    }
+    assert [r["outcome"] for r in logged["judge"]["log"]] == ["ok", "timeout", "malformed_json"]
+    assert logged["generator"]["summary"]["g"]["calls"] == 1 and call_log([], []) == {}
+
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    entry = {"cached": False, "summary": {}, "seconds": 40.0, "model_calls": 4, "calls": logged}
+    record = {"name": "r1", "status": "done", "task": {"description": "t"}, "keys": {"baseline": "k"}}
+    (run / "run.json").write_text(json.dumps({**record, "stages": {"baseline": entry}}))
+    shown = CliRunner().invoke(app, ["show", "r1", "--home", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "malformed_json 1, timeout 1" in shown.output and "900/110" in shown.output

@@ -22,6 +22,7 @@ import pytest
 import ruler
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import JudgeFailedError, JudgeModel, RetryPolicy, RulerJudge
+from ruler.calls import summarize
 
 FAST_RETRY = RetryPolicy(max_attempts=4, outage_s=1.5, initial_backoff_s=0.01, max_backoff_s=0.05, jitter=0)
 
@@ -186,6 +187,13 @@ def test_retries_clamps_and_serves_repeats_from_cache(server, tmp_path):
     assert len(server.requests) == 6
     assert [s.score for s in c] == [1.0, 0.0]
     assert c[0].metrics["ruler_attempts"] == 2
+
+    # Every request is on record with how it ended: the retries' causes, the tokens of each answer.
+    assert [call.outcome for call in judge.calls] == ["ok", "malformed_json", "wrong_count", "ok", "rate_limited", "ok"]
+    assert [call.completion_tokens for call in judge.calls] == [20, 20, 20, 20, 0, 20]
+    assert all(call.seconds > 0 and call.model == judge.model.model for call in judge.calls)
+    (summary,) = summarize(judge.calls).values()
+    assert (summary["calls"], summary["failed"]) == (6, {"malformed_json": 1, "rate_limited": 1, "wrong_count": 1})
 
     again_a = run(judge.score_group(group_a, rubric=ruler.DEFAULT_RUBRIC))
     again_b = run(

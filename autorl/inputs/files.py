@@ -12,6 +12,8 @@ from typing import Literal, NamedTuple, get_args
 
 from pydantic import BaseModel
 
+from ruler.calls import CallRecord
+
 from ..errors import AutoRLError
 from .dedup import DEFAULT_VAL_FRACTION, DedupIndex, Split, split_train_val
 
@@ -76,6 +78,8 @@ class GeneratedInputs(BaseModel):
     """Why the generated system prompt was rejected and the task description used instead; None when it passed."""
     inputs: list[GeneratedInput]
     stats: GenerationStats
+    calls: list[CallRecord] = []
+    """The generator requests made (`ruler.calls`), the system prompt's included; none for an inputs file."""
 
     @property
     def train(self) -> list[str]:

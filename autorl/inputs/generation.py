@@ -1,22 +1,26 @@
-"""Generate the policy's system prompt and N train/validation inputs from a task, with DSPy.
+"""Generate the policy's system prompt and N train/validation inputs from a task.
 
-Two typed DSPy signatures, `WriteSystemPrompt` and `WriteInputs`, run through `dspy.JSONAdapter`
-on a `dspy.LM` that points at the generator, a model spec (`ruler.endpoint`, the same forms as a judge
-model): `"embedded"` (the local vLLM server on the embedded model), any LiteLLM model string
-(`"openai/gpt-4.1-mini"`), or `name@http://host:port/v1` for model `name` on any OpenAI-compatible
-server. Every call sends a `response_format` JSON schema that bounds each string's
-length and the list's size, so a server with guided decoding (vLLM) can only produce JSON that
-parses, even from a 135M model.
+The generator is a model spec (`ruler.endpoint`, the same forms as a judge model): `"embedded"` (the
+embedded model on autorl's local vLLM server), any LiteLLM model string (`"openai/gpt-4.1-mini"`), or
+`name@http://host:port/v1` for model `name` on any OpenAI-compatible server.
 
-Inputs are asked for in batches of `batch_size`; each call varies the requested difficulty and
-length and lists a few inputs already kept, which it must not repeat. Replies that do not parse,
-inputs that are empty or hit the length cap (cut off), placeholder-like junk (template echoes, single
-identifiers, copies of the instructions: `autorl.inputs.checks.junk_reason`) and exact or
-near-duplicates (`autorl.inputs.dedup`) are dropped, until N unique inputs exist or `max_calls` calls were
-made (then InputGenerationError).
-The N inputs are split into train and validation by a seeded hash (`autorl.inputs.dedup.split_train_val`).
-A system prompt that fails `autorl.inputs.checks.system_prompt_problem` in every try is replaced by the
-task description (`WrittenSystemPrompt.fallback` says why).
+Each input is one sampled answer to a short plain-text request: the task, the generator instructions and
+any seed examples, then "Write a message that a user sends to this assistant." Where the server continues
+a prefilled answer (vLLM does: the embedded generator and `name@URL` endpoints, `GenerationConfig.prefill`),
+the answer starts as `The user writes: "` and stops at the closing quote, which holds even a 135M model to
+one message and nothing else; one request returns `samples_per_call` answers, sampled at temperature 1.
+This replaced a JSON batch of five inputs per call (DSPy's JSON adapter with a schema bounding every
+string), which the embedded model answered with echoes of its own instructions and, on CPU, at a few
+tokens a second (benchmarks/perf/perf_structured_output.py, perf_generator.py; README "Inputs").
+
+Answers that are empty, cut off (no closing quote, or the token cap), placeholder-like junk (template
+echoes, single identifiers, copies of the instructions: `autorl.inputs.checks.junk_reason`) or exact or
+near-duplicates (`autorl.inputs.dedup`) are dropped, until N unique inputs exist or `max_calls` requests
+were made (then InputGenerationError). The N inputs are split into train and validation by a seeded hash
+(`autorl.inputs.dedup.split_train_val`). A system prompt that fails
+`autorl.inputs.checks.system_prompt_problem` in every try is replaced by the task description
+(`WrittenSystemPrompt.fallback` says why). Every request is recorded (`ruler.calls.CallRecord`: seconds,
+tokens, how it ended) in `GeneratedInputs.calls` and `WrittenSystemPrompt.calls`.
 """
 
 from __future__ import annotations
@@ -25,15 +29,17 @@ import hashlib
 import json
 import logging
 import math
-import random
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
 
-import dspy
 from pydantic import BaseModel, ConfigDict, Field
-from rich.progress import Progress
 
-from ruler.endpoint import ModelEndpoint, use_local_cost_map
+from ruler.calls import OK, CallRecord, failure_cause
+from ruler.endpoint import ModelEndpoint, import_litellm
+from ruler.retry import RetryPolicy, describe, is_retryable
 
 from ..errors import AutoRLError
 from ..task import TaskSpec
@@ -41,22 +47,26 @@ from .checks import SYSTEM_PROMPT_CHARS, junk_reason, system_prompt_problem
 from .dedup import DEFAULT_VAL_FRACTION, NEAR_DUPLICATE_THRESHOLD, DedupIndex, split_train_val
 from .files import Difficulty, GeneratedInput, GeneratedInputs, GenerationStats
 
-DIFFICULTIES: dict[Difficulty, str] = {
-    "easy": "easy: common, typical requests",
-    "medium": "medium: requests that need some care or several steps",
-    "hard": "hard: tricky, ambiguous or unusual requests and edge cases",
-}
-LENGTHS = ("short: one sentence", "medium: two to four sentences", "long: a detailed message with context")
 SYSTEM_PROMPT_TRIES = 3
-"""Calls (with different seeds) for a system prompt that parses and passes the checks, before falling back."""
-MIN_YIELD_PER_CALL = 0.5
-"""The fewest new unique inputs a call is expected to bring when planning a round of calls."""
+"""Requests (with different seeds) for a system prompt that passes the checks, before falling back."""
+MIN_YIELD_PER_CALL = 0.25
+"""The fewest new unique inputs a request is expected to bring when planning a round of requests."""
+INPUT_PREFILL = 'The user writes: "'
+"""How an input's answer starts where the server continues a prefilled answer; it ends at the closing quote."""
+PROMPT_PREFILL = "You are"
+"""How a system prompt's answer starts where the server continues a prefilled answer (and the prompt with it)."""
+DIFFICULTIES: dict[Difficulty, str] = {"easy": "", "medium": " that needs some care", "hard": " that is unusual"}
+"""What each difficulty adds to the request ("Write a message ... that is unusual"). A 135M generator writes
+its best inputs when asked plainly (README "Inputs"), so only every third request asks for more."""
+
+RETRY = RetryPolicy(max_attempts=3, initial_backoff_s=1.0)
+"""Attempts per generator request that fails transiently, and the waits between them."""
 
 logger = logging.getLogger(__name__)
 
 
 class InputGenerationError(AutoRLError):
-    """The generator failed, or gave too few usable inputs within the call budget."""
+    """The generator failed, or gave too few usable inputs within the request budget."""
 
 
 class GenerationConfig(BaseModel):
@@ -64,96 +74,133 @@ class GenerationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    batch_size: int = Field(5, ge=1, le=50)
-    """Inputs asked for in one generator call."""
+    samples_per_call: int = Field(4, ge=1, le=16)
+    """Answers one request asks for (the `n` of a chat completion), each a candidate input; a server that
+    returns fewer (a provider without `n`) is used as it is."""
     max_calls: int | None = Field(None, ge=1)
-    """Cap on generator calls for the inputs; None allows max(16, 4 x ceil(N / batch_size)). The floor is for
-    small N: with a weak generator, junk and duplicates take most of a call (the embedded model kept 4 of
-    6 asked-for inputs in 8 calls)."""
+    """Cap on requests for the inputs; None allows max(16, ceil(4 x N / samples_per_call)): four candidates per
+    input wanted (the embedded model kept about one in two on the tasks measured)."""
     concurrency: int = Field(4, ge=1)
-    """Generator calls in flight at once."""
-    temperature: float = Field(0.7, ge=0)
-    """Sampling temperature of the generator."""
-    max_tokens: int = Field(1200, ge=16)
-    """Completion token cap of one call; a reply cut by it does not parse and counts as unusable."""
+    """Requests in flight at once."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the generator: high, for varied inputs (duplicates are dropped anyway)."""
+    top_p: float = Field(0.95, gt=0, le=1)
+    """Nucleus sampling of the generator."""
+    max_tokens: int = Field(160, ge=16)
+    """Token cap of one answer; an answer cut by it counts as cut off and is dropped."""
+    prefill: bool | None = None
+    """Start each answer with a prefix the server continues (`INPUT_PREFILL`, vLLM's `continue_final_message`),
+    so the answer is the input alone. None: on for the embedded generator and `name@URL` endpoints (vLLM
+    servers), off for LiteLLM providers (which reject it); their answer is taken whole, quotes stripped."""
     min_chars: int = Field(8, ge=1)
-    """Shortest input kept, in characters (also the schema's minLength)."""
+    """Shortest input kept, in characters."""
     max_chars: int = Field(400, ge=16)
-    """Schema cap on an input's length in characters; an input that reaches it was cut off and is dropped."""
-    avoid_count: int = Field(5, ge=0)
-    """Inputs already kept that each call is shown as ones not to repeat."""
+    """Longest input kept, in characters; a longer one is dropped as rambling."""
     similarity_threshold: float = Field(NEAR_DUPLICATE_THRESHOLD, gt=0, le=1)
     """Character-trigram Jaccard similarity at or above which two inputs are duplicates."""
     val_fraction: float = Field(DEFAULT_VAL_FRACTION, ge=0, lt=1)
     """Share of the inputs held out for validation."""
 
     def calls_allowed(self, n: int) -> int:
-        return self.max_calls or max(16, 4 * math.ceil(n / self.batch_size))
+        return self.max_calls or max(16, math.ceil(4 * n / self.samples_per_call))
 
 
-class WriteSystemPrompt(dspy.Signature):
-    """Write the system prompt of an AI agent that performs the task. Address the agent as "you"; say
-    what it must do, how to approach it, and the exact output format the task asks for. Do not include
-    example inputs or answers."""
+@dataclass(frozen=True)
+class Answer:
+    """One sampled answer of the generator."""
 
-    task: str = dspy.InputField(desc="what the agent must do")
-    system_prompt: str = dspy.OutputField(desc="the system prompt")
-
-
-class WriteInputs(dspy.Signature):
-    """Write new inputs that real users would send to an AI agent doing the task. Each input is one
-    complete message to the agent, never an answer. Vary topics, wording and details; match the
-    requested difficulty and length; follow the guidance; match the style of the examples without
-    copying them; do not repeat any input listed in `avoid`."""
-
-    task: str = dspy.InputField(desc="what the agent does")
-    guidance: str = dspy.InputField(desc="extra instructions for the inputs (may be empty)")
-    examples: list[str] = dspy.InputField(desc="example inputs showing the style (may be empty)")
-    difficulty: str = dspy.InputField(desc="how hard the inputs should be")
-    length: str = dspy.InputField(desc="how long each input should be")
-    avoid: list[str] = dspy.InputField(desc="inputs already written; write different ones")
-    count: int = dspy.InputField(desc="how many inputs to write")
-    new_inputs: list[str] = dspy.OutputField(desc="the new inputs, one complete user message each")
+    text: str
+    """The answer, the prefill's continuation where one was sent (the prefill itself left out)."""
+    finished: bool
+    """Whether the model ended it (a stop sequence or its end of turn), not the token cap."""
 
 
-_ADAPTER = dspy.JSONAdapter()
+class Generator:
+    """Chat requests to the generator model (a model spec), each recorded in `calls`."""
 
+    def __init__(self, spec: str, prefill: bool | None = None):
+        endpoint = ModelEndpoint.parse(spec)
+        self._endpoint = endpoint
+        self.prefill = (endpoint.is_embedded or endpoint.base_url is not None) if prefill is None else prefill
+        self._target = None
+        self.calls: list[CallRecord] = []
+        """Every request made, in order: seconds, tokens and how it ended."""
 
-def generator_lm(generator: str, **settings: Any) -> tuple[dspy.LM, str]:
-    """A `dspy.LM` for the generator, and the model name to record (never an address or a key).
+    @property
+    def name(self) -> str:
+        """The model's name, for records and progress (never an address or a key)."""
+        return self.target().name
 
-    `generator` is a model spec (`ruler.endpoint`): "embedded", `name@http://host:port/v1` (model `name` on
-    an OpenAI-compatible server, sent no key), or a LiteLLM model string (its key read from the provider's
-    usual variable). DSPy's response cache is off: the pipeline caches the artifacts.
-    """
-    use_local_cost_map()  # before DSPy imports LiteLLM
-    target = ModelEndpoint.parse(generator).target()
-    return dspy.LM(**target.params(), cache=False, **settings), target.name
+    def target(self) -> Any:
+        """Where requests go (`ruler.endpoint.LiteLLMTarget`); resolving the embedded model starts its server."""
+        if self._target is None:
+            self._target = self._endpoint.target()
+        return self._target
 
-
-def _response_format(name: str, properties: dict[str, Any]) -> dict[str, Any]:
-    schema = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+    def complete(
+        self, messages: list[dict[str, str]], prefill: str | None, *, n: int, seed: int, **sampling: Any
+    ) -> list[Answer]:
+        """`n` answers to `messages`; with `prefill` (where `self.prefill` allows) each continues it. A request that
+        fails transiently (`ruler.retry.is_retryable`: a timeout, a refused connection, a 429 or 5xx) is sent
+        again up to `RETRY.max_attempts` times, each attempt recorded; then InputGenerationError, in one line."""
+        target = self.target()
+        extra: dict[str, Any] = {}
+        if prefill is not None and self.prefill:
+            messages = [*messages, {"role": "assistant", "content": prefill}]
+            extra["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+        litellm = import_litellm()
+        for attempt in range(1, RETRY.max_attempts + 1):
+            started, outcome, usage = time.monotonic(), OK, None
+            try:
+                response = litellm.completion(
+                    **target.params(), messages=messages, n=n, seed=seed, num_retries=0, drop_params=True,
+                    **sampling, **extra,
+                )  # fmt: skip
+                usage = getattr(response, "usage", None)
+                break
+            except Exception as exc:
+                outcome = failure_cause(exc)
+                if not is_retryable(exc) or attempt == RETRY.max_attempts:
+                    raise InputGenerationError(f"generator call failed: {describe(exc)}") from None
+                logger.warning("generator call failed (%s); retrying", describe(exc))
+                time.sleep(RETRY.backoff_s(attempt))
+            finally:
+                self.calls.append(
+                    CallRecord(
+                        target.name,
+                        time.monotonic() - started,
+                        getattr(usage, "prompt_tokens", 0) or 0,
+                        getattr(usage, "completion_tokens", 0) or 0,
+                        outcome,
+                    )
+                )
+        return [
+            Answer(choice.message.content or "", choice.finish_reason in ("stop", "eos", None))
+            for choice in response.choices
+        ]
 
 
 def _call_seed(seed: int, purpose: str, attempt: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{purpose}:{attempt}".encode()).digest()[:4], "big") >> 1
 
 
-def _predict(
-    lm: dspy.LM, signature: type[dspy.Signature], inputs: dict[str, Any], response_format: dict, seed: int
-) -> dspy.Prediction | None:
-    """One structured call; None when the reply does not parse. Generator failures raise."""
-    try:
-        with dspy.context(lm=lm, adapter=_ADAPTER):
-            return dspy.Predict(signature)(**inputs, config={"response_format": response_format, "seed": seed})
-    except dspy.AdapterParseError:
-        return None
-    except dspy.LMError as exc:
-        raise InputGenerationError(f"generator call failed: {str(exc).splitlines()[0]}") from None
+def _about(task: TaskSpec) -> str:
+    """The task as the generator's requests state it: the description, the generator instructions, examples."""
+    text = f"An AI assistant has this job: {task.description.rstrip('.')}."
+    if task.generator_instructions:
+        text += f"\n{task.generator_instructions}"
+    if task.seed_examples:
+        text += "\nMessages users sent it before:" + "".join(f'\n- "{example}"' for example in task.seed_examples)
+    return text
 
 
-class WrittenSystemPrompt(NamedTuple):
+def input_request(task: TaskSpec, difficulty: Difficulty = "easy") -> str:
+    """The text of a request for one input of `task` (what the generator is asked; inputs that copy it are junk)."""
+    return f"{_about(task)}\nWrite a message{DIFFICULTIES[difficulty]} that a user sends to this assistant."
+
+
+@dataclass
+class WrittenSystemPrompt:
     """What `generate_system_prompt` returns."""
 
     text: str
@@ -161,107 +208,112 @@ class WrittenSystemPrompt(NamedTuple):
     fallback: str | None
     """Why the last generated prompt failed the checks (`autorl.inputs.checks.system_prompt_problem`) and the
     task description is used instead; None when a generated prompt passed."""
+    calls: list[CallRecord] = field(default_factory=list)
+    """The generator requests made for it (none for a task's own system prompt)."""
 
 
-def generate_system_prompt(task: TaskSpec, lm: dspy.LM, seed: int = 0) -> WrittenSystemPrompt:
+def generate_system_prompt(task: TaskSpec, generator: str | Generator, seed: int = 0) -> WrittenSystemPrompt:
     """A system prompt for the policy, written by the generator from the task description (the task's own
-    `system_prompt`, as written and without a call, when it has one).
+    `system_prompt`, as written and without a request, when it has one).
 
-    Up to SYSTEM_PROMPT_TRIES calls; the first prompt that passes the checks is used. When the replies
-    parse but none passes, the task description is the system prompt (logged as a warning, and
-    `fallback` names the reason). Raises InputGenerationError when no reply parses at all.
+    Up to SYSTEM_PROMPT_TRIES requests; the first prompt that passes the checks is used. When none passes,
+    the task description is the system prompt (logged as a warning, and `fallback` names the reason).
     """
     if task.system_prompt is not None:
         return WrittenSystemPrompt(task.system_prompt, None)
-    low, high = SYSTEM_PROMPT_CHARS
-    response_format = _response_format(
-        "system_prompt", {"system_prompt": {"type": "string", "minLength": low, "maxLength": high}}
-    )
-    problem = None
+    client = generator if isinstance(generator, Generator) else Generator(generator)
+    first = len(client.calls)
+    request = [
+        {
+            "role": "user",
+            "content": f"Write the instructions for an AI assistant whose job is: {task.description.rstrip('.')}. "
+            'Speak to the assistant as "you"; say what it must do and what its answer must look like. '
+            "Write only the instructions.",
+        }
+    ]
+    lead = PROMPT_PREFILL if client.prefill else ""
+    problem = "no answer"
     for attempt in range(1, SYSTEM_PROMPT_TRIES + 1):
         seed_ = _call_seed(seed, "system_prompt", attempt)
-        prediction = _predict(lm, WriteSystemPrompt, {"task": task.description}, response_format, seed_)
-        if prediction is None:
-            continue
-        prompt = str(prediction.system_prompt).strip()
-        problem = system_prompt_problem(prompt, task)
+        (answer,) = client.complete(
+            request, PROMPT_PREFILL, n=1, seed=seed_, temperature=0.7, max_tokens=SYSTEM_PROMPT_CHARS[1] // 3
+        )
+        prompt = (lead + answer.text).strip() if answer.finished else ""
+        problem = system_prompt_problem(prompt, task) if prompt else "cut off at the token cap"
         if problem is None:
-            return WrittenSystemPrompt(prompt, None)
+            return WrittenSystemPrompt(prompt, None, client.calls[first:])
         logger.info("generated system prompt %d rejected: %s", attempt, problem)
-    if problem is None:
-        raise InputGenerationError(f"the generator wrote no usable system prompt in {SYSTEM_PROMPT_TRIES} calls")
     logger.warning("the generated system prompt is unusable (%s); using the task description instead", problem)
-    return WrittenSystemPrompt(task.description, problem)
+    return WrittenSystemPrompt(task.description, problem, client.calls[first:])
 
 
 class _Request(BaseModel):
-    """One planned WriteInputs call."""
+    """One planned request for candidate inputs."""
 
     attempt: int
     difficulty: Difficulty
     seed: int
-    inputs: dict[str, Any]
+    messages: list[dict[str, str]]
 
     @property
     def prompt_hash(self) -> str:
-        """SHA-256 prefix of the messages this call sends."""
-        messages = _ADAPTER.format(WriteInputs, demos=[], inputs=self.inputs)
-        return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+        """SHA-256 prefix of the messages this request sends."""
+        return hashlib.sha256(json.dumps(self.messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class _InputWriter:
-    """Makes the WriteInputs calls for one task and keeps what survives the quality controls."""
+    """Makes the requests for one task's inputs and keeps what survives the quality controls."""
 
-    def __init__(
-        self, task: TaskSpec, lm: dspy.LM, seed: int, config: GenerationConfig, system_prompt: str | None = None
-    ):
-        self.task, self.lm, self.seed, self.config = task, lm, seed, config
-        self.instructions = [WriteInputs.instructions, *([system_prompt] if system_prompt else [])]
-        """Texts besides the task's that an input must not copy."""
+    def __init__(self, task: TaskSpec, client: Generator, seed: int, config: GenerationConfig):
+        self.task, self.client, self.seed, self.config = task, client, seed, config
         self.index = DedupIndex(config.similarity_threshold)
         for example in task.seed_examples:
             self.index.block(example)
         self.sources: list[_Request] = []
         """The request each kept input came from, parallel to `index.kept`."""
         self.stats = GenerationStats()
-        item = {"type": "string", "minLength": config.min_chars, "maxLength": config.max_chars}
-        size = config.batch_size
-        self.response_format = _response_format(
-            "inputs", {"new_inputs": {"type": "array", "items": item, "minItems": size, "maxItems": size}}
-        )
 
     def request(self, attempt: int) -> _Request:
-        """The inputs of call number `attempt`, planned from what is kept before the round starts."""
-        difficulty = list(DIFFICULTIES)[(attempt - 1) % 3]
-        seed = _call_seed(self.seed, "inputs", attempt)
-        kept = self.index.kept
-        inputs = {
-            "task": self.task.description,
-            "guidance": self.task.generator_instructions,
-            "examples": self.task.seed_examples,
-            "difficulty": DIFFICULTIES[difficulty],
-            "length": LENGTHS[(attempt - 1) // 3 % 3],
-            "avoid": random.Random(seed).sample(kept, min(self.config.avoid_count, len(kept))),
-            "count": self.config.batch_size,
-        }
-        return _Request(attempt=attempt, difficulty=difficulty, seed=seed, inputs=inputs)
+        """Request number `attempt`: every third asks for a harder input."""
+        difficulty: Difficulty = list(DIFFICULTIES)[(attempt - 1) % 3]
+        messages = [{"role": "user", "content": input_request(self.task, difficulty)}]
+        return _Request(
+            attempt=attempt, difficulty=difficulty, seed=_call_seed(self.seed, "inputs", attempt), messages=messages
+        )
 
-    def call(self, request: _Request) -> tuple[_Request, list[str] | None]:
-        """The request and its parsed inputs (None when the reply did not parse)."""
-        prediction = _predict(self.lm, WriteInputs, request.inputs, self.response_format, request.seed)
-        return request, None if prediction is None else [str(text) for text in prediction.new_inputs]
+    def call(self, request: _Request) -> list[Answer]:
+        c = self.config
+        return self.client.complete(
+            request.messages,
+            INPUT_PREFILL,
+            n=c.samples_per_call,
+            seed=request.seed,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            max_tokens=c.max_tokens,
+            **({"stop": ['"']} if self.client.prefill else {}),
+        )
 
-    def keep(self, request: _Request, texts: list[str] | None) -> None:
+    def text_of(self, answer: Answer) -> str | None:
+        """The input an answer holds, or None when it was cut off."""
+        if not answer.finished:
+            return None
+        text = answer.text.strip()
+        if not self.client.prefill:  # the whole answer, without the quotes it may come in
+            text = text.strip().strip('"').strip()
+        return text
+
+    def keep(self, request: _Request, answers: list[Answer]) -> None:
         self.stats.calls += 1
-        if texts is None:
+        if not answers:
             self.stats.unusable_calls += 1
             return
-        for text in texts:
+        for answer in answers:
             self.stats.raw += 1
-            text = text.strip()
-            if not self.config.min_chars <= len(text) < self.config.max_chars:
+            text = self.text_of(answer)
+            if text is None or not self.config.min_chars <= len(text) <= self.config.max_chars:
                 self.stats.rejected += 1
-            elif reason := junk_reason(text, self.task, self.instructions):
+            elif reason := junk_reason(text, self.task, [request.messages[0]["content"]]):
                 self.stats.rejected_junk += 1
                 logger.debug("input %r rejected: %s", text, reason)
             elif self.index.add(text):
@@ -271,57 +323,47 @@ class _InputWriter:
         self.stats.unique = len(self.index)
 
 
+Progress = Callable[[int, int], None]
+"""Told (inputs kept, inputs wanted) after each round of requests."""
+
+
 def generate_inputs(
     task: TaskSpec,
     n: int | None = None,
-    generator: str = "embedded",
+    generator: str | Generator = "embedded",
     seed: int = 0,
     config: GenerationConfig | None = None,
     *,
     write_system_prompt: bool = True,
+    progress: Progress | None = None,
 ) -> GeneratedInputs:
     """A system prompt and `n` (default `task.num_inputs`) unique inputs split into train and val.
 
     write_system_prompt: False skips the system prompt (the pipeline makes it in a stage of its own).
+    progress: called with (kept, wanted) after each round of requests (the CLI shows a bar with it).
 
     Deterministic for a given generator, seed and config when the generator honours `seed` (vLLM does).
     Raises InputGenerationError if the generator fails, or if `n` unique inputs are not reached within
-    `config.calls_allowed(n)` calls.
+    `config.calls_allowed(n)` requests.
     """
     config = config or GenerationConfig()
     n = task.num_inputs if n is None else n
     if n <= 0:
         raise AutoRLError(f"the number of inputs must be at least 1, got {n}")
-    lm, model_name = generator_lm(generator, temperature=config.temperature, max_tokens=config.max_tokens)
-    budget = config.calls_allowed(n)
-    with Progress(transient=True) as progress, ThreadPoolExecutor(config.concurrency) as pool:
-        written = None
-        if write_system_prompt:
-            spinner = progress.add_task(f"Writing the system prompt with {model_name}", total=None)
-            written = generate_system_prompt(task, lm, seed)
-            progress.remove_task(spinner)
-        writer = _InputWriter(task, lm, seed, config, written.text if written else None)
-        bar = progress.add_task(f"Generating {n} inputs with {model_name}", total=n)
-        while len(writer.index) < n and writer.stats.calls < budget:
-            # calls for the inputs still missing, at the yield seen so far (a weak generator's calls give
-            # junk and duplicates: asking for them in one round beats one slow round after another)
-            per_call = writer.stats.unique_per_call if writer.stats.calls else config.batch_size
-            wanted = math.ceil((n - len(writer.index)) / max(per_call, MIN_YIELD_PER_CALL))
-            first = writer.stats.calls + 1
-            attempts = range(first, first + min(config.concurrency, wanted, budget - writer.stats.calls))
-            requests = [writer.request(attempt) for attempt in attempts]
-            for request, texts in pool.map(writer.call, requests):  # in attempt order: deterministic
-                writer.keep(request, texts)
-            progress.update(bar, completed=min(n, len(writer.index)))
+    client = generator if isinstance(generator, Generator) else Generator(generator, config.prefill)
+    first = len(client.calls)
+    written = generate_system_prompt(task, client, seed) if write_system_prompt else None
+    writer = _InputWriter(task, client, seed, config)
+    _fill(writer, n, config, progress)
     stats = writer.stats
     if len(writer.index) < n:
         raise InputGenerationError(
             f"only {stats.unique} of {n} unique inputs after {stats.calls} generator calls ({stats.unusable_calls} "
-            f"unparseable replies, {stats.rejected} empty or cut-off inputs, {stats.rejected_junk} junk inputs, "
-            f"{stats.duplicates} duplicates); "
-            "use a stronger generator, ask for fewer inputs or allow more calls"
+            f"empty replies, {stats.rejected} empty, cut-off or overlong inputs, {stats.rejected_junk} junk inputs, "
+            f"{stats.duplicates} duplicates); use a stronger generator, ask for fewer inputs or allow more calls"
         )
     texts = writer.index.kept[:n]
+    model_name = client.name
     rows = [
         GeneratedInput(
             input=text,
@@ -340,4 +382,30 @@ def generate_inputs(
         system_prompt_fallback=written.fallback if written else None,
         inputs=rows,
         stats=stats,
+        calls=client.calls[first:],
     )
+
+
+def _fill(writer: _InputWriter, n: int, config: GenerationConfig, progress: Progress | None) -> None:
+    """Rounds of requests until `n` inputs are kept or the budget is spent; each round asks for the inputs still
+    missing at the yield seen so far (a weak generator's answers are mostly junk and duplicates: asking for
+    them in one round beats one slow round after another), and keeps answers in request order, so the
+    result is deterministic."""
+    budget = config.calls_allowed(n)
+    with ThreadPoolExecutor(config.concurrency, thread_name_prefix="autorl-generator") as pool:
+        _rounds(writer, n, config, progress, budget, pool)
+
+
+def _rounds(
+    writer: _InputWriter, n: int, config: GenerationConfig, progress: Progress | None, budget: int, pool: Executor
+) -> None:
+    while len(writer.index) < n and writer.stats.calls < budget:
+        per_call = writer.stats.unique_per_call if writer.stats.calls else config.samples_per_call
+        wanted = math.ceil((n - len(writer.index)) / max(per_call, MIN_YIELD_PER_CALL))
+        first = writer.stats.calls + 1
+        attempts = range(first, first + min(config.concurrency, wanted, budget - writer.stats.calls))
+        requests = [writer.request(attempt) for attempt in attempts]
+        for request, answers in zip(requests, pool.map(writer.call, requests), strict=True):
+            writer.keep(request, answers)
+        if progress is not None:
+            progress(min(n, len(writer.index)), n)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import getpass
 import logging
 import os
 import re
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..errors import AutoRLError, ServerStartError
+from ..progress import waiting
 from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
 from .memory import kv_cache_bytes, memory_available_for_kv
@@ -59,6 +61,13 @@ compiled model it cached as an AOT artifact ("'function' object has no attribute
 compiles it again at every start; its older cache loads. Measured on 2 cores (benchmarks/perf/
 perf_server_start.py): start-up 61 s [58, 64] instead of 126 s [119, 134], decode 269 tokens/s [257, 280]
 against 314 [286, 342] (overlapping spreads); `--enforce-eager` would start in 35 s but decode at 0.59x."""
+
+
+def _compile_cache() -> Path:
+    """Where torch's inductor keeps the code it compiled for vLLM on CPU (absent before a first start)."""
+    return Path(
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -215,7 +224,15 @@ class VLLMServer:
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
             )
         _live_servers.add(self)
-        self._wait_healthy()
+        with waiting(self._start_message()):
+            self._wait_healthy()
+
+    def _start_message(self) -> str:
+        """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
+        what = f"starting the vLLM server of {self.served_name}"
+        if not cuda_available() and not _compile_cache().is_dir():
+            return f"{what} (the first start on this machine compiles the model: a few minutes)"
+        return what
 
     def healthy(self, timeout: float = 5.0) -> bool:
         """Whether the server process runs and answers its health check: one that is shutting down, or whose

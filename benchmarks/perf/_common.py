@@ -128,10 +128,27 @@ def median_ratio(
     return ratio_entry(name, ours_value, baseline_value, unit, None, higher_is_better, conditions)
 
 
+def commit() -> dict:
+    """The git commit the measured code is at, and whether the checkout differed from it (uncommitted changes
+    to tracked files): a figure from a dirty tree describes no commit exactly."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "sha": git("rev-parse", "HEAD") or None,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
 def write_result(name: str, result: dict, started: float | None = None) -> Path:
-    """Write `benchmarks/perf/results/<name>.json` with the machine info and the time of measurement."""
+    """Write `benchmarks/perf/results/<name>.json` with the machine info, the commit measured and the time of
+    measurement."""
     record = {
         **result,
+        "commit": commit(),
         "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -3,7 +3,7 @@
     python benchmarks/perf/replica_simulation.py [--seed 0] [--repeats 5] [--train-s SECONDS]  # --help: the knobs
 
 No servers, no sleeps, no wall time: a virtual clock and a heap of events, so every setting runs in seconds.
-The replica each request goes to is chosen by autorl's own `ReplicaPool` (autorl/backends/cluster/backend.py): `pick()` (the
+The replica each request goes to is chosen by autorl's own `ReplicaPool` (autorl/backends/cluster/routing.py): `pick()` (the
 ready, up-to-date replica with the fewest outstanding requests, ties in turn) and `release()` when the last
 token is out; `publish(0)` makes the replicas ready, and a killed replica goes through the pool's own
 `failed()` -> `_recover()` path, whose `restart` callable returns when the simulation's clock reaches the

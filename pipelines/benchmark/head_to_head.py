@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
-from tqdm.auto import tqdm
 
 from autorl.errors import AutoRLError
+from autorl.progress import progress_bar
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
@@ -144,7 +144,7 @@ async def judge_groups(
 ) -> list[TrajectoryGroup]:
     """Each group scored by the judge, from the cache where it was scored before; a group the judge
     cannot score is left out (the judge logs why)."""
-    bar = tqdm(total=len(groups), desc="judge", unit="input")
+    bar = progress_bar("judge", len(groups), "input")
     identity = judge_identity(judge, judge_spec)
 
     async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from autorl.inputs.files import inputs_file_digest, inputs_from_file, read_inputs_jsonl, write_inputs_jsonl
 from autorl.inputs.generation import GenerationConfig, generate_inputs
+from autorl.progress import progress_bar
 from autorl.task import TaskSpec
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
@@ -56,10 +57,21 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
         n = config.num_inputs or ctx.task.num_inputs
         task = await with_tools_shown(ctx)
-        result = await asyncio.to_thread(
-            partial(generate_inputs, task, n, config.generator, config.seed, write_system_prompt=False)
-        )
-    ctx.calls["generator"] += result.stats.calls
+        bar = progress_bar(f"inputs from {config.generator}", n, "input")
+
+        def kept(done: int, wanted: int) -> None:
+            bar.update(done - bar.n)
+
+        try:
+            result = await asyncio.to_thread(
+                partial(
+                    generate_inputs, task, n, config.generator, config.seed, write_system_prompt=False, progress=kept
+                )
+            )
+        finally:
+            bar.close()
+    ctx.calls["generator"] += len(result.calls)
+    ctx.generator_calls += result.calls
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         write_inputs_jsonl(result.inputs, out / FILE)
     stats = result.stats

@@ -11,7 +11,8 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from autorl.inputs.generation import WrittenSystemPrompt, generate_system_prompt, generator_lm
+from autorl.inputs.generation import WrittenSystemPrompt, generate_system_prompt
+from autorl.progress import waiting
 from autorl.task import TaskSpec
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
@@ -38,13 +39,14 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     if ctx.config.generator == "embedded" and not given:
         await ctx.policy.start()
 
-    def write() -> tuple[WrittenSystemPrompt, int]:
-        lm, _ = generator_lm(ctx.config.generator)
-        written = generate_system_prompt(ctx.task, lm, ctx.config.seed)
-        return written, len(lm.history)
-
-    written, calls = (WrittenSystemPrompt(ctx.task.system_prompt, None), 0) if given else await asyncio.to_thread(write)
+    if given:
+        written = WrittenSystemPrompt(ctx.task.system_prompt, None)
+    else:
+        with waiting(f"writing the system prompt with {ctx.config.generator}"):
+            written = await asyncio.to_thread(generate_system_prompt, ctx.task, ctx.config.generator, ctx.config.seed)
+    calls = len(written.calls)
     ctx.calls["generator"] += calls
+    ctx.generator_calls += written.calls
     if written.fallback:
         ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task description")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:

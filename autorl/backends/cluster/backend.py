@@ -11,7 +11,7 @@ benchmarks as a local one does. Its `ClusterPlacement` differs:
 - training: one `TrainerActor` holds the `GRPOTrainer`; each step it gets the scored groups and returns the
   checkpoint's files, which the driver writes under the run directory as `LocalBackend` does.
 - the embedded judge and generator: the embedded model's plain weights on `judge_replicas` replicas of their
-  own, started when first asked for, routed and recovered the same way; LiteLLM and DSPy take a URL, so
+  own, started when first asked for, routed and recovered the same way; LiteLLM (the judge's and the generator's calls) takes a URL, so
   `PoolProxy` (autorl/backends/cluster/proxy.py) serves the pool at a local address, which `embedded_endpoint` returns.
 - freshness: after a step the LoRA (adapter files only, 9.8 MB for the embedded model at rank 8) goes into
   Ray's object store once and every replica loads it from there before the next rollouts start; a replica

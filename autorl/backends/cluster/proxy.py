@@ -1,11 +1,11 @@
 """An OpenAI-compatible address on this machine (`http://127.0.0.1:PORT/v1`) in front of an httpx transport.
 
-A cluster's policy clients route through `autorl.backends.cluster.backend.RoutingTransport` directly; LiteLLM (RULER's judge)
-and DSPy (the input generator) take a URL, not a transport, so for them `PoolProxy` serves one: each request
+A cluster's policy clients route through `autorl.backends.cluster.routing.RoutingTransport` directly; LiteLLM (RULER's
+judge, the input generator) takes a URL, not a transport, so for it `PoolProxy` serves one: each request
 is sent on through the transport (for a `ReplicaPool`: least-outstanding choice, resent to another replica if
 one dies) and its answer, streamed or not, is passed back as it comes. The proxy runs its own event loop in a
-thread, and the pool lives in that loop, so any thread may use the address, blocking callers included (DSPy
-calls from a worker thread while the run's loop waits on it).
+thread, and the pool lives in that loop, so any thread may use the address, blocking callers included (the
+generator's calls from a worker thread while the run's loop waits on it).
 """
 
 from __future__ import annotations

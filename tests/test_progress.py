@@ -1,0 +1,54 @@
+"""Long waits are said in plain lines where stderr is not a terminal (a log, CI), at the start, while they
+last and at the end; on a terminal tqdm redraws them in place."""
+
+import io
+import time
+
+from autorl import progress
+from autorl.progress import progress_bar, waiting
+
+
+def test_a_bar_off_a_terminal_prints_its_count_as_it_goes_and_at_the_end(monkeypatch):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)  # a line for every update
+    out = io.StringIO()
+    bar = progress_bar("inputs from embedded", 4, "input", stream=out)
+    bar.update(1)
+    bar.set_postfix_str("groups done 1/2")
+    bar.update(3)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("inputs from embedded: 0/4 inputs (")
+    assert lines[1].startswith("inputs from embedded: 1/4 inputs (")
+    assert lines[2].startswith("inputs from embedded: 4/4 inputs, groups done 1/2 (")
+    assert lines[-1].endswith(", done)")
+
+
+def test_a_bar_without_a_label_says_nothing():
+    out = io.StringIO()
+    bar = progress_bar(None, 3, "rollout", stream=out)
+    bar.update(3)
+    bar.close()
+    assert out.getvalue() == ""
+
+
+def test_a_wait_off_a_terminal_says_what_it_waits_for_until_it_ends(monkeypatch):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.01)
+    out = io.StringIO()
+    with waiting("starting the vLLM server of m", stream=out):
+        deadline = time.monotonic() + 10
+        while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:  # the start line and a tick
+            time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "starting the vLLM server of m ..."
+    assert lines[1].startswith("starting the vLLM server of m: ") and lines[1].endswith("s")
+    assert lines[-1].startswith("starting the vLLM server of m: done in ")
+
+
+def test_a_wait_that_fails_says_it_stopped():
+    out = io.StringIO()
+    try:
+        with waiting("writing", stream=out):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert out.getvalue().splitlines()[-1].startswith("writing: stopped after ")
