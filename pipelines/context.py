@@ -15,6 +15,8 @@ from autorl import TrainableModel
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
+from autorl.backends.local import LocalBackend
+from autorl.serving.embedded import embedded_endpoint
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
@@ -51,11 +53,24 @@ class Policy:
         """Where training writes checkpoints and history (the train stage's artifact directory)."""
         return self.backend.run_dir(self.model)
 
-    async def start(self) -> None:
+    async def start(self, with_embedded: bool = False) -> None:
+        """Start the policy's server (once). with_embedded: the embedded judge or generator will ask for the
+        embedded model's plain weights too; where the policy's server cannot serve them (merged serving on this
+        machine: its weights change with training), the embedded model's shared server starts at the same time,
+        so the two starts overlap instead of running one after the other."""
         async with self._lock:
             if self._client is None:
-                await self.model.register(self.backend)
+                starts = [self.model.register(self.backend)]
+                if with_embedded and self.starts_apart_from_embedded():
+                    starts.append(asyncio.to_thread(embedded_endpoint))
+                await asyncio.gather(*starts)
                 self._client = self.model.openai_client()
+
+    def starts_apart_from_embedded(self) -> bool:
+        """Whether the embedded model's plain weights need a server of their own beside the policy's: on this
+        machine with merged serving (adapter serving keeps the base weights servable, and the embedded
+        endpoint reuses the policy's server; a cluster has replicas of its own for them)."""
+        return isinstance(self.backend, LocalBackend) and self.backend.server_config.serves_merged()
 
     async def toolbox(self) -> Toolbox | None:
         """The task's tools, opened on first use (its MCP servers start then, once per run); None when the

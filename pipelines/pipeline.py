@@ -26,6 +26,7 @@ from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.training.engines import resolve_engine
 from ruler.calls import CallRecord, summarize
+from ruler.endpoint import EMBEDDED
 from ruler.loading import load_judge
 
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
@@ -106,6 +107,8 @@ async def _run_locked(
     console.print(f"run [bold]{name}[/bold] in {run_dir}")
     servers_before = VLLMServer.starts
     try:
+        if servers_needed(task, config, forced, ctx) == {"policy", "embedded"}:
+            await policy.start(with_embedded=True)  # both starts at once, before the first stage needs one
         for stage in STAGES:
             if stage in forced:
                 store.remove(stage, keys[stage])
@@ -145,6 +148,23 @@ async def _run_locked(
         await policy.aclose()
     console.print(f"done: report in {run_dir / 'report.md'}; model calls this run: {sum(calls.values())}")
     return record
+
+
+POLICY_STAGES = ("baseline", "train", "evaluate")
+"""The stages that ask the policy's server (the others ask none, or only the generator)."""
+
+
+def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: StageContext) -> set[str]:
+    """The servers the stages still to run will ask for: "policy" (its vLLM server) and "embedded" (the embedded
+    judge's or generator's model); a cached stage asks none."""
+    pending = {stage for stage in STAGES if stage in forced or not STAGE_MODULES[stage].is_done(ctx)}
+    needed = {"policy"} if pending & set(POLICY_STAGES) else set()
+    generates = ("inputs" in pending and config.inputs_file is None) or (
+        "system_prompt" in pending and task.system_prompt is None
+    )
+    if (config.judge == EMBEDDED and "policy" in needed) or (config.generator == EMBEDDED and generates):
+        needed.add("embedded")
+    return needed
 
 
 def call_log(judge: list[CallRecord], generator: list[CallRecord]) -> dict[str, Any]:

@@ -301,3 +301,27 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
     shown = CliRunner().invoke(app, ["show", "r1", "--home", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert "malformed_json 1, timeout 1" in shown.output and "900/110" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("cached", "settings", "needed"),
+    [
+        (set(), {}, {"policy", "embedded"}),  # the README's run: both servers, started together
+        (set(), {"judge": "m:judge"}, {"policy", "embedded"}),  # the embedded generator still writes the inputs
+        ({"inputs", "system_prompt"}, {"judge": "m:judge"}, {"policy"}),
+        ({"inputs", "system_prompt", "baseline", "train", "evaluate"}, {}, set()),  # only the report is left
+        ({"baseline", "train", "evaluate"}, {}, {"embedded"}),  # new inputs for a trained run: the generator alone
+    ],
+)
+def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached, settings, needed):
+    from types import SimpleNamespace
+
+    from pipelines.pipeline import servers_needed
+
+    (tmp_path / "checkpoints" / "0002").mkdir(parents=True)
+    for name in ("adapter_model.safetensors", "metrics.json"):
+        (tmp_path / "checkpoints" / "0002" / name).write_text("{}")
+    config = RunConfig(steps=2, **settings)
+    ctx = SimpleNamespace(config=config, policy=SimpleNamespace(run_dir=tmp_path), has_artifact=lambda s: s in cached)
+    assert servers_needed(TaskSpec(description="t"), config, set(), ctx) == needed
+    assert servers_needed(TaskSpec(description="t"), config, {"inputs"}, ctx) >= {"embedded"}  # --force inputs
