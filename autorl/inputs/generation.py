@@ -62,7 +62,7 @@ class InputGenerationError(AutoRLError):
 class GenerationConfig(BaseModel):
     """How inputs are generated, filtered and split (CLI flags override these)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     batch_size: int = Field(5, ge=1, le=50)
     """Inputs asked for in one generator call."""
