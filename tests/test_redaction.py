@@ -17,7 +17,7 @@ from autorl.atomic import atomic_text, private_dir
 from autorl.errors import AutoRLError
 from autorl.redaction import REDACTED, RedactingFilter, is_secret_name, redact_text, redacted
 from autorl.task import McpServerSpec, TaskSpec
-from pipelines.artifacts import write_json
+from pipelines.artifacts import ArtifactStore, write_json
 from pipelines.config import RunConfig
 from pipelines.pipeline import RUN_FILE, _open_record
 from pipelines.tracking import Tracker
@@ -125,6 +125,11 @@ def test_files_take_the_umask_and_run_directories_are_private_by_default(tmp_pat
         os.umask(0o022)
         made = private_dir(tmp_path / "home" / "runs" / "r")
         assert [mode(p) for p in (tmp_path / "home", tmp_path / "home" / "runs", made)] == [0o700] * 3
+        store = ArtifactStore(tmp_path / "existing-home" / "artifacts")
+        (tmp_path / "existing-home").mkdir(mode=0o755)
+        with store.write("inputs", "k", {}) as out:
+            (out / "inputs.jsonl").write_text("")
+        assert mode(store.root) == 0o700 and mode(store.path("inputs", "k") / "inputs.jsonl") == 0o644
         (tmp_path / "shared").mkdir(mode=0o755)
         assert mode(private_dir(tmp_path / "shared")) == 0o755  # one that exists is left as it is
     finally:

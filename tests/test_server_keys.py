@@ -4,6 +4,8 @@ where slow tests already start them (tests/test_vllm_merged.py: vLLM, its develo
 tests/test_cluster_judge.py: Ray replicas and the pool proxy); the proxy's in tests/test_cluster_routing.py."""
 
 import asyncio
+import os
+from pathlib import Path
 
 import httpx
 import pytest
@@ -98,6 +100,7 @@ def test_each_vllm_server_gets_its_own_key_in_its_environment_never_on_its_comma
         assert command[command.index("--middleware") + 1] == "autorl.serving.auth.RequireKey"
         env = server.environment()
         assert env[KEY_ENV] == server.api_key and "VLLM_API_KEY" not in env
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(auth.__file__).resolve().parents[2])
         assert server.headers == {"Authorization": f"Bearer {server.api_key}"}
     assert auth.__name__ == "autorl.serving.auth"  # the import path vLLM's --middleware loads
 

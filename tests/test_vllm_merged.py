@@ -25,7 +25,7 @@ GUARDED = [
     ("GET", "/is_paused"),
 ]  # fmt: skip
 """What vLLM answers, its development endpoints (on in merged serving) included: vLLM's own --api-key guards
-only /v1 (measured: with VLLM_API_KEY set, /server_info, /metrics and /pause answered without it)."""
+only /v1 (measured: with VLLM_API_KEY set, /invocations, /server_info, /metrics and /pause answered without it)."""
 
 
 def greedy(server: VLLMServer) -> list[str]:

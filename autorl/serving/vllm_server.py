@@ -225,12 +225,15 @@ class VLLMServer:
 
     def environment(self) -> dict[str, str]:
         """The server process's environment: this one's, with the server's key (`KEY_ENV`, which `RequireKey`
-        reads), without vLLM's own key (it guards /v1 only, and would refuse autorl's clients), and vLLM's
-        switches: runtime LoRA loading, and in merged serving the development endpoints (/pause, /resume,
-        /collective_rpc), behind the key like every path but /health."""
+        reads) and this autorl on its path (where `--middleware` finds `RequireKey`), without vLLM's own key (it
+        guards /v1 only, and would refuse autorl's clients), and vLLM's switches: runtime LoRA loading, and in
+        merged serving the development endpoints (/pause, /resume, /collective_rpc), behind the key like every
+        path but /health."""
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
         env[KEY_ENV] = self.api_key
         env.pop("VLLM_API_KEY", None)
+        here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         if self.merged:  # /pause, /resume and /collective_rpc (reload_weights) are development endpoints
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
