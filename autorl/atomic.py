@@ -1,13 +1,17 @@
 """Atomic writes: a file or a directory appears whole under its name, or not at all (a killed process
 leaves a hidden temporary beside it, never a half-written file). A write that fails because the disk is
-full raises one `DiskFullError` line naming the path; the previous file or directory is untouched."""
+full raises one `DiskFullError` line naming the path; the previous file or directory is untouched. What they
+write gets the modes a plain write would: the user's umask decides (`umask 077`: no one else reads it).
+`private_dir` makes the directories that hold a user's task and results: only the user may enter them."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +64,36 @@ def _full_message(path: Path) -> str:
     return f"disk full while writing {path}; nothing was half-written: free space there and rerun the same command"
 
 
+_umask_lock = threading.Lock()
+
+
+def umask() -> int:
+    """The process's umask (read from /proc where it is shown, else set and restored under a lock)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _umask_lock:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def private_dir(path: Path) -> Path:
+    """Make directory `path` and its missing parents with mode 0700 (the umask may take more away): a directory
+    that holds a user's task, records or results is not readable by other users unless they open it themselves.
+    A directory that exists is left as it is."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            directory.mkdir(mode=0o700)
+    return path
+
+
 def _new_file(path: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -71,7 +105,7 @@ def atomic_file(path: Path, write: Callable[[Path], object]) -> None:
     path = Path(path)
     with _temporary(path, lambda: _new_file(path), lambda tmp: tmp.unlink(missing_ok=True)) as tmp:
         write(tmp)
-        tmp.chmod(0o644)
+        tmp.chmod(0o666 & ~umask())  # mkstemp made it 0600: the modes a plain write would give
         os.replace(tmp, path)
 
 
@@ -92,7 +126,7 @@ def atomic_dir(target: Path) -> Iterator[Path]:
 
     with _temporary(target, make, lambda tmp: shutil.rmtree(tmp, ignore_errors=True)) as tmp:
         yield tmp
-        tmp.chmod(0o755)
+        tmp.chmod(0o777 & ~umask())  # mkdtemp made it 0700: the modes a plain mkdir would give
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

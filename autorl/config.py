@@ -23,7 +23,7 @@ LOSS_DEFAULTS: dict[str, dict[str, object]] = {
 class TrainConfig(BaseModel):
     """Settings of one GRPO update (`model.train(groups, config=TrainConfig(...))`)."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)  # field docstrings are CLI help
 
     learning_rate: float = Field(3e-4, gt=0)
     """AdamW learning rate of the LoRA weights. The default is the one the learning benchmark supports
@@ -103,7 +103,7 @@ class TrainConfig(BaseModel):
 class TrainerConfig(BaseModel):
     """How a model's LoRA is built and trained; fixed for the life of a model."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)  # field docstrings are CLI help
 
     lora_rank: int = Field(8, ge=1)
     """LoRA rank r (the inference server's max_lora_rank must be at least this)."""

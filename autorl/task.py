@@ -16,12 +16,19 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import AutoRLError
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 """The arguments schema of a tool that takes no arguments."""
+MAX_TEXT_CHARS = 20_000
+"""The longest task description, system prompt or rubric, in characters (about 5,000 tokens): each goes into
+every generator or judge request (the judge is told the task in every group it scores), and a small model's
+context is 2,048 tokens, so a longer one is a mistake (a file pasted as the task) rather than a task."""
+TASK_FILE_SUFFIX = ".toml"
+"""What a task file's name ends with (in any case); another existing file is refused, never taken as text."""
+_LONGEST_PATH = 4096
 
 
 class ToolSpec(BaseModel):
@@ -101,7 +108,13 @@ class McpServerSpec(BaseModel):
     url: str | None = Field(None, pattern=r"^https?://")
     """The endpoint of a streamable-HTTP server, e.g. `http://127.0.0.1:8765/mcp`."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment variables of a stdio server, set over the environment autorl runs in."""
+    """Environment variables of a stdio server, by name and value. A stdio server does not inherit autorl's
+    environment (its API keys stay with autorl): it gets the MCP SDK's minimal one (HOME, PATH, SHELL, TERM,
+    USER, LOGNAME), the variables `pass_env` names, and these. Records keep their names, never their values."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Names of variables of autorl's environment a stdio server also gets, with their values, e.g.
+    `["GITHUB_TOKEN"]`: how a secret reaches a server without being written in the task file. A name that is
+    not set is an error when the server starts."""
     cwd: Path | None = None
     """Working directory of a stdio server. In a task file it defaults to the file's directory, and a
     relative `cwd` is relative to it; elsewhere it defaults to the current directory."""
@@ -112,8 +125,8 @@ class McpServerSpec(BaseModel):
             raise ValueError("give exactly one of `command` (a stdio server) or `url` (a streamable-HTTP server)")
         if self.command is not None and not (self.command and self.command[0]):
             raise ValueError("`command` must name a program")
-        if self.url is not None and (self.env or self.cwd):
-            raise ValueError("`env` and `cwd` apply to a stdio server (`command`), not to a `url`")
+        if self.url is not None and (self.env or self.cwd or self.pass_env):
+            raise ValueError("`env`, `pass_env` and `cwd` apply to a stdio server (`command`), not to a `url`")
         return self
 
     @property
@@ -125,12 +138,13 @@ class McpServerSpec(BaseModel):
 class TaskSpec(BaseModel):
     """Everything the pipeline knows about a task; only `description` is required."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
-    description: str
-    """What the agent must do, in plain text, including the answer format you expect. The generator
-    writes the system prompt and the inputs from it, and the judge reads it."""
-    system_prompt: str | None = None
+    description: str = Field(max_length=MAX_TEXT_CHARS)
+    """What the agent must do, in plain text, including the answer format you expect (at most 20,000
+    characters, `MAX_TEXT_CHARS`). The generator writes the system prompt and the inputs from it, and the
+    judge reads it."""
+    system_prompt: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     """The policy's system prompt, used as written; unset: the generator writes one from the description
     (a model call and, with the embedded generator, a server start)."""
     generator_instructions: str = ""
@@ -140,7 +154,7 @@ class TaskSpec(BaseModel):
     set: generated copies and near-copies of them are dropped as duplicates."""
     num_inputs: int = Field(32, gt=0)
     """How many unique inputs to generate, train and validation together."""
-    rubric: str = ""
+    rubric: str = Field("", max_length=MAX_TEXT_CHARS)
     """What the judge rewards, in plain text; empty uses the judge's default rubric."""
     max_turns: int = Field(4, ge=1)
     """Model turns per rollout: the agent answers, or calls tools and sees their results, up to this many
@@ -166,6 +180,15 @@ class TaskSpec(BaseModel):
     cluster: dict[str, Any] = Field(default_factory=dict)
     """The `[cluster]` table: where a run is served and trained, by `autorl.backends.cluster.backend.ClusterConfig` field
     (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
+    _file: Path | None = PrivateAttr(None)
+    """The task file it was loaded from (`load_task`), if any: a run records its path, not its secrets."""
+
+    @property
+    def source_file(self) -> Path | None:
+        """The absolute path of the task file this task was loaded from; None for a task given as text or built
+        in code. A run records it, so `autorl benchmark` can read the MCP servers' `env` values again, which
+        run.json does not keep."""
+        return self._file
 
     @field_validator("description", "system_prompt")
     @classmethod
@@ -209,9 +232,24 @@ def load_task(source: str | Path) -> TaskSpec:
         return _load_task_file(source)
     if not source.strip():
         raise AutoRLError("the task is empty: give a plain-text description or the path of a .toml task file")
-    if source.strip().endswith(".toml"):
+    if source.strip().lower().endswith(TASK_FILE_SUFFIX):
         return _load_task_file(Path(source.strip()))
+    if _is_file(source.strip()):
+        raise AutoRLError(
+            f"{source.strip()} is a file, not a task file (a task file's name ends in .toml): give a .toml "
+            "task file, or the task itself in plain text"
+        )
     return _validated({"description": source}, "task")
+
+
+def _is_file(text: str) -> bool:
+    """Whether `text` names an existing file (a text too long, or with a NUL, names none)."""
+    if len(text) > _LONGEST_PATH or "\n" in text:
+        return False
+    try:
+        return Path(text).expanduser().is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _load_task_file(path: Path) -> TaskSpec:
@@ -224,6 +262,7 @@ def _load_task_file(path: Path) -> TaskSpec:
     except tomllib.TOMLDecodeError as exc:
         raise AutoRLError(f"task file {path} is not valid TOML: {exc}") from None
     task = _validated(data, f"task file {path}")
+    task._file = path.absolute()
     here = path.parent.absolute()
     if task.inputs_file is not None:
         task.inputs_file = path.parent / task.inputs_file  # an absolute path stays as it is

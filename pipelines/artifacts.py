@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from autorl.atomic import atomic_dir, atomic_text
+from autorl.atomic import atomic_dir, atomic_text, private_dir
 from ruler.prompt import canonical_json  # one stable JSON text for every key and manifest
 
 MANIFEST = "artifact.json"
@@ -145,7 +145,9 @@ class ArtifactStore:
     @contextmanager
     def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
         """Yield a temporary directory to fill; on success it becomes the artifact, atomically (a full
-        disk is a `DiskFullError`, and the previous artifact is untouched)."""
+        disk is a `DiskFullError`, and the previous artifact is untouched). The store's root is made private
+        (`private_dir`): artifacts hold the task's inputs, prompts and answers."""
+        private_dir(self.root)
         with atomic_dir(self.path(stage, key)) as tmp:  # replaces an artifact removed by --force
             yield tmp
             (tmp / MANIFEST).write_text(canonical_json({"stage": stage, "key": key, "created": time.time(), **meta}))

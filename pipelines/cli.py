@@ -106,9 +106,13 @@ def user_errors(flags: list[FieldFlag], interrupted: str) -> Iterator[None]:
 
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
+    from autorl.redaction import RedactingFilter
+
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:  # no URL's credentials in a log line
+        handler.addFilter(RedactingFilter())
 
 
 def _per_loss_defaults(name: str) -> str:
@@ -177,7 +181,10 @@ def runs_command(
     """List runs with their status, steps and validation rewards."""
     from pipelines.runs import runs_table
 
-    Console().print(runs_table(home))
+    damaged: list[str] = []
+    Console().print(runs_table(home, damaged))
+    for line in damaged:  # one line each; the other runs are listed
+        err.print(f"[yellow]skipped:[/yellow] {escape(line)}", highlight=False)
 
 
 @app.command("show")
@@ -223,14 +230,17 @@ def inputs_command(
     from rich.table import Table
     from rich.text import Text
 
-    from autorl.inputs.files import write_inputs_jsonl
+    from autorl.inputs.files import check_writable, write_inputs_jsonl
     from autorl.inputs.generation import GenerationConfig, generate_inputs
     from autorl.progress import progress_bar
     from autorl.task import load_task
 
+    prompt_path = out.with_suffix(".system_prompt.txt")
     try:
-        config = GenerationConfig(val_fraction=val_fraction)
         spec = load_task(task)
+        for path in (out, prompt_path):  # before any model call: the generated inputs are never lost
+            check_writable(path)
+        config = GenerationConfig(val_fraction=val_fraction)
         bar = progress_bar(f"inputs from {generator}", num_inputs or spec.num_inputs, "input")
         try:
             result = generate_inputs(
@@ -243,7 +253,6 @@ def inputs_command(
     except KeyboardInterrupt:
         exit_interrupted("interrupted")
     write_inputs_jsonl(result.inputs, out)
-    prompt_path = out.with_suffix(".system_prompt.txt")
     prompt_path.write_text(result.system_prompt + "\n", encoding="utf-8")
     console = Console()
     if result.system_prompt_fallback:

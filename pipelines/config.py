@@ -19,6 +19,16 @@ from autorl.task import TaskSpec, describe_error
 STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")
 """Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
+RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+"""A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
+
+
+def check_run_name(name: str) -> str:
+    """`name`, if it is a run name (`RUN_NAME`); else one `AutoRLError` line. Every command that takes a run name
+    checks it, so none reads or writes outside the home's `runs/`."""
+    if not RUN_NAME.fullmatch(name):
+        raise AutoRLError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
+    return name
 
 
 class RunConfig(BaseModel):
@@ -80,9 +90,10 @@ class RunConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _a_directory_name(cls, name: str | None) -> str | None:
-        if name is not None and not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", name):
-            raise ValueError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
-        return name
+        try:
+            return None if name is None else check_run_name(name)
+        except AutoRLError as exc:
+            raise ValueError(str(exc)) from None
 
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
@@ -90,10 +101,12 @@ class RunConfig(BaseModel):
         "gspo"}}`) over the task's `[train]` / `[trainer]` tables and `inputs_file`, over the defaults.
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
-        Raises AutoRLError naming a task table's key that is no field or whose value is invalid, and
-        pydantic's ValidationError (located by field) for an invalid `given` value.
+        Raises AutoRLError naming a task table's key that is no field or whose value is invalid, or a `[cluster]`
+        `ray` address off this machine that `given` does not name too (`check_ray_address`), and pydantic's
+        ValidationError (located by field) for an invalid `given` value.
         """
         given = dict(given or {})
+        check_ray_address(task.cluster.get("ray"), (given.get("cluster") or {}).get("ray"))
         values: dict[str, Any] = {"inputs_file": task.inputs_file} if task.inputs_file else {}
         for table, strict in TASK_TABLES.items():
             settings = getattr(task, table)
@@ -105,6 +118,25 @@ class RunConfig(BaseModel):
                 raise AutoRLError(f"the task's [{table}] table: {problem}") from None
             values[table] = {**settings, **given.pop(table, {})}
         return cls.model_validate({**values, **given})
+
+
+LOCAL_RAY = ("local", "auto")
+"""`[cluster] ray` values that stay on this machine: a cluster it starts, or the one it belongs to."""
+
+
+def check_ray_address(from_task: Any, from_command_line: str | None) -> None:
+    """A task file is code a user may not have written: its `[cluster] ray` may name a cluster off this machine
+    (which would receive the run: its model, data and tools) only when the command line names the same address
+    (`--ray`). "local", "auto" and loopback addresses need no flag."""
+    if not isinstance(from_task, str) or from_task in LOCAL_RAY or from_task == from_command_line:
+        return
+    host = from_task.rpartition(":")[0].strip("[]") if ":" in from_task else from_task
+    if host == "localhost" or host == "::1" or host.startswith("127."):
+        return
+    raise AutoRLError(
+        f"the task's [cluster] table sends the run to the Ray cluster at {from_task!r}, off this machine; a task "
+        f"file cannot do that alone: pass --ray {from_task} too if you mean it"
+    )
 
 
 TASK_TABLES: dict[str, type[BaseModel]] = {

@@ -1,8 +1,8 @@
 """Run the stages in order, reusing every cached artifact; record the run in `<home>/runs/<name>/`.
 
-The run directory holds `run.json` (task, config, stage keys, status, figures per stage), links to
-the training directory's `checkpoints/`, `history.jsonl` and `trajectories/`, the report
-(`report.md`, `reward_curve.png`) and the W&B offline files (`wandb/`).
+The run directory holds `run.json` (task, config, stage keys, status, figures per stage; secrets redacted,
+the task file's path kept), links to the training directory's `checkpoints/`, `history.jsonl` and
+`trajectories/`, the report (`report.md`, `reward_curve.png`) and the W&B offline files (`wandb/`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from rich.console import Console
 
 from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
+from autorl.redaction import redact_text, redacted
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.training.engines import resolve_engine
+from ruler import Judge
 from ruler.calls import CallRecord, summarize
 from ruler.endpoint import EMBEDDED
 from ruler.loading import load_judge
@@ -78,8 +80,12 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     run_dir = config.home / "runs" / name
     keys = stage_keys(task, config)
     store = ArtifactStore(config.home / "artifacts")
+    # a user's mistake fails here, before a run directory, a lock or a server exists
+    forced = forced_stages(config.force)
+    judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
+    engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
-        return await _run_locked(task, config, console, name, run_dir, keys, store)
+        return await _run_locked(task, config, console, name, run_dir, keys, store, forced, judge, engine)
 
 
 async def _run_locked(
@@ -90,17 +96,15 @@ async def _run_locked(
     run_dir: Path,
     keys: dict[str, str],
     store: ArtifactStore,
+    forced: set[str],
+    judge: Judge,
+    engine: str,
 ) -> dict[str, Any]:
     record = _open_record(run_dir, name, task, config)
-    forced = forced_stages(config.force)
-    judge = load_judge(
-        config.judge, cache_dir=config.home / "cache" / "ruler"
-    )  # a bad spec fails before any server starts
     calls: Counter = Counter()
     policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
     tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
-    engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run fails before any server starts
     record.update(keys=keys, status="running", stages={}, trainer_engine=engine)
     _link_training(run_dir, policy.run_dir)
     write_json(run_dir / RUN_FILE, record)
@@ -135,7 +139,7 @@ async def _run_locked(
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError)  # Ctrl-C cancels
         record.update(status="interrupted" if interrupted else "failed")
-        record["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        record["error"] = redact_text(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         raise
     finally:
         record.update(
@@ -178,19 +182,38 @@ def call_log(judge: list[CallRecord], generator: list[CallRecord]) -> dict[str, 
 
 
 def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    """The run's record; refuses a run name that exists with a different task unless resuming or forcing."""
+    """The run's record, its secrets redacted (`autorl.redaction`: MCP servers' `env` values, URL credentials,
+    values named like keys); refuses a run name that exists with a different task unless resuming or forcing."""
     ensure_writable(run_dir)
     path = run_dir / RUN_FILE
-    task_json = task.model_dump(mode="json", exclude=RUN_SETTINGS)  # those are in the config
+    task_json = redacted(task.model_dump(mode="json", exclude=RUN_SETTINGS))  # those are in the config
+    written = {"task": task_json, "task_file": task.source_file and str(task.source_file)}
+    written["config"] = redacted(config.model_dump(mode="json"))
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_record(path)
         if old.get("task") != task_json and not (config.resume or config.force):
             raise AutoRLError(
                 f"run {name!r} exists with a different task; choose another --name, or pass --resume to replace its task"
             )
-        return {**old, "task": task_json, "config": config.model_dump(mode="json")}
+        return {**old, **written}
     wandb_id = hashlib.sha256(f"{name}{time.time()}".encode()).hexdigest()[:12]
-    return {"name": name, "task": task_json, "config": config.model_dump(mode="json"), "wandb_id": wandb_id}
+    return {"name": name, **written, "wandb_id": wandb_id}
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A run record (run.json) as a dict; one `AutoRLError` line naming the file when it is damaged (cut short,
+    binary, not a run's record)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AutoRLError(f"run record {path} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        record, why = None, f"not JSON: {str(exc).splitlines()[0]}"
+    else:
+        why = "not a run's record"
+    if not isinstance(record, dict) or not isinstance(record.get("task"), dict):
+        raise AutoRLError(f"run record {path} is damaged ({why}); remove it, and the same command writes a new one")
+    return record
 
 
 def _link_training(run_dir: Path, train_dir: Path) -> None:

@@ -10,17 +10,19 @@ from rich.table import Table
 
 from autorl.errors import AutoRLError
 
-from .config import STAGES
-from .pipeline import RUN_FILE
+from .config import STAGES, check_run_name
+from .pipeline import RUN_FILE, read_record
 
 
-def load_runs(home: Path) -> list[dict[str, Any]]:
+def load_runs(home: Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records of the runs in `home`; the error line of each damaged one goes to `damaged` (if given)."""
     records = []
     for path in sorted((home / "runs").glob(f"*/{RUN_FILE}")):
         try:
-            records.append(json.loads(path.read_text()))
-        except json.JSONDecodeError:
-            continue
+            records.append({"name": path.parent.name, **read_record(path)})
+        except AutoRLError as exc:
+            if damaged is not None:
+                damaged.append(str(exc))
     return records
 
 
@@ -36,12 +38,13 @@ def validation_figures(record: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def runs_table(home: Path) -> Table:
+def runs_table(home: Path, damaged: list[str] | None = None) -> Table:
+    """The runs of `home`, one row each; a damaged record's error line goes to `damaged` instead."""
     caption = "validation reward (inputs scored/validation inputs), every variant judged head to head"
     table = Table(title=f"runs in {home / 'runs'}", caption=caption)
     for column in ("name", "status", "steps", "base val", "latest val", "best val", "task"):
         table.add_column(column)
-    for record in load_runs(home):
+    for record in load_runs(home, damaged):
         figures = validation_figures(record)
         table.add_row(
             record["name"],
@@ -50,23 +53,26 @@ def runs_table(home: Path) -> Table:
             figures.get("base", "-"),
             figures.get("latest", "-"),
             figures.get("best", figures.get("latest", "-")),  # best is latest when no earlier step beat it
-            record["task"]["description"][:50],
+            str(record["task"].get("description", ""))[:50],
         )
     return table
 
 
 def load_run(home: Path, name: str) -> dict[str, Any]:
-    """The record (run.json) of run `name`; one error line naming the runs that exist when there is none."""
+    """The record (run.json) of run `name`; one error line for a name that is no run name (`check_run_name`: no
+    path outside the home), naming the runs that exist when there is none, or naming a damaged record."""
+    check_run_name(name)
     path = home / "runs" / name / RUN_FILE
     if not path.exists():
         known = ", ".join(r["name"] for r in load_runs(home)) or "none"
         raise AutoRLError(f"no run named {name!r} in {home / 'runs'} (runs: {known})")
-    return json.loads(path.read_text())
+    return read_record(path)
 
 
 def show_table(home: Path, name: str) -> Table:
     record = load_run(home, name)
-    table = Table(title=f"{name}: {record.get('status', '?')} — {record['task']['description'][:60]}")
+    description = str(record["task"].get("description", ""))
+    table = Table(title=f"{name}: {record.get('status', '?')} — {description[:60]}")
     for column in ("stage", "key", "cached", "seconds", "model calls", "figures"):
         table.add_column(column)
     for stage in STAGES:

@@ -6,12 +6,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from autorl.redaction import redacted
+
 
 class Tracker:
-    """Logs each step's metrics to a W&B run under `<run dir>/wandb` (or does nothing when disabled)."""
+    """Logs each step's metrics to a W&B run under `<run dir>/wandb` (or does nothing when disabled); its config
+    is `config` with every secret redacted (`autorl.redaction`), and W&B's system metadata, which holds the
+    command line, is not collected."""
 
     def __init__(self, enabled: bool, run_dir: Path, name: str, run_id: str, config: dict[str, Any]):
-        self.enabled, self.run_dir, self.name, self.run_id, self.config = enabled, run_dir, name, run_id, config
+        self.enabled, self.run_dir, self.name, self.run_id = enabled, run_dir, name, run_id
+        self.config = redacted(config)
         self._run = None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -29,7 +34,8 @@ class Tracker:
                 dir=self.run_dir,
                 mode=os.environ.get("WANDB_MODE", "offline"),
                 config=self.config,
-                settings=wandb.Settings(silent=True, console="off"),
+                # no system metadata: W&B would record the command line, where a URL may carry credentials
+                settings=wandb.Settings(silent=True, console="off", x_disable_meta=True),
             )
         self._run.log({f"train/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
 

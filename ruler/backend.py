@@ -8,6 +8,7 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -51,12 +52,15 @@ class JudgeModel(ModelEndpoint):
         return params
 
     def identity(self) -> dict[str, Any]:
-        """What identifies this judge's answers in the cache: the model and its sampling settings.
-
-        The endpoint address is left out (a local server's port changes between runs), and so is
-        everything about credentials.
+        """What identifies this judge's answers in the cache: the model, its sampling settings, and for a
+        `name@URL` judge the server it is asked on (`endpoint`: host and port), since the same name on two
+        servers can be two models. Never a key or a URL's credentials. The embedded judge is "embedded"
+        wherever its server runs (its port changes between runs, its weights do not), so reruns hit the cache.
         """
-        return self.model_dump(include={"model", "temperature", "max_tokens", "extra_params"})
+        identity = self.model_dump(include={"model", "temperature", "max_tokens", "extra_params"})
+        if self.base_url is not None:
+            identity["endpoint"] = endpoint_identity(self.base_url)
+        return identity
 
     def context_limit(self) -> int | None:
         """`context_tokens`, else for the embedded judge what its registration says (autorl's: its server's
@@ -66,6 +70,15 @@ class JudgeModel(ModelEndpoint):
         if self.is_embedded and (embedded := registered_embedded()) is not None:
             return embedded.context_tokens()
         return None
+
+
+def endpoint_identity(base_url: str) -> str:
+    """The server of an OpenAI-compatible `base_url`: `host:port` (the scheme's default port when none is
+    given), without credentials, path or query."""
+    url = urlsplit(base_url)
+    port = url.port or {"https": 443}.get(url.scheme, 80)
+    host = f"[{url.hostname}]" if url.hostname and ":" in url.hostname else url.hostname
+    return f"{host}:{port}"
 
 
 _STATED_CONTEXT = re.compile(r"maximum (?:context length|model length) (?:is|of) (\d+)", re.IGNORECASE)

@@ -15,11 +15,11 @@ of `autorl benchmark` all name their model this way: `ModelEndpoint.parse` reads
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import ClassVar, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from .errors import ModelSpecError
 
@@ -84,7 +84,7 @@ class LiteLLMTarget:
     """The model's own name, for records and progress bars (never an address or a key)."""
     api_base: str | None = None
     """The OpenAI-compatible endpoint; None: LiteLLM's provider routing."""
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     """The key to send; None: LiteLLM reads the provider's usual variable."""
 
     def params(self) -> dict[str, str]:
@@ -112,6 +112,9 @@ class ModelEndpoint(BaseModel):
     api_key_env: str | None = None
     """Name of the environment variable holding the API key. None: the provider's usual variable for LiteLLM
     models, and no key for a `base_url` endpoint. The key itself is never stored, hashed or logged."""
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    """The key of a `base_url` endpoint given in code rather than by `api_key_env` (autorl's embedded server
+    hands its clients its own key this way); never dumped, hashed or logged, and not part of `parse`."""
 
     @classmethod
     def parse(cls, spec: str) -> Self:
@@ -161,6 +164,8 @@ class ModelEndpoint(BaseModel):
         return LiteLLMTarget(self.model, self.model, None, self._api_key())
 
     def _api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
         name = self.api_key_env
         if name is None:
             return None

@@ -108,6 +108,11 @@ def _as_user_judge(module: ModuleType, attribute: str, spec: str) -> Judge:
         if not hasattr(obj, part):
             raise JudgeSpecError(f"judge {spec!r}: {module.__name__} has no attribute {attribute!r}")
         obj = getattr(obj, part)
+    if module.__name__.split(".")[0] in sys.stdlib_module_names or inspect.isbuiltin(obj):
+        raise JudgeSpecError(
+            f"judge {spec!r} is part of Python itself, not a judge: name a judge of your own module or file "
+            "(an object with `async score_group(...)`, a class of such objects, or a function (messages) -> float)"
+        )
     if is_judge(obj):
         return obj
     if inspect.isclass(obj) and inspect.iscoroutinefunction(getattr(obj, "score_group", None)):
@@ -115,7 +120,14 @@ def _as_user_judge(module: ModuleType, attribute: str, spec: str) -> Judge:
             return obj()
         except Exception as exc:
             raise JudgeSpecError(f"judge class {spec!r} cannot be built without arguments: {describe(exc)}") from exc
-    if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj):
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        try:
+            inspect.signature(obj).bind(None)
+        except TypeError:
+            raise JudgeSpecError(
+                f"judge {spec!r} takes {inspect.signature(obj)}: a judge function takes one argument, the messages "
+                "(messages) -> float"
+            ) from None
         return FunctionJudge(obj)
     raise JudgeSpecError(
         f"judge {spec!r} is a {type(obj).__name__}, not a judge: expected an object with `async score_group(...)`, "

@@ -91,3 +91,93 @@ def test_benchmark_options_come_from_its_config(tmp_path):
         runner.invoke(app, ["benchmark", "some-run", "--variants", "base,x@latest", "--home", str(tmp_path)])
     )
     assert line.startswith("error: no run named 'some-run'")
+
+
+# --- inputs accepted, then failing late (issue 26): each is one line before any server starts ---------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--lr", "inf", "error: --learning-rate: Input should be a finite number"),
+        ("--lr", "nan", "error: --learning-rate: Input should be a finite number"),
+        ("--temperature", "inf", "error: --temperature: Input should be a finite number"),
+        ("--port", "70000", "error: --port: Input should be less than or equal to 65535"),
+        ("--port", "0", "error: --port: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_number_no_run_can_use_is_refused_by_its_flag(tmp_path, flag, value, expected):
+    assert error_line(run_cli(TASK, flag, value, "--home", str(tmp_path))) == expected
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_judge_that_is_part_of_python_is_refused_and_leaves_nothing_behind(tmp_path):
+    for judge in ("os:system", "builtins:len", "json:dumps"):
+        line = error_line(run_cli(TASK, "--judge", judge, "--home", str(tmp_path)))
+        assert line.startswith(f"error: judge '{judge}' is part of Python itself, not a judge"), line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "locks").exists()  # no run directory, no lock
+    (tmp_path / "judges.py").write_text("def two(messages, reference):\n    return 1.0\n")
+    line = error_line(run_cli(TASK, "--judge", f"{tmp_path / 'judges.py'}:two", "--home", str(tmp_path)))
+    assert "takes (messages, reference): a judge function takes one argument" in line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "locks").exists()
+
+
+def test_a_task_path_is_a_task_file_or_refused_never_taken_as_the_tasks_text(tmp_path):
+    upper = tmp_path / "Task.TOML"
+    upper.write_text("description = [not toml")
+    assert f"task file {upper} is not valid TOML" in error_line(run_cli(str(upper), "--home", str(tmp_path)))
+    binary = tmp_path / "bin.dat"
+    binary.write_bytes(bytes(range(256)))
+    line = error_line(run_cli(str(binary), "--home", str(tmp_path)))
+    assert line.startswith(f"error: {binary} is a file, not a task file (a task file's name ends in .toml)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_description_longer_than_the_limit_is_one_line(tmp_path):
+    line = error_line(run_cli("Reply politely. " * 7500, "--home", str(tmp_path)))  # 120 KB
+    assert line.startswith("error: task: field 'description': String should have at most 20000 characters")
+
+
+def test_inputs_checks_its_out_path_before_generating(tmp_path):
+    """The generator would fail (nothing listens on port 9); the path is refused first, so no input is lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "a-dir.jsonl").mkdir()
+    for out, why in (
+        (blocker / "inputs.jsonl", f"{blocker} is a file, not a directory"),
+        (tmp_path / "a-dir.jsonl", "it is a directory"),
+    ):
+        result = CliRunner().invoke(app, ["inputs", TASK, "--out", str(out), "--generator", "m@http://127.0.0.1:9/v1"])
+        assert error_line(result) == f"error: cannot write {out} ({why})"
+
+
+@pytest.mark.parametrize("damage", [b'{"name": "broken", "task": {"descr', bytes(range(256)), b"[1, 2]"])
+def test_a_damaged_run_record_is_one_line_naming_the_file(tmp_path, damage):
+    for name, content in (("broken", damage), ("fine", b'{"name": "fine", "task": {"description": "a task"}}')):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "run.json").write_bytes(content)
+    path = tmp_path / "runs" / "broken" / "run.json"
+    line = error_line(CliRunner().invoke(app, ["show", "broken", "--home", str(tmp_path)]))
+    assert line.startswith(f"error: run record {path} is damaged (")
+    listed = CliRunner().invoke(app, ["runs", "--home", str(tmp_path)])
+    assert listed.exit_code == 0 and "fine" in listed.output and listed.exception is None
+    assert [line for line in listed.output.splitlines() if line.startswith("skipped:")] == [
+        line.replace("error:", "skipped:")
+    ]
+
+
+def test_run_names_are_checked_everywhere(tmp_path):
+    outside = tmp_path / "other" / "runs" / "theirs"
+    outside.mkdir(parents=True)
+    (outside / "run.json").write_text('{"name": "theirs", "task": {"description": "not yours"}, "keys": {}}')
+    home = tmp_path / "home"
+    for command in (["show", "../../other/runs/theirs"], ["benchmark", "../../other/runs/theirs"]):
+        line = error_line(CliRunner().invoke(app, [*command, "--home", str(home)]))
+        assert "'../../other/runs/theirs' is not a run name" in line, line
+    (home / "runs" / "mine").mkdir(parents=True)
+    record = {"name": "mine", "task": {"description": "d"}, "keys": {"train": "k"}, "config": {}}
+    (home / "runs" / "mine" / "run.json").write_text(json.dumps(record))
+    (tmp_path / "inputs.jsonl").write_text('{"input": "hello"}\n')
+    variant = ["--variants", "..@latest", "--inputs", str(tmp_path / "inputs.jsonl")]
+    line = error_line(CliRunner().invoke(app, ["benchmark", "mine", *variant, "--home", str(home)]))
+    assert "'..' is not a run name" in line, line

@@ -32,14 +32,14 @@ ray = pytest.importorskip("ray")
 CHAT = [{"role": "user", "content": "Name a colour."}]
 
 
-def answered_requests(url: str) -> int:
-    return vllm_metric(url, "request_success_total")
+def answered_requests(replica) -> int:
+    return vllm_metric(replica.url, "request_success_total", replica.key)
 
 
-def kill_when_busy(pid: int, urls: list[str]) -> None:
+def kill_when_busy(pid: int, replicas: list) -> None:
     """SIGKILL `pid` once every replica is generating, so the killed one drops requests mid-answer."""
     deadline = time.monotonic() + 30
-    while not all(vllm_metric(url, "num_requests_running") > 0 for url in urls):
+    while not all(vllm_metric(r.url, "num_requests_running", r.key) > 0 for r in replicas):
         assert time.monotonic() < deadline, "the requests never ran on every replica"
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
@@ -103,7 +103,15 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
         assert VLLMServer.starts == local_starts and backend.remote_server_starts == 2  # none in this process
         servers = with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
         pool = backend.placement.embedded_pool
-        urls = [replica.url for replica in pool.replicas]
+        for replica in pool.replicas:  # each replica needs its own key, and the proxy its own
+            assert replica.key and replica.key != target.api_key
+            for path in ("/v1/models", "/metrics", "/tokenize", "/version"):
+                assert httpx.get(f"{replica.url}{path}", timeout=10).status_code == 401, path
+            assert httpx.get(f"{replica.url}/health", timeout=10).status_code == 200
+        refused = httpx.post(f"{target.api_base}/chat/completions", json={"model": target.name, "messages": CHAT})
+        assert refused.status_code == 401
+        other_key = {"Authorization": f"Bearer {pool.replicas[0].key}"}  # a replica's key does not open the proxy
+        assert httpx.get(f"{target.api_base}/models", headers=other_key, timeout=10).status_code == 401
 
         generator = Generator("embedded")  # LiteLLM, blocking, from this thread, with the prefill vLLM continues
         (answer,) = generator.complete(
@@ -119,18 +127,19 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
             "POST",
             f"{target.api_base}/chat/completions",
             json={"model": target.name, "messages": CHAT, "max_tokens": 8, "stream": True},
+            headers={"Authorization": f"Bearer {target.api_key}"},
             timeout=60,
         ) as streamed:
             events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
         assert len(events) > 2 and events[-1] == "data: [DONE]"  # passed on chunk by chunk
 
-        before = [answered_requests(url) for url in urls]
+        before = [answered_requests(replica) for replica in pool.replicas]
         assert all(count > 0 for count in before), before  # both replicas answered some
 
         actors = with_command_line(descendants(os.getpid()), b"ray::ReplicaActor")
         assert len(actors) == 2
         killed = min(actors)
-        answers = asyncio.run(completions(target, 8, once_sent=lambda: kill_when_busy(killed, urls)))
+        answers = asyncio.run(completions(target, 8, once_sent=lambda: kill_when_busy(killed, pool.replicas)))
         assert len(answers) == 8 and all(answers)  # not one lost
 
         deadline = time.monotonic() + 240
@@ -141,9 +150,9 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
         assert backend.remote_server_starts == 3
         servers |= with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
         restarted = next(r for r in pool.replicas if r.restarts == 1)
-        served = answered_requests(restarted.url)
+        served = answered_requests(restarted)
         asyncio.run(completions(target, 4))
-        assert answered_requests(restarted.url) > served  # routed to again
+        assert answered_requests(restarted) > served  # routed to again
     finally:
         backend.close()
         ray.shutdown()

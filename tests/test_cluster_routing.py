@@ -125,6 +125,7 @@ class Actors:
         if self.broken:
             raise RuntimeError("the actor died")
         self.fresh[replica.index] = self._serve()
+        replica.key = f"restarted-key-{replica.index}"  # as ClusterPlacement.restart sets the new server's key
         return self.fresh[replica.index].url
 
     def restarts(self) -> list[tuple]:
@@ -142,8 +143,9 @@ def sync(test: Callable[..., Coroutine]) -> Callable[..., None]:
 
 
 async def ready_pool(servers: list[Server], actors: Actors, max_restarts: int = 3, step: int = 1) -> ReplicaPool:
-    """A pool of one replica per server, all serving `step`; `actors` forgets the loads this took."""
-    replicas = [Replica(index, url=server.url) for index, server in enumerate(servers)]
+    """A pool of one replica per server, all serving `step`, each with its own key; `actors` forgets the loads
+    this took."""
+    replicas = [Replica(index, url=server.url, key=f"replica-key-{index}") for index, server in enumerate(servers)]
     pool = ReplicaPool(replicas, load=actors.load, restart=actors.restart, max_restarts=max_restarts, name="m")
     await pool.publish(step)
     actors.calls.clear()
@@ -390,18 +392,18 @@ async def test_an_error_status_is_returned_not_retried(serve, status):
 
 
 @sync
-async def test_a_request_reaches_its_replica_with_its_host_path_headers_and_body(serve):
+async def test_a_request_reaches_its_replica_with_its_host_path_headers_body_and_the_replicas_own_key(serve):
     servers = [serve(), serve()]
     pool = await ready_pool(servers, Actors(serve))
     async with routed(pool) as http:
-        client = AsyncOpenAI(base_url=str(http.base_url), api_key="secret", http_client=http)
+        client = AsyncOpenAI(base_url=str(http.base_url), api_key="the-clients-key", http_client=http)
         replies = await asyncio.gather(*(client.chat.completions.create(**CHAT) for _ in servers))
     assert [reply.choices[0].message.content for reply in replies] == ["hello", "hello"]
-    for server in servers:
+    for server, replica in zip(servers, pool.replicas, strict=True):
         [(path, headers)] = server.seen
         assert path == "/v1/chat/completions"
         assert headers["host"] == f"127.0.0.1:{server.httpd.server_port}"
-        assert headers["authorization"] == "Bearer secret"
+        assert headers["authorization"] == f"Bearer {replica.key}"  # its own key, never the client's
         assert server.requests == [CHAT]
 
 
@@ -429,9 +431,10 @@ async def set_event(event: asyncio.Event) -> None:
     event.set()
 
 
-def blocking_chats(base_url: str, count: int) -> list[str]:
-    """`count` requests at once, each from its own thread with a blocking client (as DSPy sends)."""
-    client = OpenAI(base_url=base_url, api_key="secret", max_retries=0)
+def blocking_chats(proxy: PoolProxy, count: int) -> list[str]:
+    """`count` requests at once to the proxy, with its key, each from its own thread with a blocking client (as
+    DSPy sends)."""
+    client = OpenAI(base_url=proxy.base_url, api_key=proxy.api_key, max_retries=0)
     with ThreadPoolExecutor(count) as threads:
         replies = list(threads.map(lambda _: client.chat.completions.create(**CHAT), range(count)))
     return [reply.choices[0].message.content for reply in replies]
@@ -443,7 +446,7 @@ def test_the_proxy_spreads_blocking_clients_over_the_replicas(serve, proxied):
     proxy, pool, _ = proxied(servers)
     assert proxy.base_url.startswith("http://127.0.0.1:") and proxy.base_url.endswith("/v1")
     with ThreadPoolExecutor(1) as background:
-        sent = background.submit(blocking_chats, proxy.base_url, 8)
+        sent = background.submit(blocking_chats, proxy, 8)
         deadline = time.monotonic() + 10
         while sum(received(servers)) < 8:
             assert time.monotonic() < deadline and not sent.done(), "the requests did not all arrive"
@@ -454,8 +457,29 @@ def test_the_proxy_spreads_blocking_clients_over_the_replicas(serve, proxied):
     assert received(servers) == [4, 4]
     assert outstanding(pool) == [0, 0]
     path, headers = servers[0].seen[0]
-    assert path == "/v1/chat/completions" and headers["authorization"] == "Bearer secret"
+    assert path == "/v1/chat/completions" and headers["authorization"] == f"Bearer {pool.replicas[0].key}"
     assert headers["host"] == f"127.0.0.1:{servers[0].httpd.server_port}"
+
+
+def test_the_proxy_refuses_every_request_without_its_key_and_never_passes_its_key_on(serve, proxied):
+    servers = [serve()]
+    proxy, pool, _ = proxied(servers)
+    for key in (None, "wrong", pool.replicas[0].key):  # a replica's key does not open the proxy
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+        for method, path in (
+            ("POST", "/v1/chat/completions"),
+            ("GET", "/v1/models"),
+            ("POST", "/pause"),
+            ("GET", "/metrics"),
+        ):
+            response = httpx.request(method, proxy.base_url.removesuffix("/v1") + path, json=CHAT, headers=headers)
+            assert response.status_code == 401, (key, path)
+    assert servers[0].seen == []  # nothing reached the replica
+    assert blocking_chats(proxy, 1) == ["hello"]
+    [(_, headers)] = servers[0].seen
+    assert (
+        proxy.api_key not in headers["authorization"] and headers["authorization"] == f"Bearer {pool.replicas[0].key}"
+    )
 
 
 def test_through_the_proxy_a_dead_replica_loses_no_request_and_is_restarted(serve, proxied):
@@ -463,7 +487,7 @@ def test_through_the_proxy_a_dead_replica_loses_no_request_and_is_restarted(serv
     proxy, pool, actors = proxied(servers)
     actors.hold_restart = asyncio.Event()
     servers[0].close()
-    assert blocking_chats(proxy.base_url, 4) == ["hello"] * 4
+    assert blocking_chats(proxy, 4) == ["hello"] * 4
     assert received(servers)[1] == 4
     assert actors.restarts() == [("restart", 0)]
     proxy.run(set_event(actors.hold_restart))
@@ -472,19 +496,22 @@ def test_through_the_proxy_a_dead_replica_loses_no_request_and_is_restarted(serv
         assert time.monotonic() < deadline, pool.replicas[0].state
         time.sleep(0.01)
     assert actors.calls == [("restart", 0), ("load", 0, pool.step)]
-    assert blocking_chats(proxy.base_url, 2) == ["hello"] * 2
+    assert blocking_chats(proxy, 2) == ["hello"] * 2
     assert received([actors.fresh[0], servers[1]]) == [1, 5]
+    assert actors.fresh[0].seen[0][1]["authorization"] == "Bearer restarted-key-0"  # the restarted server's key
 
 
 def test_the_proxy_passes_an_error_status_on_and_answers_503_when_every_replica_is_dead(serve, proxied):
     proxy, _, _ = proxied([serve(status=400)])
-    assert httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT).status_code == 400
+    keyed = {"Authorization": f"Bearer {proxy.api_key}"}
+    assert httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT, headers=keyed).status_code == 400
     dead = [serve(), serve()]
     proxy, pool, actors = proxied(dead, max_restarts=1)
     actors.broken = True
     for server in dead:
         server.close()
-    response = httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT, timeout=10)
+    keyed = {"Authorization": f"Bearer {proxy.api_key}"}
+    response = httpx.post(f"{proxy.base_url}/chat/completions", json=CHAT, headers=keyed, timeout=10)
     assert response.status_code == 503
     assert response.text == "every vLLM replica of 'm' died more than 1 times"
     assert [r.state for r in pool.replicas] == ["dead", "dead"]
@@ -492,7 +519,7 @@ def test_the_proxy_passes_an_error_status_on_and_answers_503_when_every_replica_
 
 def test_a_closed_proxy_ends_its_thread_and_its_address(serve, proxied):
     proxy, _, _ = proxied([serve()])
-    assert blocking_chats(proxy.base_url, 1) == ["hello"]
+    assert blocking_chats(proxy, 1) == ["hello"]
     proxy.close()
     assert not proxy._thread.is_alive()
     with pytest.raises(httpx.ConnectError):

@@ -4,6 +4,7 @@ timeouts, a server that dies (restarted once, then the run fails) and servers th
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -41,6 +42,10 @@ def nap(seconds: float) -> str:
 @app.tool()
 def crash() -> str:
     os._exit(3)
+
+@app.tool()
+def environment() -> dict:
+    return dict(os.environ)
 
 app.run()
 '''
@@ -135,6 +140,29 @@ def test_a_server_that_dies_is_restarted_once_then_the_run_fails(test_server):
     assert str(error).startswith("MCP server 'python server.py' died again after it was restarted")
     assert toolbox.server_failures == {"python server.py": 2}
     assert toolbox.calls == {"ok": 1, "error": 1}  # the calls that raised returned nothing
+
+
+def test_a_stdio_server_gets_a_minimal_environment_plus_what_the_task_names(test_server, monkeypatch):
+    """Not autorl's environment (its API keys): the MCP SDK's minimal set, the `pass_env` names, the `env` table."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-for-a-tool-server")
+    monkeypatch.setenv("NOTES_TOKEN", "passed-on-by-name")
+    monkeypatch.setenv("HOME", "/home/someone")
+    server = test_server.mcp_servers[0].model_copy(update={"env": {"MODE": "test"}, "pass_env": ["NOTES_TOKEN"]})
+    task = test_server.model_copy(update={"mcp_servers": [server]})
+
+    async def scenario() -> dict:
+        async with await Toolbox.open(task) as toolbox:
+            return json.loads(await toolbox.call("environment", "{}"))
+
+    seen = asyncio.run(scenario())
+    assert "OPENAI_API_KEY" not in seen
+    assert seen["NOTES_TOKEN"] == "passed-on-by-name" and seen["MODE"] == "test" and seen["HOME"] == "/home/someone"
+    extra = set(seen) - {"NOTES_TOKEN", "MODE", "HOME", "PATH", "SHELL", "TERM", "USER", "LOGNAME"}
+    assert all(name.startswith(("LC_", "PYTHON", "__")) for name in extra), extra  # what Python itself sets
+
+    monkeypatch.delenv("NOTES_TOKEN")
+    with pytest.raises(McpServerDied, match=r"pass_env names NOTES_TOKEN, not set in autorl's environment"):
+        asyncio.run(Toolbox.open(task))
 
 
 def test_a_server_that_does_not_start_is_one_line(tmp_path):

@@ -257,7 +257,7 @@ max_turns = 2
 
 [[mcp_servers]]
 command = ["python", {json.dumps(str(NOTES_SERVER))}]
-env = {{ NOTES_DB = ":memory:" }}
+env = {{ NOTES_DB = ":memory:", NOTES_TOKEN = "{SECRET}" }}
 
 [[tools]]
 name = "convert"
@@ -283,7 +283,8 @@ def test_a_task_with_an_mcp_server_and_a_python_tool_runs_end_to_end(home, tmp_p
         "".join(json.dumps({"input": i, "split": s}) + "\n" for i, s in NOTES_INPUTS)
     )
     judge = ["--judge", "benchmarks.perf.learning_tasks.judges:tool_call"]
-    process = autorl(home, "notes", "--steps", "1", "--no-wandb", *judge, task=str(tmp_path / "notes.toml"))
+    unused = ["--generator", f"unused@http://autorl:{SECRET}@127.0.0.1:9/v1"]  # the task brings its prompt and inputs
+    process = autorl(home, "notes", "--steps", "1", *judge, *unused, task=str(tmp_path / "notes.toml"))
     servers = wait_until(process, lambda: bool(with_command_line(descendants(process.pid), b"notes_server.py")))
     output = finish(process)
     assert steps_in_history(home / "runs" / "notes") == [1], output
@@ -294,12 +295,18 @@ def test_a_task_with_an_mcp_server_and_a_python_tool_runs_end_to_end(home, tmp_p
                for trajectory in json.loads(line)["trajectories"] for tool in trajectory["tools"]}  # fmt: skip
     assert {"add_note", "search_notes", "list_notes", "convert"} <= offered
     assert not wait_gone(with_command_line(servers, b"notes_server.py"), 10), "the MCP server outlived the run"
+    recorded = record(home, "notes")  # names kept, values not: the MCP token, the URL's password
+    assert recorded["task"]["mcp_servers"][0]["env"] == {"NOTES_DB": "<redacted>", "NOTES_TOKEN": "<redacted>"}
+    assert recorded["config"]["generator"] == "unused@http://<redacted>@127.0.0.1:9/v1"
+    written = [p for p in (home / "runs" / "notes").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.suffix == ".wandb" for p in written) and not [p for p in written if SECRET.encode() in p.read_bytes()]
 
 
 @pytest.mark.timeout(1200)  # first_run when run alone; seconds otherwise
 def test_no_file_a_run_wrote_holds_the_api_key(home, first_run):
     """Artifacts, logs, reports, parquet and W&B files of every run in the home (and the embedded
-    servers' logs): the key in the environment appears in none of them."""
+    servers' logs): the key in the environment appears in none of them, nor (after the notes run) its MCP
+    server's token or the password of its generator's URL, which its run.json and W&B config name redacted."""
     from autorl.serving.embedded import cache_dir
 
     files = [p for p in [*home.rglob("*"), *(cache_dir() / "logs").glob("*")] if p.is_file() and not p.is_symlink()]

@@ -279,6 +279,19 @@ def test_api_key_reaches_the_server_but_not_the_cache_or_logs(server, tmp_path, 
     assert "retrying" in caplog.text and secret not in caplog.text
 
 
+def test_the_same_model_name_on_another_server_is_not_answered_from_the_cache(server, tmp_path):
+    """The cache keys on the judge's server (host and port) too: one server's judgments are not another's."""
+    group = [conversation("q", "a"), conversation("q", "b")]
+    with FakeJudgeServer() as other:
+        server.script.append(Reply(content=scores_json(_1=1, _2=0)))
+        other.script.append(Reply(content=scores_json(_1=0, _2=1)))
+        first = run(ruler.ruler(group, server.judge_model(), cache_dir=tmp_path))
+        second = run(ruler.ruler(group, other.judge_model(), cache_dir=tmp_path))
+        again = run(ruler.ruler(group, server.judge_model(), cache_dir=tmp_path))  # its own, from the cache
+    assert [s.score for s in first] == [1, 0] == [s.score for s in again] and [s.score for s in second] == [0, 1]
+    assert len(server.requests) == 1 and len(other.requests) == 1
+
+
 def test_without_api_key_env_no_provider_key_is_sent_to_an_endpoint(server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-stay-home")
     server.script.append(Reply(content=scores_json(_1=1, _2=0)))

@@ -168,10 +168,20 @@ def test_model_specs_become_ruler_judges_without_starting_anything():
     assert (local.model, local.base_url) == ("Qwen/Qwen3-8B", "http://127.0.0.1:8000/v1")
 
 
-def test_cache_identity_ignores_endpoint_and_credentials():
+def test_cache_identity_names_the_server_never_its_credentials_and_the_embedded_judge_stays_embedded():
     a = JudgeModel(model="m", base_url="http://127.0.0.1:1/v1", api_key_env="A")
-    b = JudgeModel(model="m", base_url="http://127.0.0.1:2/v1", api_key_env="B")
-    assert a.identity() == b.identity() == {"model": "m", "temperature": None, "max_tokens": None, "extra_params": {}}
+    b = JudgeModel(model="m", base_url="http://10.9.9.9/v1", api_key_env="B")
+    assert a.identity() != b.identity()  # the same name on two servers: not each other's answers
+    assert a.identity() == {
+        "model": "m", "temperature": None, "max_tokens": None, "extra_params": {}, "endpoint": "127.0.0.1:1"
+    }  # fmt: skip
+    assert b.identity()["endpoint"] == "10.9.9.9:80"
+    keyed = JudgeModel.parse("m@https://user:s3cret@judge.example.com/v1")
+    assert keyed.identity()["endpoint"] == "judge.example.com:443" and "s3cret" not in str(keyed.identity())
+    same = JudgeModel(model="m", base_url="http://127.0.0.1:1/v2", api_key_env="C", api_key="k")
+    assert same.identity() == a.identity()  # the path and the key are not the server's identity
+    embedded = JudgeModel.parse("embedded")
+    assert embedded.identity() == {"model": "embedded", "temperature": None, "max_tokens": None, "extra_params": {}}
 
 
 USER_JUDGES = """

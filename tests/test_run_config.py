@@ -254,6 +254,19 @@ def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
     assert error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
 
 
+def test_a_task_file_cannot_send_a_run_off_this_machine_without_the_same_flag(run, tmp_path):
+    remote = task_file(tmp_path, '[cluster]\nray = "203.0.113.5:6379"\n')
+    assert error_line(str(remote)) == (
+        "error: the task's [cluster] table sends the run to the Ray cluster at '203.0.113.5:6379', off this "
+        "machine; a task file cannot do that alone: pass --ray 203.0.113.5:6379 too if you mean it"
+    )
+    assert run(str(remote), "--ray", "203.0.113.5:6379")[1].cluster.ray == "203.0.113.5:6379"  # the user's own word
+    assert error_line(str(remote), "--ray", "198.51.100.7:6379").startswith("error: the task's [cluster] table sends")
+    for here in ("local", "auto", "127.0.0.1:6379", "localhost:6379", "[::1]:6379"):
+        path = task_file(tmp_path, f'[cluster]\nray = "{here}"\n')
+        assert run(str(path))[1].cluster.ray == here
+
+
 def test_where_a_run_is_served_changes_no_cache_key():
     task = TaskSpec(description=TASK)
     cluster = ClusterConfig(ray="local", replicas=3, replica_cpus=2, trainer_cpus=2)

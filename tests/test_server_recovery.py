@@ -156,7 +156,7 @@ def test_requests_held_by_a_server_whose_engine_was_killed_are_answered_by_its_r
         calls = [asyncio.ensure_future(answer()) for _ in range(4)]
         url = server.base_url.removesuffix("/v1")
         deadline = time.monotonic() + 60
-        while await asyncio.to_thread(vllm_metric, url, "num_requests_running") == 0:
+        while await asyncio.to_thread(vllm_metric, url, "num_requests_running", server.api_key) == 0:
             assert time.monotonic() < deadline, "the requests never ran"
             await asyncio.sleep(0.05)
         os.kill(engine, signal.SIGKILL)

@@ -394,10 +394,13 @@ function = "json:dumps"
         ),
         ("[[mcp_servers]]\ncommand = []", r"field 'mcp_servers\[0\]': `command` must name a program"),
         ('[[mcp_servers]]\nurl = "localhost:8765"', r"field 'mcp_servers\[0\]\.url': String should match pattern"),
-        ('[[mcp_servers]]\nurl = "http://h/mcp"\nenv = { A = "1" }', r"`env` and `cwd` apply to a stdio server"),
+        (
+            '[[mcp_servers]]\nurl = "http://h/mcp"\nenv = { A = "1" }',
+            r"`env`, `pass_env` and `cwd` apply to a stdio server",
+        ),
         (
             '[[mcp_servers]]\ncommand = ["a"]\nargs = ["b"]',
-            r"unknown field 'mcp_servers\[0\]\.args' \(known fields: command, url, env, cwd\)",
+            r"unknown field 'mcp_servers\[0\]\.args' \(known fields: command, url, env, pass_env, cwd\)",
         ),
         (
             '[[tools]]\nname = "t"\nfunction = "tools.py"',

@@ -10,6 +10,9 @@ session, lists the server's tools and resources, then serves `call_tool` request
 task of its own task group, and leaves everything when the connection is closed. Callers only queue a
 request and await its future, so a server may be opened, called and closed from different tasks.
 
+Environment: a stdio server does not inherit autorl's (its API keys stay with autorl): it gets the MCP SDK's
+minimal one, the variables its spec's `pass_env` names, and its `env` (`server_environment`).
+
 Lifetime: `McpServer.aclose` stops a stdio server (stdin closed, then SIGTERM/SIGKILL to its process
 group, as the `mcp` client does). Ctrl-C and SIGTERM stop it too, as `asyncio.run` cancels the owner
 task on the way out. A stdio server is started through `autorl/serving/die_with_parent.py`, so the kernel
@@ -38,7 +41,7 @@ from typing import IO, Any
 import anyio
 import mcp.types as types
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -86,6 +89,7 @@ class McpServer:
     async def start(self) -> None:
         """Start the server and list its tools; McpServerDied (an AutoRLError, one line) if it does not
         come up."""
+        server_environment(self.spec)  # a variable `pass_env` names is missing: one line, before any start
         self._connection = await self._connect(f"MCP server {self.label!r} did not start")
 
     async def _connect(self, failure: str) -> _Connection:
@@ -211,10 +215,7 @@ class _Connection:
             command[0] = sys.executable
         executable, *args = wrapped(command)
         parameters = StdioServerParameters(
-            command=executable,
-            args=args,
-            env={**os.environ, **self.spec.env},
-            cwd=self.spec.cwd,
+            command=executable, args=args, env=server_environment(self.spec), cwd=self.spec.cwd
         )
         return stdio_client(parameters, errlog=self.errlog)
 
@@ -285,6 +286,18 @@ async def _listed(method: Callable[..., Awaitable[Any]], field: str) -> list:
         cursor = page.next_cursor
         if not cursor:
             return items
+
+
+def server_environment(spec: McpServerSpec) -> dict[str, str]:
+    """A stdio server's environment: the MCP SDK's minimal one (`get_default_environment`: HOME, PATH, SHELL,
+    TERM, USER, LOGNAME), the variables of autorl's environment that `spec.pass_env` names, then `spec.env`;
+    nothing else of autorl's (its API keys among it). A `pass_env` name that is not set is an error."""
+    missing = [name for name in spec.pass_env if name not in os.environ]
+    if missing:
+        raise McpServerDied(
+            f"MCP server {spec.label!r}: pass_env names {', '.join(missing)}, not set in autorl's environment"
+        )
+    return {**get_default_environment(), **{name: os.environ[name] for name in spec.pass_env}, **spec.env}
 
 
 def result_text(result: types.CallToolResult) -> str:

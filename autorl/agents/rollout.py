@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class RolloutConfig(BaseModel):
     """Sampling settings of the policy during rollouts."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)  # field docstrings are CLI help
 
     max_tokens: int = Field(128, ge=1)
     """Completion token cap per policy turn."""

@@ -30,9 +30,6 @@ from .transport import GatedTransport, InferenceGate
 if TYPE_CHECKING:
     from ..model import TrainableModel
 
-LOCAL_API_KEY = "autorl-local"
-"""The key autorl's clients send to the servers a backend starts."""
-
 
 def inference_name(model_name: str, step: int) -> str:
     """The name a server serves the LoRA of `step` under (adapter serving): `name@NNNN`."""
@@ -78,6 +75,8 @@ class Serving(Protocol):
 
     base_url: str
     """The OpenAI-compatible base URL the model's clients send to."""
+    api_key: str
+    """The key the model's clients send (`autorl.serving.auth`): its server's own, which only they get."""
 
     def transport(self) -> httpx.AsyncBaseTransport | None:
         """What sends the model's requests (None: plain HTTP to `base_url`)."""
@@ -171,7 +170,7 @@ class ModelBackend:
         self._slots[model.name] = ModelSlot(run_dir, serving)
         reconcile_history(run_dir)
         model.inference_base_url = serving.base_url
-        model.inference_api_key = LOCAL_API_KEY
+        model.inference_api_key = serving.api_key
         latest = latest_checkpoint(run_dir / "checkpoints")
         model.inference_model_name = await serving.serve(latest[0] if latest else 0)
 

@@ -46,6 +46,10 @@ class LocalServing:
     def base_url(self) -> str:
         return self.server.base_url
 
+    @property
+    def api_key(self) -> str:
+        return self.server.api_key
+
     def transport(self) -> None:
         return None
 

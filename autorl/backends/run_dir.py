@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..atomic import atomic_text
+from ..atomic import atomic_text, private_dir
 from ..errors import AutoRLError
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from ..trajectories import TrajectoryGroup
@@ -18,9 +18,10 @@ HISTORY_FILE = "history.jsonl"
 
 
 def ensure_writable(run_dir: Path) -> None:
-    """Create `run_dir` and prove it takes files; one clear error line if it does not."""
+    """Create `run_dir` (and its missing parents) private to the user (`autorl.atomic.private_dir`: it holds a
+    task's data) and prove it takes files; one clear error line if it does not."""
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(run_dir)
         probe = run_dir / ".write-test"
         probe.write_text("")
         probe.unlink()

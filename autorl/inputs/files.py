@@ -90,6 +90,26 @@ class GeneratedInputs(BaseModel):
         return [row.input for row in self.inputs if row.split == "val"]
 
 
+def check_writable(path: str | Path) -> None:
+    """Prove that `path` can be written, before the work that fills it: its directory is made and a file can be
+    made there (one left behind only if it existed). One `AutoRLError` line saying why not."""
+    path = Path(path)
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    try:
+        if blocker is not None:
+            raise NotADirectoryError(0, f"{blocker} is a file, not a directory")
+        if path.is_dir():
+            raise IsADirectoryError(0, "it is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise AutoRLError(f"cannot write {path} ({exc.strerror})") from None
+
+
 def write_inputs_jsonl(rows: Iterable[GeneratedInput], path: str | Path) -> Path:
     """Write one JSON object per input (`pandas.read_json(path, lines=True)` reads it)."""
     path = Path(path)

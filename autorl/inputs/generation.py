@@ -72,7 +72,7 @@ class InputGenerationError(AutoRLError):
 class GenerationConfig(BaseModel):
     """How inputs are generated, filtered and split (CLI flags override these)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     samples_per_call: int = Field(4, ge=1, le=16)
     """Answers one request asks for (the `n` of a chat completion), each a candidate input; a server that

@@ -26,12 +26,12 @@ CUDA_GPU_MEMORY_UTILIZATION = 0.5
 class ServerConfig(BaseModel):
     """How the local vLLM server is started."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings are CLI help
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)  # field docstrings are CLI help
 
     host: str = "127.0.0.1"
     """Interface to bind; loopback by default so the server is never exposed."""
-    port: int | None = None
-    """TCP port; None picks a free one. A port in use is an error, never silently replaced."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """TCP port (1-65535); None picks a free one. A port in use is an error, never silently replaced."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: 0.5
     (`CUDA_GPU_MEMORY_UTILIZATION`), leaving the other half to the trainer on the same GPU (vLLM's own

@@ -157,4 +157,4 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
             server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
             server.start()
             _shared_servers[model_dir.resolve()] = server
-        return ModelEndpoint(model=server.served_name, base_url=server.base_url)
+        return ModelEndpoint(model=server.served_name, base_url=server.base_url, api_key=server.api_key)

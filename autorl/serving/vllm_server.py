@@ -12,6 +12,9 @@ Ctrl-C and on SIGTERM. It runs under `autorl/serving/die_with_parent.py --group`
 server's process group: if this process is killed outright, the kernel sends the supervisor SIGTERM
 (PR_SET_PDEATHSIG) and it ends the whole group (SIGTERM, then SIGKILL after a grace), so neither the
 server nor its engine processes outlive their parent, even when the server's own shutdown hangs.
+Every path but `/health` needs the server's own random key (`VLLMServer.api_key`; `autorl.serving.auth`),
+which only autorl's clients get: vLLM checks it through `--middleware autorl.serving.auth.RequireKey`, reading
+it from its environment, never from its command line (which any local user can read).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import httpx
 
 from ..errors import AutoRLError, ServerStartError
 from ..progress import waiting
+from .auth import KEY_ENV, RequireKey, bearer, new_key
 from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
 from .memory import kv_cache_bytes, memory_available_for_kv
@@ -110,6 +114,9 @@ class VLLMServer:
         self.log_path = Path(log_path)
         self.config = config or ServerConfig()
         self.port: int | None = None
+        self.api_key = new_key()
+        """The key every request but `/health` must carry (`Authorization: Bearer ...`); kept across restarts.
+        Only autorl's own clients get it; it is never logged or written."""
         self._process: subprocess.Popen | None = None
         self._merger = None  # a merge.LoraMerger once load_merged has a LoRA to merge
 
@@ -121,6 +128,11 @@ class VLLMServer:
     @property
     def base_url(self) -> str:
         return f"http://{self.config.host}:{self.port}/v1"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a request to this server sends to be let in: its key."""
+        return bearer(self.api_key)
 
     @property
     def running(self) -> bool:
@@ -147,6 +159,7 @@ class VLLMServer:
             "--return-tokens-as-token-ids",
             *(["--enable-auto-tool-choice", "--tool-call-parser", c.tool_call_parser] if c.tool_call_parser else []),
             "--uvicorn-log-level", "warning",
+            "--middleware", f"{RequireKey.__module__}.{RequireKey.__name__}",  # the key: every path but /health
             *self._memory_args(),
             *(["--max-num-seqs", str(n)] if (n := c.resolved_max_num_seqs()) is not None else []),
             *(["--distributed-executor-backend", "uni"] if self._in_process() else []),
@@ -207,20 +220,13 @@ class VLLMServer:
         """Start the server process on `self.port` and wait until it is healthy."""
         VLLMServer.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
-        if self.merged:  # /pause, /resume and /collective_rpc (reload_weights) are development endpoints
-            env["VLLM_SERVER_DEV_MODE"] = "1"
-        if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if not cuda_available():
-            env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 wrapped(self.command(), group=True),  # a supervisor that ends the server's whole group
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=self.environment(),
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
             )
         _live_servers.add(self)
@@ -233,6 +239,25 @@ class VLLMServer:
         if not cuda_available() and not _compile_cache().is_dir():
             return f"{what} (the first start on this machine compiles the model: a few minutes)"
         return what
+
+    def environment(self) -> dict[str, str]:
+        """The server process's environment: this one's, with the server's key (`KEY_ENV`, which `RequireKey`
+        reads) and this autorl on its path (where `--middleware` finds `RequireKey`), without vLLM's own key (it
+        guards /v1 only, and would refuse autorl's clients), and vLLM's switches: runtime LoRA loading, and in
+        merged serving the development endpoints (/pause, /resume, /collective_rpc), behind the key like every
+        path but /health."""
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
+        env[KEY_ENV] = self.api_key
+        env.pop("VLLM_API_KEY", None)
+        here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+        if self.merged:  # /pause, /resume and /collective_rpc (reload_weights) are development endpoints
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if not cuda_available():
+            env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
+        return env
 
     def healthy(self, timeout: float = 5.0) -> bool:
         """Whether the server process runs and answers its health check: one that is shutting down, or whose
@@ -302,7 +327,8 @@ class VLLMServer:
         `/server_info` development endpoint: merged weights written in it load without a conversion."""
         import torch
 
-        response = httpx.get(self.base_url.removesuffix("/v1") + "/server_info?config_format=json", timeout=30)
+        url = self.base_url.removesuffix("/v1") + "/server_info?config_format=json"
+        response = httpx.get(url, headers=self.headers, timeout=30)
         if response.status_code != 200:
             raise AutoRLError(f"vLLM /server_info failed ({response.status_code}): {response.text[:300]}")
         name = str(response.json()["vllm_config"]["model_config"]["dtype"]).removeprefix("torch.")
@@ -321,7 +347,7 @@ class VLLMServer:
             self._post("/resume", {}, root)
 
     def _post(self, route: str, payload: dict, root: str | None = None) -> None:
-        response = httpx.post((root or self.base_url) + route, json=payload, timeout=300)
+        response = httpx.post((root or self.base_url) + route, json=payload, headers=self.headers, timeout=300)
         if response.status_code != 200:
             raise AutoRLError(f"vLLM {route} failed ({response.status_code}): {response.text[:300]}")
 

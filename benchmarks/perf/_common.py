@@ -108,12 +108,15 @@ def ratio_entry(
     }
 
 
-def vllm_metric(url: str, name: str) -> int:
+def vllm_metric(url: str, name: str, key: str) -> int:
     """A counter or gauge of the vLLM server at `url` (without /v1) from its Prometheus metrics (`vllm:NAME`),
-    summed over its labels: what the server itself counted (requests answered, tokens generated, ...)."""
+    summed over its labels: what the server itself counted (requests answered, tokens generated, ...). `key`:
+    the server's key (`VLLMServer.api_key`, a replica's `Replica.key`), which its /metrics needs too."""
     import httpx
 
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    response.raise_for_status()
+    text = response.text
     return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)))
 
 

@@ -242,10 +242,11 @@ def server_death(home: Path, trials: int, lrs: Learning) -> dict:
 
 class FlakyProxy:
     """An HTTP proxy to the embedded judge server that can refuse connections (port closed) for a while
-    and then answer 429 for a while."""
+    and then answer 429 for a while. It sends the server's `key` on (the run it serves knows only this URL)."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, key: str):
         self.target, self.storm_until, self.forwarded, self.rate_limited = target, 0.0, 0, 0
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -257,7 +258,7 @@ class FlakyProxy:
                 else:
                     proxy.forwarded += 1
                     reply = httpx.post(proxy.target + self.path.removeprefix("/v1"), content=body,
-                                       headers={"Content-Type": "application/json"}, timeout=600)  # fmt: skip
+                                       headers=headers, timeout=600)  # fmt: skip
                     status, data = reply.status_code, reply.content
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -295,7 +296,7 @@ def judge_outage(home: Path, lrs: Learning) -> dict:
 
     result = Trials("judge_outage")
     endpoint = embedded_endpoint()  # this process's embedded server: RULER on the embedded model
-    proxy = FlakyProxy(endpoint.base_url)
+    proxy = FlakyProxy(endpoint.base_url, endpoint.api_key.get_secret_value())
     try:
         name = f"judge-outage-s{lrs.seed}"
         judge = f"{endpoint.model}@http://127.0.0.1:{proxy.port}/v1"

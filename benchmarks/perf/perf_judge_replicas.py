@@ -72,11 +72,11 @@ def configurations(cores: int) -> dict[str, ClusterConfig | None]:
     }
 
 
-def generated(urls: list[str]) -> int:
-    return sum(vllm_metric(url, "generation_tokens_total") for url in urls)
+def generated(servers: list[tuple[str, str]]) -> int:
+    return sum(vllm_metric(url, "generation_tokens_total", key) for url, key in servers)
 
 
-async def score_batches(judge: JudgeModel, count: int, batches: int, urls: list[str]) -> list[dict]:
+async def score_batches(judge: JudgeModel, count: int, batches: int, urls: list[tuple[str, str]]) -> list[dict]:
     """One warm-up and `batches` measured batches of `count` groups scored at once; each batch's timings. The
     judge's tokens are the servers' own count (retried answers included: a 135M judge's JSON is not always valid)."""
     measured = []
@@ -102,21 +102,21 @@ def measure(home: Path, cluster: ClusterConfig | None, count: int, batches: int)
     if cluster is None:
         server = VLLMServer(resolve_base_model(DEFAULT_BASE_MODEL), DEFAULT_BASE_MODEL, home / "vllm.log")
         server.start()
-        urls = [server.base_url.removesuffix("/v1")]
-        endpoint = (server.served_name, server.base_url)
+        urls = [(server.base_url.removesuffix("/v1"), server.api_key)]
+        endpoint = (server.served_name, server.base_url, server.api_key)
         close = server.stop
     else:
         backend = ClusterBackend(home, cluster=cluster)
         served = backend.placement.embedded_endpoint()
-        urls = [replica.url for replica in backend.placement.embedded_pool.replicas]
-        endpoint = (served.model, served.base_url)
+        urls = [(replica.url, replica.key) for replica in backend.placement.embedded_pool.replicas]
+        endpoint = (served.model, served.base_url, served.api_key.get_secret_value())
         close = backend.close
     try:
         start_s = time.perf_counter() - started
-        before = [vllm_metric(url, "request_success_total") for url in urls]
-        judge = JudgeModel(model=endpoint[0], base_url=endpoint[1], context_tokens=context)
+        before = [vllm_metric(url, "request_success_total", key) for url, key in urls]
+        judge = JudgeModel(model=endpoint[0], base_url=endpoint[1], api_key=endpoint[2], context_tokens=context)
         measured = asyncio.run(score_batches(judge, count, batches, urls))
-        calls = [vllm_metric(url, "request_success_total") - b for url, b in zip(urls, before, strict=True)]
+        calls = [vllm_metric(url, "request_success_total", key) - b for (url, key), b in zip(urls, before, strict=True)]
     finally:
         close()
     return start_s, measured, calls

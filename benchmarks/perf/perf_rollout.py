@@ -192,7 +192,7 @@ def main() -> None:
             for dtype in ("float32", "bfloat16")
         }
         ours = model.openai_client()
-        merged_client = AsyncOpenAI(base_url=merged.base_url, api_key="none")
+        merged_client = AsyncOpenAI(base_url=merged.base_url, api_key=merged.api_key)
         clients += [ours, merged_client]
         server_groups = [server._process.pid, merged._process.pid]
 

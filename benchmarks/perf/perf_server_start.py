@@ -62,7 +62,7 @@ def start(mode: str, log: Path) -> tuple[VLLMServer, float]:
 
 async def decode(server: VLLMServer, requests: int, tokens: int) -> float:
     """Completion tokens per second over `requests` concurrent requests."""
-    client = AsyncOpenAI(base_url=server.base_url, api_key="none")
+    client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key)
 
     async def one(i: int) -> int:
         reply = await client.chat.completions.create(

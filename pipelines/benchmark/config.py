@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipelines.config import DEFAULT_HOME
+from autorl.errors import AutoRLError
+from pipelines.config import DEFAULT_HOME, check_run_name
 
 
 class BenchmarkConfig(BaseModel):
@@ -36,3 +37,11 @@ class BenchmarkConfig(BaseModel):
     """Answers per variant and input (their scores are averaged per input)."""
     max_tokens: int | None = Field(None, ge=1)
     """Completion token cap per answer; unset: the run's."""
+
+    @field_validator("run")
+    @classmethod
+    def _a_run_name(cls, name: str) -> str:
+        try:
+            return check_run_name(name)
+        except AutoRLError as exc:
+            raise ValueError(str(exc)) from None

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from autorl.errors import AutoRLError
 from autorl.progress import progress_bar
+from autorl.redaction import REDACTED, redact_text
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
@@ -60,6 +61,8 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     runs = {main.name: main}
     variants = [resolve(label, main, runs) for label in labels]  # every name resolves before anything starts
     judge_spec = config.judge or main.config.judge
+    if REDACTED in judge_spec:
+        raise AutoRLError(f"run {config.run!r}'s judge had credentials, which run.json does not keep: pass --judge")
     judge = load_judge(judge_spec, cache_dir=config.home / "cache" / "ruler")
     rollout = main.config.rollout
     if config.max_tokens is not None:
@@ -88,10 +91,10 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
             await run.policy.aclose()
     frame = evaluation.scores_frame(scored)
     results = scoreboard.results_table(frame, {v.label: _outcome(answers[v.label], len(texts)) for v in variants})
-    wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, labels))
+    wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, [v.label for v in variants]))
     out = config.out or config.home / "runs" / config.run / "benchmark"
     about = (
-        f"{len(texts)} inputs ({source}), {config.samples} answer(s) per variant and input, judge `{judge_spec}` "
+        f"{len(texts)} inputs ({source}), {config.samples} answer(s) per variant and input, judge `{redact_text(judge_spec)}` "
         + (
             "(RULER: each input's answers judged together, head to head)."
             if isinstance(judge, RulerJudge)
@@ -157,7 +160,7 @@ async def judge_groups(
             scored = await ruler_score_group(group, judge, rubric, swallow_exceptions=True, task=task)
             if scored is not None:
                 calls["judge"] += int(scored.trajectories[0].metrics.get("ruler_attempts", 0))
-                with store.write(STAGE, key, {"judge": judge_spec}) as out:
+                with store.write(STAGE, key, {"judge": redact_text(judge_spec)}) as out:
                     evaluation.save(out, [scored])
         bar.update(1)
         return scored

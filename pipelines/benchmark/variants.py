@@ -24,7 +24,8 @@ from pydantic import ValidationError
 
 from autorl.errors import AutoRLError
 from autorl.inputs.files import read_input_rows
-from autorl.task import TaskSpec
+from autorl.redaction import REDACTED, redact_text, redacted
+from autorl.task import TaskSpec, load_task
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
@@ -61,7 +62,7 @@ class RunView:
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid config ({describe(exc)})") from None
         try:
-            self.task = TaskSpec.model_validate(record["task"])
+            self.task = _with_secrets(TaskSpec.model_validate(record["task"]), record.get("task_file"), name)
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
         self.store = ArtifactStore(Path(home) / "artifacts")
@@ -98,12 +99,30 @@ class RunView:
         return (self.record.get("task") or {}).get("rubric") or None
 
 
+def _with_secrets(task: TaskSpec, task_file: str | None, name: str) -> TaskSpec:
+    """`task` as run.json records it, with its MCP servers' `env` values (redacted there) read again from its task
+    file; one error line when the file is gone or its servers are no longer the run's."""
+    if not any(REDACTED in server.env.values() for server in task.mcp_servers):
+        return task
+    recorded = [server.model_dump(mode="json") for server in task.mcp_servers]
+    try:
+        servers = load_task(Path(task_file)).mcp_servers if task_file else None
+    except AutoRLError:
+        servers = None
+    if servers is None or [redacted(s.model_dump(mode="json")) for s in servers] != recorded:
+        raise AutoRLError(
+            f"run {name!r}: run.json does not keep its MCP servers' env values, and its task file "
+            f"({task_file or 'none recorded'}) is gone or no longer has the run's servers"
+        )
+    return task.model_copy(update={"mcp_servers": servers})
+
+
 @dataclass
 class Variant:
     """One resolved variant: what answers, with which system prompt."""
 
     label: str
-    """The variant as written on the command line; its name in every table."""
+    """The variant as written on the command line (a URL's credentials redacted); its name in every table."""
     system_prompt: str
     identity: dict[str, Any]
     """What its answers depend on besides the prompt, input and sampling (never a key)."""
@@ -141,7 +160,8 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         variant = Variant(label, main.system_prompt(), {"base_model": main.config.model, "lora": None}, main, 0)
     elif "/" in spec:  # provider/model, or name@http://host:port/v1
         api = _api_model(label, spec)
-        variant = Variant(label, main.system_prompt(), api.model_dump(include={"model", "base_url"}), api=api)
+        identity = redacted(api.model_dump(include={"model", "base_url"}))  # a URL's credentials are no identity
+        variant = Variant(redact_text(label), main.system_prompt(), identity, api=api)
     elif match := _CHECKPOINT.match(spec):
         if match["run"] not in runs:
             try:

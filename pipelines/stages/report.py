@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
 from .. import evaluation
@@ -39,7 +40,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         _plot(history, summary["variants"], out / CURVE)
-        (out / REPORT).write_text(_markdown(ctx, history, frame, summary))
+        (out / REPORT).write_text(redact_text(_markdown(ctx, history, frame, summary)))  # no URL's credentials
     return {variant: round(s["mean"], 4) for variant, s in summary["variants"].items() if "mean" in s}
 
 

@@ -60,12 +60,14 @@ class ReplicaActor:
         self._adapter: str | None = None
         """The name of the LoRA loaded as an adapter (adapter serving)."""
 
-    def endpoint(self) -> str:
-        return self.server.base_url.removesuffix("/v1")
+    def endpoint(self) -> tuple[str, str]:
+        """Where its server is (its base URL without /v1) and the server's key (`autorl.serving.auth`), which
+        only the driver gets (a restarted actor's server has a new one)."""
+        return self.server.base_url.removesuffix("/v1"), self.server.api_key
 
-    def ensure_running(self) -> str:
-        """Restart the server if it died or no longer answers its health check (same port; it starts with the
-        base model); returns the endpoint."""
+    def ensure_running(self) -> tuple[str, str]:
+        """Restart the server if it died or no longer answers its health check (same port and key; it starts
+        with the base model); returns the endpoint."""
         if not self.server.healthy():
             self.server.restart()
             self._step, self._adapter = 0, None

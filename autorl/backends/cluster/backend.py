@@ -55,6 +55,9 @@ log = logging.getLogger("autorl")
 VIRTUAL_HOST = "autorl-replicas.invalid"
 """The host in a cluster model's base URL: `RoutingTransport` replaces it with a replica's address, and a
 client that bypasses the transport fails to resolve it instead of reaching a replica unrouted."""
+ROUTED_KEY = "autorl-routed"
+"""What a cluster model's clients send as their key: it never leaves this process, as `RoutingTransport` sends
+each replica its own key in its place."""
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 """What of a checkpoint the replicas need (the optimizer state stays with the driver)."""
 STOP_TIMEOUT_S = 30.0
@@ -124,6 +127,7 @@ class ClusterServing:
         self.run_dir = run_dir
         self.merged = placement.server_config.serves_merged()
         self.base_url = f"http://{VIRTUAL_HOST}/v1"
+        self.api_key = ROUTED_KEY
         self._wait_s = placement.server_config.startup_timeout_s
         self._adapter_ref: Any = None
         """The object-store reference of the LoRA files the replicas serve (None: the base model)."""
@@ -256,11 +260,14 @@ class ClusterPlacement:
                 self.remote_server_starts += 1
                 if not cuda_available():  # one after another: on CPU each sizes its KV cache from the memory left
                     await handles[-1].endpoint.remote()
-            urls = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
+            endpoints = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
         except BaseException:  # a replica that failed to start, or Ctrl-C: the others stop too
             stop_actors(handles)
             raise
-        return [Replica(index, handle, url=url) for index, (handle, url) in enumerate(zip(handles, urls, strict=True))]
+        return [
+            Replica(index, handle, url=url, key=key)
+            for index, (handle, (url, key)) in enumerate(zip(handles, endpoints, strict=True))
+        ]
 
     def embedded_endpoint(self) -> ModelEndpoint:
         """The embedded model's plain weights on `judge_replicas` replicas, behind a local `PoolProxy`: where the
@@ -277,7 +284,7 @@ class ClusterPlacement:
                 proxy.close()
                 self._embedded = None
                 raise
-        return ModelEndpoint(model=DEFAULT_BASE_MODEL, base_url=proxy.base_url)
+        return ModelEndpoint(model=DEFAULT_BASE_MODEL, base_url=proxy.base_url, api_key=proxy.api_key)
 
     @property
     def embedded_proxy(self) -> PoolProxy | None:
@@ -295,7 +302,7 @@ class ClusterPlacement:
 
     async def restart(self, replica: Replica) -> str:
         """Bring a replica's server back: Ray restarts an actor whose process died (rerunning `__init__`);
-        the actor restarts a server that died under it."""
+        the actor restarts a server that died under it. Returns its URL; its key is set on `replica`."""
         import ray
 
         self.remote_server_starts += 1
@@ -303,7 +310,8 @@ class ClusterPlacement:
         deadline = loop.time() + self.server_config.startup_timeout_s
         while True:
             try:
-                return await replica.handle.ensure_running.remote()
+                url, replica.key = await replica.handle.ensure_running.remote()
+                return url
             except ray.exceptions.ActorUnavailableError:  # Ray is restarting the actor (its __init__ starts vLLM)
                 if loop.time() > deadline:
                     raise

@@ -5,7 +5,9 @@ judge, the input generator) takes a URL, not a transport, so for it `PoolProxy` 
 is sent on through the transport (for a `ReplicaPool`: least-outstanding choice, resent to another replica if
 one dies) and its answer, streamed or not, is passed back as it comes. The proxy runs its own event loop in a
 thread, and the pool lives in that loop, so any thread may use the address, blocking callers included (the
-generator's calls from a worker thread while the run's loop waits on it).
+generator's calls from a worker thread while the run's loop waits on it). Like every server autorl starts, it
+requires its own key (`api_key`; `autorl.serving.auth`) on every path but /health, and never passes it on: the
+transport sends each replica's own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 
 from ...errors import ServerDiedError
+from ...serving.auth import OPEN_PATHS, authorized, new_key
 
 T = TypeVar("T")
 
@@ -25,6 +28,8 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "trailer", "upgrade"}
 )
 """Headers of one HTTP hop: not passed on (the proxy's own connection sets them)."""
+NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
+"""Headers of a request not sent on: the hop's, and the proxy's key."""
 CLOSE_TIMEOUT_S = 30.0
 """How long `close` waits for the proxy's loop to cancel what it runs."""
 
@@ -41,6 +46,8 @@ class PoolProxy:
         self._runner: Any = None
         self.base_url = ""
         """The OpenAI-compatible endpoint (`http://127.0.0.1:PORT/v1`), once `serve` opened it."""
+        self.api_key = new_key()
+        """The key every request but /health must carry (`Authorization: Bearer ...`)."""
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` in the proxy's loop and return its result (blocking: not from the proxy's loop)."""
@@ -48,8 +55,8 @@ class PoolProxy:
 
     async def serve(self, transport: httpx.AsyncBaseTransport, upstream: str) -> str:
         """Open the address (run this with `run`): each request goes to `upstream` (scheme and host, e.g. a
-        `RoutingTransport`'s virtual host) through `transport`; one that raises `ServerDiedError` (no replica
-        left) is answered 503, another transport error 502. Returns `base_url`."""
+        `RoutingTransport`'s virtual host) through `transport`; one without the proxy's key is answered 401, one
+        that raises `ServerDiedError` (no replica left) 503, another transport error 502. Returns `base_url`."""
         from aiohttp import web
 
         self._client = httpx.AsyncClient(transport=transport, base_url=upstream, timeout=None)
@@ -66,7 +73,9 @@ class PoolProxy:
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        if request.path not in OPEN_PATHS and not authorized(request.headers.get("Authorization"), self.api_key):
+            return web.json_response({"error": "Unauthorized: this proxy needs its key"}, status=401)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
         upstream = self._client.build_request(
             request.method, request.path_qs, headers=headers, content=await request.read()
         )

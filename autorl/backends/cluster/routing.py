@@ -35,6 +35,9 @@ class Replica:
     """The Ray actor (None in tests and the simulation)."""
     url: str = ""
     """Base URL of its server, without /v1."""
+    key: str = ""
+    """Its server's key (`autorl.serving.auth`), sent with every request routed to it in place of the
+    client's; empty: the client's Authorization header goes through as it is."""
     state: ReplicaState = "starting"
     served_step: int = -1
     """The checkpoint step its server holds (0: the base model; -1: none yet)."""
@@ -191,9 +194,9 @@ class _Released(httpx.AsyncByteStream):
 
 
 class RoutingTransport(httpx.AsyncBaseTransport):
-    """Sends each request to a replica the pool picks, and again to another one if the first was unreachable,
-    cut off, or answered that its engine died (the pool restarts that one); other errors and HTTP statuses go
-    back to the caller as they are."""
+    """Sends each request to a replica the pool picks, with that replica's key, and again to another one if the
+    first was unreachable, cut off, or answered that its engine died (the pool restarts that one); other errors
+    and HTTP statuses go back to the caller as they are."""
 
     def __init__(self, pool: ReplicaPool, wait_s: float = 600.0):
         self._pool = pool
@@ -202,7 +205,8 @@ class RoutingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
+        sent = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
+        unkeyed = [(k, v) for k, v in sent if k.lower() != b"authorization"]
         attempts = RECOVERY_RETRIES + len(self._pool.replicas)
         for attempt in range(1, attempts + 1):
             replica = await self._pool.acquire(self._wait_s)
@@ -210,6 +214,7 @@ class RoutingTransport(httpx.AsyncBaseTransport):
             try:
                 target = httpx.URL(replica.url)
                 url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+                headers = [*unkeyed, (b"Authorization", f"Bearer {replica.key}".encode())] if replica.key else sent
                 routed = httpx.Request(
                     request.method, url, headers=headers, content=body, extensions=request.extensions
                 )
