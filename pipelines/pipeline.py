@@ -24,6 +24,7 @@ from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
+from autorl.tracking import Tracker
 from autorl.training.engines import resolve_engine
 from ruler.loading import load_judge
 
@@ -32,7 +33,6 @@ from .config import STAGES, RunConfig
 from .context import Policy, StageContext
 from .run_lock import run_locks
 from .stages import STAGE_MODULES
-from .tracking import Tracker
 
 RUN_FILE = "run.json"
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
