@@ -112,14 +112,16 @@ def internal_config_updates(config: InternalModelConfig | dict[str, Any]) -> tup
     trainer: dict[str, Any] = {}
     ignored: list[str] = []
     for section, values in config.items():
-        for key, value in (values or {}).items() if isinstance(values, dict) else [(None, values)]:
-            name = section if key is None else f"{section}.{key}"
+        if not isinstance(values, dict):
+            ignored.append(section)
+            continue
+        for key, value in values.items():
             if (section, key) in SERVER_FIELDS:
                 server[SERVER_FIELDS[section, key]] = value
             elif section == "peft_args" and key in PEFT_FIELDS:
                 trainer[PEFT_FIELDS[key]] = value
             else:
-                ignored.append(name)
+                ignored.append(f"{section}.{key}")
     if "gpu_memory_utilization" in server:
         from .serving.config import cuda_available  # torch: only for a config that asks for a GPU share
 
