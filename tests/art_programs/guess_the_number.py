@@ -16,6 +16,8 @@ from pydantic import BaseModel
 import autorl as art
 from autorl.local import LocalBackend
 
+NUMBER_WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
 
 class GameConfig(BaseModel):
     max_turns: int = 3
@@ -33,6 +35,7 @@ async def rollout(model: art.Model[GameConfig], secret: int) -> art.Trajectory:
     ]
     history: art.MessagesAndChoices = list(messages)
     trajectory = art.Trajectory(messages_and_choices=history, reward=0.0, metadata={"secret": secret})
+    written = 0
     for turn in range(1, config.max_turns + 1):
         completion = await client.chat.completions.create(
             model=model.get_inference_name(),
@@ -43,17 +46,27 @@ async def rollout(model: art.Model[GameConfig], secret: int) -> art.Trajectory:
         choice = completion.choices[0]
         trajectory.messages_and_choices.append(choice)
         trajectory.metrics["turns"] = turn
-        guess = re.search(r"\d+", choice.message.content or "")
+        reply = choice.message.content or ""
+        written += len(reply)
+        guess = read_number(reply)
         if guess is None:
             trajectory.reward = -1.0  # no number: the worst outcome
             break
-        distance = abs(int(guess.group()) - secret)
-        trajectory.reward = 1.0 - distance / config.highest
-        if distance == 0:
+        trajectory.reward = 1.0 - abs(guess - secret) / config.highest
+        if guess == secret:
             break
-        hint = "Higher." if int(guess.group()) < secret else "Lower."
+        hint = "Higher." if guess < secret else "Lower."
         trajectory.messages_and_choices.append({"role": "user", "content": f"{hint} Guess again."})
+    trajectory.reward -= written / 1000  # "the number only": of two equal games, the terser wins
     return trajectory
+
+
+def read_number(reply: str) -> int | None:
+    """The first number in a reply, in digits or as a word ("five")."""
+    match = re.search(r"\d+|\b(" + "|".join(NUMBER_WORDS) + r")\b", reply.lower())
+    if match is None:
+        return None
+    return int(match.group()) if match.group().isdigit() else NUMBER_WORDS.index(match.group()) + 1
 
 
 async def main(backend: LocalBackend) -> art.TrainableModel:
