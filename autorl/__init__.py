@@ -1,7 +1,8 @@
 """autorl: train LLM agents with reinforcement learning from a plain-text task description.
 
 The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``: the names below,
-and ART's module paths (``autorl.langgraph``). Names are imported on first use, so ``import autorl`` does
+and ART's module paths (``autorl.langgraph``, ``autorl.local``, ``autorl.rewards``, ``autorl.utils``,
+``autorl.dev``, ``autorl.types``; the README lists them). Names are imported on first use, so ``import autorl`` does
 not load torch until a trainer is needed. The library's packages: ``backends`` (where a model is served
 and trained), ``serving`` (vLLM, the embedded model), ``training`` (the trainer and the loss), ``agents``
 (the agent loop, tools, MCP, LangGraph), ``inputs`` (generation, checks, dedup).
@@ -20,18 +21,24 @@ _EXPORTS = {
     "ClusterBackend": "backends.cluster.backend",
     "ClusterConfig": "backends.cluster.config",
     "LocalBackend": "backends.local",
+    "Messages": "types",
+    "MessagesAndChoices": "types",
     "Model": "model",
     "ServerConfig": "serving.config",
     "TrainConfig": "config",
     "TrainableModel": "model",
+    "Tools": "types",
     "TrainerConfig": "config",
     "Trajectory": "trajectories",
     "TrajectoryGroup": "trajectories",
+    "gather_trajectories": "gather",
     "gather_trajectory_groups": "gather",
+    "retry": "utils.retry",
 }
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = {"langgraph"}
-"""Reachable as attributes (`art.langgraph.wrap_rollout`), as in ART; imported on first use."""
+_SUBMODULES = {"dev", "langgraph", "local", "rewards", "types", "utils"}
+"""Reachable as attributes (`art.langgraph.wrap_rollout`, `art.dev.InternalModelConfig`), as in ART; imported on
+first use."""
 
 
 def __getattr__(name: str) -> object:

@@ -1,4 +1,4 @@
-"""`gather_trajectory_groups`: run many groups of rollouts concurrently, with a progress bar."""
+"""`gather_trajectory_groups` and `gather_trajectories`: run many rollouts concurrently, with a progress bar."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 
 from .progress import progress_bar
-from .trajectories import TrajectoryGroup
+from .trajectories import Trajectory, TrajectoryGroup, outcome
 
 AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None] | TrajectoryGroup | None]
 
@@ -67,7 +67,38 @@ async def gather_trajectory_groups(
     done = [g for g in results if g is not None]
     rollouts = sum(len(g) + len(g.exceptions) for g in done)
     errors = [e for g in done for e in g.raised] or [RuntimeError(e) for g in done for e in g.exceptions]
+    raise_past_limit(errors, rollouts, max_exceptions)
+    return done
+
+
+async def gather_trajectories(
+    trajectories: Iterable[Awaitable[Trajectory]],
+    *,
+    pbar_desc: str | None = "gather",
+    max_exceptions: int | float = 0,
+) -> list[Trajectory | BaseException]:
+    """Await rollouts concurrently (ART's `gather_trajectories`, e.g. a validation batch for `Model.log`) and
+    return their trajectories in input order; a failed rollout's place holds its exception while at most
+    `max_exceptions` fail (a float below 1: that share of them), else the first failure is raised."""
+    awaitables = list(trajectories)
+    bar = progress_bar(pbar_desc, len(awaitables), "rollout")
+
+    async def run(awaitable: Awaitable[Trajectory]) -> Trajectory | BaseException:
+        result = await outcome(awaitable)
+        bar.update(1)
+        return result
+
+    try:
+        results = await asyncio.gather(*(run(a) for a in awaitables))
+    finally:
+        bar.close()
+    raise_past_limit([r for r in results if isinstance(r, BaseException)], len(results), max_exceptions)
+    return results
+
+
+def raise_past_limit(errors: list[BaseException], rollouts: int, max_exceptions: int | float) -> None:
+    """Raise the first of `errors` when there are more than `max_exceptions` (a float below 1: that share of
+    `rollouts`)."""
     limit = max_exceptions * rollouts if isinstance(max_exceptions, float) and max_exceptions < 1 else max_exceptions
     if len(errors) > limit:
         raise errors[0]
-    return done

@@ -2,42 +2,66 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 from openai import AsyncOpenAI
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from .config import TrainConfig, TrainerConfig
 from .errors import AutoRLError
+from .serving.config import ServerConfig
 from .serving.embedded import DEFAULT_BASE_MODEL
-from .trajectories import TrajectoryGroup
+from .training.checkpoints import checkpoint_name
+from .trajectories import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+    from .dev import TrainConfig as DevTrainConfig
 
 
 INFERENCE_TIMEOUT = httpx.Timeout(600, connect=10)
 """How long a request to the policy may take (a long completion on a CPU), and to connect."""
+ModelConfig = TypeVar("ModelConfig", bound=BaseModel | None)
+"""The type of a model's own `config` (ART's `Model[MyConfig]`)."""
+log = logging.getLogger("autorl")
 
 
-class Model(BaseModel):
+class Model(BaseModel, Generic[ModelConfig]):
     """A model behind an OpenAI-compatible endpoint (an API model, or a judge); not trained."""
 
     name: str
     """Unique name of the model inside its project."""
     project: str = "default"
     """Groups runs; the run directory is `<backend path>/<project>/<name>`."""
+    config: ModelConfig | None = None
+    """Your own settings of the model (any pydantic model, e.g. the rollout's max turns), kept with it for
+    rollout code to read; autorl reads nothing of it. Registering refuses one that is not JSON-serialisable."""
     inference_base_url: str | None = None
     """OpenAI-compatible base URL (ends in /v1)."""
     inference_api_key: str | None = Field(default=None, repr=False)
     """API key for the endpoint; never written to an artifact or a log."""
     inference_model_name: str | None = None
     """Model name to request from the endpoint; defaults to `name`."""
+    report_metrics: list[str] | None = None
+    """Where the backend reports the model's metrics (training steps, `log`) besides its run directory:
+    None, to W&B when WANDB_API_KEY is set (as ART); ["wandb"], to W&B always; [], nowhere. W&B writes
+    offline files under the run directory unless WANDB_MODE says otherwise."""
+    _backend: Backend | None = PrivateAttr(default=None)
 
     async def register(self, backend: Backend) -> None:
-        """Attach to a backend; a plain `Model` needs nothing from it."""
+        """Attach to a backend, where `log` records (a plain `Model` starts nothing there)."""
+        self._check_config()
+        self._backend = backend
+
+    def _check_config(self) -> None:
+        if self.config is not None:
+            try:
+                self.config.model_dump_json()
+            except Exception as exc:  # pydantic's serialisation errors differ by type
+                raise AutoRLError(f"model {self.name!r}: its config cannot be written as JSON ({exc})") from None
 
     def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` bound to this model's endpoint (held back while the model trains)."""
@@ -71,33 +95,138 @@ class Model(BaseModel):
         """The model name to pass as `model=` in chat completion requests."""
         return self.inference_model_name or self.name
 
-
-class TrainableModel(Model):
-    """A policy: `base_model` plus a LoRA that `train()` updates through the registered backend."""
-
-    base_model: str = DEFAULT_BASE_MODEL
-    """`embedded:<name>` or a local Hugging Face model directory."""
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
-    """LoRA shape, training dtype and seed."""
-    _backend: Backend | None = PrivateAttr(default=None)
-
-    async def register(self, backend: Backend) -> None:
-        """Start serving this model on `backend` (e.g. `LocalBackend()`), resuming its newest checkpoint."""
-        await backend.register(self)
-        self._backend = backend
-
-    def _transport(self) -> httpx.AsyncBaseTransport:
-        return self._require_backend().transport(self)
+    def litellm_completion_params(self, step: int | None = None) -> dict[str, Any]:
+        """`litellm.completion` / `dspy.LM` keyword arguments for this model: `model`, `base_url`, `api_key` and
+        `temperature` 1. A trainable model's name goes to LiteLLM's OpenAI-compatible vLLM provider
+        (`hosted_vllm/<name>`). Such calls bypass `openai_client`'s transport: they are not held back while
+        the model trains. `step`: None, the served checkpoint; a step only where the served name says it is
+        that one (adapter serving's `<name>@NNNN`): serve another with `await backend.serve_checkpoint(model,
+        step)` and pass the name it returns."""
+        name = self.get_inference_name()
+        if step is not None and not name.endswith(f"@{checkpoint_name(step)}"):
+            raise AutoRLError(
+                f"model {self.name!r} serves {name!r}, not checkpoint {checkpoint_name(step)}; serve that one with "
+                "`await backend.serve_checkpoint(model, step)` and pass the name it returns"
+            )
+        return {
+            "model": f"hosted_vllm/{name}" if isinstance(self, TrainableModel) else name,
+            "base_url": self.require_endpoint(),
+            "api_key": self.inference_api_key or "none",
+            "temperature": 1,
+        }
 
     def _require_backend(self) -> Backend:
         if self._backend is None:
             raise AutoRLError(f"model {self.name!r} is not registered; call `await model.register(backend)` first")
         return self._backend
 
-    async def train(self, trajectory_groups: list[TrajectoryGroup], config: TrainConfig | None = None) -> dict:
-        """One GRPO update from scored groups; returns the step's metrics (also in history.jsonl)."""
-        return await self._require_backend().train(self, list(trajectory_groups), config or TrainConfig())
+    async def log(
+        self,
+        trajectories: Iterable[Trajectory | BaseException] | Iterable[TrajectoryGroup] | None = None,
+        split: str = "val",
+        *,
+        metrics: dict[str, float] | None = None,
+        step: int | None = None,
+    ) -> dict[str, float]:
+        """Record an evaluation batch of `split` ("val", "test", ...) at the model's current step (or `step`):
+        its reward mean (`<split>/reward`), the mean within-group standard deviation (`reward_std_dev`), the
+        share of rollouts that raised (`exception_rate`), the mean of every metric the trajectories carry,
+        and `metrics` as given. `trajectories`: trajectories (with exceptions, as `gather_trajectories`
+        returns them with max_exceptions), which form one group, or groups. Written to the run directory's
+        `log_history.jsonl` and `trajectories/<split>/NNNN.parquet`, and to W&B (`report_metrics`);
+        `delete_checkpoints` picks the best checkpoint by these. Returns the metrics recorded."""
+        items = list(trajectories or [])
+        if any(isinstance(item, Trajectory | BaseException) for item in items):
+            groups = [TrajectoryGroup(items)]
+        else:
+            groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup(g) for g in items]
+        return await self._require_backend().log(self, groups, split, dict(metrics or {}), step)
+
+
+class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
+    """A policy: `base_model` plus a LoRA that `train()` updates through the registered backend."""
+
+    base_model: str = DEFAULT_BASE_MODEL
+    """`embedded:<name>` or a local Hugging Face model directory."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """LoRA shape, training dtype and seed."""
+    server: dict[str, Any] = Field(default_factory=dict)
+    """`ServerConfig` fields that this model's vLLM server takes over the backend's (e.g. `{"max_model_len":
+    4096}`); ART's `_internal_config` engine arguments land here. Read when the server starts."""
+    _internal_config: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any):
+        internal = data.pop("_internal_config", None)
+        if internal:
+            from .dev import internal_config_updates
+
+            server, trainer = internal_config_updates(internal)
+            data["server"] = {**server, **data.get("server", {})}
+            if trainer:
+                given = data.get("trainer") or TrainerConfig()
+                given = given.model_dump() if isinstance(given, TrainerConfig) else dict(given)
+                data["trainer"] = TrainerConfig.model_validate({**given, **trainer})
+        super().__init__(**data)
+        self._internal_config = internal
+
+    @field_validator("server")
+    @classmethod
+    def _server_fields(cls, server: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(server) - set(ServerConfig.model_fields))
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a ServerConfig field")
+        return server
+
+    async def register(self, backend: Backend) -> None:
+        """Start serving this model on `backend` (e.g. `LocalBackend()`), resuming its newest checkpoint. A
+        second model of the same name on the same backend shares the first one's server and training."""
+        self._check_config()
+        await backend.register(self)
+        self._backend = backend
+
+    def _transport(self) -> httpx.AsyncBaseTransport:
+        return self._require_backend().transport(self)
+
+    async def train(
+        self,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        _config: DevTrainConfig | dict[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> dict:
+        """One GRPO update from scored groups; returns the step's metrics (also in history.jsonl).
+
+        _config: ART's expert settings (`autorl.dev.TrainConfig`), mapped onto `config`'s fields; an ART
+            key autorl has no setting for is a warning, any other key an error naming it.
+        verbose: log the step's metrics (logger `autorl`, INFO).
+        """
+        config = config or TrainConfig()
+        if _config:
+            from .dev import train_config_updates
+
+            config = TrainConfig.model_validate(
+                {**config.model_dump(exclude_unset=True), **train_config_updates(_config)}
+            )
+        metrics = await self._require_backend().train(self, list(trajectory_groups), config)
+        if verbose:
+            log.info("model %r trained step %d: %s", self.name, metrics["step"], metrics)
+        return metrics
 
     async def get_step(self) -> int:
         """The newest trained step (0 before any training)."""
         return await self._require_backend().get_step(self)
+
+    async def delete_checkpoints(
+        self, best_checkpoint_metric: str = "val/reward", *, keep: str = "latest,best"
+    ) -> list[int]:
+        """Delete the checkpoints that `keep` does not name, as ART does before each `train`; returns the steps
+        deleted.
+
+        keep: "latest,best" (ART's: the newest and the best), or "latest:N", "every:N", "all" and
+            combinations (`autorl.backends.retention.KeepPolicy`). The newest checkpoint and any a server
+            serves are never deleted.
+        best_checkpoint_metric: what "best" means: a metric `log` recorded (`val/reward`: the highest mean
+            validation reward), or `train/<metric>` of the training steps; with none recorded for any
+            checkpoint, the training reward, with a warning.
+        """
+        return await self._require_backend().delete_checkpoints(self, best_checkpoint_metric, keep)

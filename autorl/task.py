@@ -2,7 +2,7 @@
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
 tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[trainer]` and
-`[cluster]` tables), and a key that is not a field is an error that names it. Relative paths in a task file (an
+`[cluster]` tables, `inputs_file` and `keep_checkpoints`), and a key that is not a field is an error that names it. Relative paths in a task file (an
 inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
 themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. The README documents the
@@ -170,6 +170,9 @@ class TaskSpec(BaseModel):
     line with an `input` string and optionally a `split` ("train" or "val"; rows without one are split
     like generated inputs). All of its inputs are used: `num_inputs` does not apply. A relative path in a
     task file is relative to the file's directory."""
+    keep_checkpoints: str | None = None
+    """Which checkpoints a run's training keeps (`autorl run --keep-checkpoints`, which overrides it): all, or
+    a comma-separated set of latest, latest:N, best and every:N; unset: all."""
     train: dict[str, Any] = Field(default_factory=dict)
     """The `[train]` table: settings of every GRPO update of a run, by `autorl.config.TrainConfig` field
     (`learning_rate`, `loss`, ...). `autorl run` flags override them; a field set in neither takes its
@@ -217,7 +220,7 @@ class TaskSpec(BaseModel):
         }
 
 
-RUN_SETTINGS = frozenset({"inputs_file", "train", "trainer", "cluster"})
+RUN_SETTINGS = frozenset({"inputs_file", "keep_checkpoints", "train", "trainer", "cluster"})
 """The `TaskSpec` fields that set up a run rather than describe its task. A run's config takes them over
 (`pipelines.config.RunConfig.for_task`, which also checks the tables' keys): the pipeline reads them
 there, and changing them keeps a run's name."""

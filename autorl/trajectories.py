@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from ruler.messages import as_message
 
 from .errors import FatalError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MessageOrChoice = dict[str, Any] | Choice
 
@@ -57,6 +60,20 @@ class Trajectory(BaseModel):
 
     def log(self, message: str) -> None:
         self.logs.append(message)
+
+
+async def outcome(rollout: Awaitable[Trajectory]) -> Trajectory | Exception:
+    """The trajectory a rollout returns, or the exception it raised: a failed rollout is data, counted against
+    `max_exceptions` (a `FatalError` ends the run: it propagates)."""
+    try:
+        result = await rollout
+        if not isinstance(result, Trajectory):
+            raise TypeError(f"a rollout returned {type(result).__name__}, expected autorl.Trajectory")
+    except FatalError:
+        raise
+    except Exception as exc:
+        return exc
+    return result
 
 
 class TrajectoryGroup(BaseModel):
@@ -100,14 +117,7 @@ class TrajectoryGroup(BaseModel):
         """Run the pending rollouts concurrently; `on_done(ok: bool)` is called after each one."""
 
         async def run(awaitable: Awaitable[Trajectory]) -> Trajectory | BaseException:
-            try:
-                result = await awaitable
-                if not isinstance(result, Trajectory):
-                    raise TypeError(f"a rollout returned {type(result).__name__}, expected autorl.Trajectory")
-            except FatalError:
-                raise
-            except Exception as exc:  # a failed rollout is data, counted against max_exceptions
-                result = exc
+            result = await outcome(awaitable)
             if on_done is not None:
                 on_done(isinstance(result, Trajectory))
             return result
@@ -134,3 +144,25 @@ class TrajectoryGroup(BaseModel):
 
     def __iter__(self):  # type: ignore[override]  # iterate trajectories, as ART does
         return iter(self.trajectories)
+
+
+SCORE_COLUMNS = ["input", "variant", "reward", "answer", "explanation"]
+
+
+def scores_frame(groups: Iterable[TrajectoryGroup]) -> pd.DataFrame:
+    """The groups' trajectories as a table, a row each: `input` and `variant` (from their metadata), `reward`,
+    `answer` (the last message's content) and `explanation` (the last log line: the judge's)."""
+    import pandas as pd  # only where a table is written: `import autorl` stays light
+
+    rows = [
+        {
+            "input": t.metadata.get("input", ""),
+            "variant": t.metadata.get("variant", ""),
+            "reward": t.reward,
+            "answer": t.messages()[-1].get("content", ""),
+            "explanation": t.logs[-1] if t.logs else "",
+        }
+        for g in groups
+        for t in g.trajectories
+    ]
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)

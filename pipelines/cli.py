@@ -127,6 +127,7 @@ RUN_FLAGS = field_flags(
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
+        "keep_checkpoints": {"metavar": "POLICY"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
         "train.learning_rate": {"names": ("--learning-rate", "--lr")},

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autorl.agents.rollout import RolloutConfig
 from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.retention import KeepPolicy
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.serving.config import ServerConfig
@@ -62,6 +63,11 @@ class RunConfig(BaseModel):
     """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """How the policy's LoRA is built and trained: rank, alpha, dropout, target modules, dtype, seed."""
+    keep_checkpoints: str = "all"
+    """Which checkpoints training keeps: all (the default), or a comma-separated set of latest (the newest;
+    latest:N, the newest N), best (the highest training reward, as the evaluate stage and RUN@best pick it)
+    and every:N (each Nth step); the others are deleted after each step (ART's latest,best keeps two).
+    The newest is always kept, so a killed run resumes. Not part of any cache key."""
     seed: int = 0
     """Seed of input generation and of the train/validation split."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -87,6 +93,12 @@ class RunConfig(BaseModel):
     Ray cluster (a task file's `[cluster]` table). Not part of any cache key: a run gives the same artifacts
     either way, so a run moved to a cluster resumes from its local checkpoints and back."""
 
+    @field_validator("keep_checkpoints")
+    @classmethod
+    def _a_policy(cls, text: str) -> str:
+        KeepPolicy.parse(text)
+        return text
+
     @field_validator("name")
     @classmethod
     def _a_directory_name(cls, name: str | None) -> str | None:
@@ -98,7 +110,8 @@ class RunConfig(BaseModel):
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
         """The config of a run of `task`: the `given` values (nested models as dicts: `{"train": {"loss":
-        "gspo"}}`) over the task's `[train]` / `[trainer]` tables and `inputs_file`, over the defaults.
+        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` tables, `inputs_file` and
+        `keep_checkpoints`, over the defaults.
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
         Raises AutoRLError naming a task table's key that is no field or whose value is invalid, or a `[cluster]`
@@ -107,7 +120,9 @@ class RunConfig(BaseModel):
         """
         given = dict(given or {})
         check_ray_address(task.cluster.get("ray"), (given.get("cluster") or {}).get("ray"))
-        values: dict[str, Any] = {"inputs_file": task.inputs_file} if task.inputs_file else {}
+        values: dict[str, Any] = {
+            name: getattr(task, name) for name in ("inputs_file", "keep_checkpoints") if getattr(task, name)
+        }
         for table, strict in TASK_TABLES.items():
             settings = getattr(task, table)
             try:

@@ -18,13 +18,13 @@ from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
 from autorl.serving.embedded import embedded_endpoint
 from autorl.task import TaskSpec
+from autorl.tracking import Tracker
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
 from ruler.calls import CallRecord
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
-from .tracking import Tracker
 
 TRAIN_PROJECT = "train"
 
@@ -38,8 +38,8 @@ class Policy:
         self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
     ):
         self.backend = make_backend(artifacts, config.server, config.cluster)
-        self.model = TrainableModel(
-            name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer
+        self.model = TrainableModel(  # W&B: the run's own Tracker logs its steps (report_metrics=[]: not twice)
+            name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer, report_metrics=[]
         )
         self.task = task
         self._log_dir = log_dir

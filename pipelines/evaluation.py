@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from autorl import gather_trajectory_groups
-from autorl.trajectories import Trajectory, TrajectoryGroup
+from autorl.trajectories import Trajectory, TrajectoryGroup, scores_frame
 
 from .stats import mean_ci
 
@@ -51,21 +51,6 @@ async def _tagged(answer: Awaitable[Trajectory], variant: str) -> Trajectory:
     trajectory = await answer
     trajectory.metadata["variant"] = variant
     return trajectory
-
-
-def scores_frame(groups: list[TrajectoryGroup]) -> pd.DataFrame:
-    rows = [
-        {
-            "input": t.metadata.get("input", ""),
-            "variant": t.metadata.get("variant", ""),
-            "reward": t.reward,
-            "answer": t.messages()[-1].get("content", ""),
-            "explanation": t.logs[-1] if t.logs else "",
-        }
-        for g in groups
-        for t in g.trajectories
-    ]
-    return pd.DataFrame(rows, columns=["input", "variant", "reward", "answer", "explanation"])
 
 
 def save(out: Path, groups: list[TrajectoryGroup]) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from autorl.errors import AutoRLError
 from autorl.redaction import redact_text, redacted
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
+from autorl.tracking import Tracker
 from autorl.training.engines import resolve_engine
 from ruler import Judge
 from ruler.calls import CallRecord, summarize
@@ -36,7 +37,6 @@ from .config import STAGES, RunConfig
 from .context import Policy, StageContext
 from .run_lock import run_locks
 from .stages import STAGE_MODULES
-from .tracking import Tracker
 
 RUN_FILE = "run.json"
 LINKS = ("checkpoints", "history.jsonl", "trajectories")

@@ -172,9 +172,15 @@ PROGRAM_JUDGE = ["--judge", "benchmarks.perf.learning_tasks.judges:uppercase"]
 """A judge that is a program, for runs that test what happens around the judge: no judge server starts."""
 
 
+KEEP = ["--keep-checkpoints", "latest,best"]
+"""ART's checkpoint policy: a run ends with its newest checkpoint and its best (by training reward)."""
+
+
 @pytest.mark.timeout(1500)  # ~410 s: two runs and a server restart (and first_run when run alone)
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
-    process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *PROGRAM_JUDGE)
+    """Killed in step 2, the run resumes at step 2; its server killed in step 3, it loses no step; with
+    `--keep-checkpoints latest,best` it ends with exactly those two checkpoints and every step's history."""
+    process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *KEEP, *PROGRAM_JUDGE)
 
     def in_step_two() -> bool:  # step 1 is checkpointed: step 2's rollouts are under way
         run_file = home / "runs" / "killed" / "run.json"
@@ -189,7 +195,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     assert not (work / "checkpoints" / "0002").exists()
 
     # the resumed run's policy server is killed as step 3 starts: restarted, the run loses no step
-    resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *PROGRAM_JUDGE)
+    resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *KEEP, *PROGRAM_JUDGE)
     train_key = record(home, "killed")["keys"]["train"]
 
     def policy_server() -> set[int]:  # the vLLM server serving the training (merged: under its key)
@@ -204,7 +210,11 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     assert "Compiling model again due to a load failure" not in (work / "logs" / "vllm.log").read_text()
     run_dir = home / "runs" / "killed"
     assert steps_in_history(run_dir) == [1, 2, 3]
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    best = max(history, key=lambda h: (h["reward"], h["step"]))["step"]  # ties go to the later step
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted({"0003", f"{best:04d}"})
+    evaluated = record(home, "killed")["stages"]["evaluate"]["summary"]["variants"]
+    assert evaluated["latest"]["step"] == 3 and evaluated.get("best", {"step": 3})["step"] == best
     # another learning rate and judge than the first run's: its inputs and system prompt are reused (which
     # stages each setting invalidates: tests/test_pipeline_units.py), its training is its own
     stages = record(home, "killed")["stages"]

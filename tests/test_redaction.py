@@ -17,10 +17,10 @@ from autorl.atomic import atomic_text, private_dir
 from autorl.errors import AutoRLError
 from autorl.redaction import REDACTED, RedactingFilter, is_secret_name, redact_text, redacted
 from autorl.task import McpServerSpec, TaskSpec
+from autorl.tracking import Tracker
 from pipelines.artifacts import ArtifactStore, write_json
 from pipelines.config import RunConfig
 from pipelines.pipeline import RUN_FILE, _open_record
-from pipelines.tracking import Tracker
 
 SECRET = "s3cret-0123456789-never-written"
 CREDENTIALED = f"m@http://judge:{SECRET}@10.0.0.5:8000/v1"

@@ -172,18 +172,26 @@ def test_the_overlong_penalty_ranks_long_completions_below_short_ones_of_the_sam
 
 
 class ServingStandIn:
-    """What the backend asks of a model's serving after a step, for a backend test without a server."""
+    """What the backend asks of a model's serving after a step, for a backend test without a server: it
+    "holds" the step served last (as merged serving does)."""
 
     base_url = "http://127.0.0.1:1/v1"
+
+    def __init__(self):
+        self.held: set[int] = set()
 
     def transport(self):
         return None
 
     async def serve(self, step):
+        self.held = {step} - {0}
         return "policy"
 
     async def retire(self, name):
         pass
+
+    def served_steps(self):
+        return set(self.held)
 
     async def recover(self):
         return True

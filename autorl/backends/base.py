@@ -1,10 +1,13 @@
 """The `Backend` interface that `TrainableModel` is typed against, and `ModelBackend`, the one implementation
 of its training loop that every backend running its own servers and trainer shares.
 
-A backend registers models (starts serving them), trains them one GRPO step at a time, serves any of their
-checkpoints, and gives their OpenAI clients the transport that reaches its servers. `ModelBackend` does
-what is the same wherever the work runs: the run directory, one step at a time per model, inference held
-back while a step runs (the model's `InferenceGate`), the history, serving the new checkpoint. Where the
+A backend registers models (starts serving them), trains them one GRPO step at a time, records evaluation
+batches (`log`), deletes checkpoints by a policy, serves any of their checkpoints, and gives their OpenAI
+clients the transport that reaches its servers. Its methods take and return plain data (models, groups,
+names, numbers), so a backend in another process answers them the same. `ModelBackend` does what is the
+same wherever the work runs: the run directory, one step at a time per model, inference held back while a
+step runs (the model's `InferenceGate`), the histories, the checkpoints kept, serving the new checkpoint,
+W&B (`Model.report_metrics`). Where the
 servers and the trainer run is its `Placement`'s: this machine (`autorl.backends.local`) or a Ray cluster
 (`autorl.backends.cluster`).
 """
@@ -12,8 +15,11 @@ servers and the trainer run is its `Placement`'s: this machine (`autorl.backends
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import statistics
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -22,13 +28,23 @@ import httpx
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..serving.vllm_server import install_exit_hooks
-from ..training.checkpoints import checkpoint_name, latest_checkpoint
+from ..tracking import Tracker
+from ..training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint, remove_checkpoint
 from ..trajectories import TrajectoryGroup
-from .run_dir import append_history, ensure_writable, reconcile_history, warn_untrained
+from .retention import KeepPolicy, best_checkpoint
+from .run_dir import (
+    LOG_HISTORY_FILE,
+    append_history,
+    ensure_writable,
+    read_history,
+    reconcile_history,
+    save_trajectories,
+    warn_untrained,
+)
 from .transport import GatedTransport, InferenceGate
 
 if TYPE_CHECKING:
-    from ..model import TrainableModel
+    from ..model import Model, TrainableModel
 
 
 def inference_name(model_name: str, step: int) -> str:
@@ -54,6 +70,18 @@ class Backend(Protocol):
 
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
         """The name under which checkpoint `step` (0: the base model) is served, loading it if needed."""
+        ...
+
+    async def log(
+        self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
+    ) -> dict[str, float]:
+        """Record an evaluation batch of `split` at `step` (None: the model's newest; 0 for a model that is
+        not trained) with `metrics` beside the ones computed from `groups`; returns what was recorded."""
+        ...
+
+    async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
+        """Delete the checkpoints that the policy `keep` (`KeepPolicy`) leaves out, "best" by
+        `best_checkpoint_metric`; never the newest nor one being served. Returns the steps deleted."""
         ...
 
     async def recover(self, model: TrainableModel) -> bool:
@@ -88,6 +116,10 @@ class Serving(Protocol):
 
     async def retire(self, name: str) -> None:
         """A name served before is no longer the newest checkpoint's: free what it holds, if anything."""
+        ...
+
+    def served_steps(self) -> set[int]:
+        """The checkpoints whose weights the servers hold now (never deleted while they do)."""
         ...
 
     async def recover(self) -> bool:
@@ -137,7 +169,7 @@ class ModelSlot:
     gate: InferenceGate = field(default_factory=InferenceGate)
     """Closed while a step runs: the model's requests wait."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    """One training step at a time."""
+    """One training step at a time (and no checkpoint deleted during one)."""
 
 
 class ModelBackend:
@@ -152,23 +184,26 @@ class ModelBackend:
         self.path = Path(path)
         self.placement = placement
         self._slots: dict[str, ModelSlot] = {}
+        self._trackers: dict[Path, Tracker] = {}
 
     @property
     def remote_server_starts(self) -> int:
         return self.placement.remote_server_starts
 
-    def run_dir(self, model: TrainableModel) -> Path:
+    def run_dir(self, model: Model) -> Path:
         return self.path / model.project / model.name
 
     async def register(self, model: TrainableModel) -> None:
-        """Start the model's inference, serving its newest checkpoint if it has one."""
-        if model.name in self._slots:
-            return
+        """Start the model's inference, serving its newest checkpoint if it has one. A model of a name already
+        registered gets that one's endpoint: its server, history and checkpoints."""
         run_dir = self.run_dir(model)
-        ensure_writable(run_dir)
-        serving = await self.placement.start_serving(model, run_dir)
-        self._slots[model.name] = ModelSlot(run_dir, serving)
-        reconcile_history(run_dir)
+        if model.name in self._slots:
+            serving = self._slots[model.name].serving
+        else:
+            ensure_writable(run_dir)
+            serving = await self.placement.start_serving(model, run_dir)
+            self._slots[model.name] = ModelSlot(run_dir, serving)
+            reconcile_history(run_dir)
         model.inference_base_url = serving.base_url
         model.inference_api_key = serving.api_key
         latest = latest_checkpoint(run_dir / "checkpoints")
@@ -188,6 +223,7 @@ class ModelBackend:
             metrics = await slot.trainer.step(groups, config, step)
             warn_untrained(step, groups, metrics)
             append_history(slot.run_dir, {"step": step, **metrics})
+            self._tracker(model).log(metrics, step, "train")
             previous = model.inference_model_name
             model.inference_model_name = await slot.serving.serve(step)
             if previous is not None and previous != model.inference_model_name:
@@ -202,6 +238,57 @@ class ModelBackend:
         with one checkpoint after the other.
         """
         return await self.slot(model).serving.serve(step)
+
+    async def log(
+        self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
+    ) -> dict[str, float]:
+        """Record an evaluation batch: a line of `log_history.jsonl` (metrics as `<split>/<name>`), the
+        trajectories in `trajectories/<split>/NNNN.parquet`, and W&B when the model reports there."""
+        from ..model import TrainableModel
+
+        if step is None:
+            step = await self.get_step(model) if isinstance(model, TrainableModel) else 0
+        run_dir = self.run_dir(model)
+        ensure_writable(run_dir)
+        recorded = {**batch_metrics(groups), **metrics}
+        save_trajectories(run_dir / "trajectories" / split / f"{checkpoint_name(step)}.parquet", groups, step)
+        record = {f"{split}/{name}": value for name, value in recorded.items() if value == value}  # NaN: no value
+        stamp = datetime.now().isoformat(timespec="seconds")
+        append_history(run_dir, {"step": step, "split": split, **record, "recorded_at": stamp}, LOG_HISTORY_FILE)
+        self._tracker(model).log(recorded, step, split)
+        return recorded
+
+    async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
+        """Delete the checkpoints that `keep` leaves out (`KeepPolicy`), between training steps."""
+        try:
+            policy = KeepPolicy.parse(keep)
+        except ValueError as exc:
+            raise AutoRLError(f"delete_checkpoints(keep={keep!r}): {exc}") from None
+        slot = self.slot(model)
+        if policy.everything:
+            return []
+        checkpoints = slot.run_dir / "checkpoints"
+        async with slot.lock:
+            steps = [step for step, _ in complete_checkpoints(checkpoints)]
+            best = None
+            if policy.best:
+                logged = read_history(slot.run_dir, LOG_HISTORY_FILE)
+                best = best_checkpoint(logged, read_history(slot.run_dir), best_checkpoint_metric, steps)
+            kept = policy.steps_to_keep(steps, best) | slot.serving.served_steps()
+            doomed = [step for step in steps if step not in kept]
+            for step in doomed:
+                remove_checkpoint(checkpoints, step)
+        return doomed
+
+    def _tracker(self, model: Model) -> Tracker:
+        """The model's W&B run (`Model.report_metrics`), in its run directory, under a stable id."""
+        run_dir = self.run_dir(model)
+        if run_dir not in self._trackers:
+            wanted = model.report_metrics
+            enabled = "WANDB_API_KEY" in os.environ if wanted is None else "wandb" in wanted
+            run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
+            self._trackers[run_dir] = Tracker(enabled, run_dir, model.name, run_id, project=model.project)
+        return self._trackers[run_dir]
 
     async def recover(self, model: TrainableModel) -> bool:
         slot = self._slots.get(model.name)
@@ -227,13 +314,34 @@ class ModelBackend:
             self.placement.close()  # first: it cancels a start under way (the embedded model's on a cluster)
         finally:
             slots, self._slots = list(self._slots.values()), {}
+            trackers, self._trackers = list(self._trackers.values()), {}
             for slot in slots:
                 slot.serving.close()
                 if slot.trainer is not None:
                     slot.trainer.close()
+            for tracker in trackers:
+                tracker.finish()
 
     async def __aenter__(self) -> ModelBackend:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
+    """What `Model.log` records of a batch, as ART does: `reward` (mean over trajectories), `reward_std_dev`
+    (the mean of each group's reward standard deviation), `exception_rate` (rollouts that raised, of all)
+    and the mean of each metric the trajectories carry."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    failed = sum(len(g.exceptions) for g in groups)
+    values: dict[str, list[float]] = {"reward": [t.reward for t in trajectories]}
+    for trajectory in trajectories:
+        for name, value in trajectory.metrics.items():
+            values.setdefault(name, []).append(float(value))
+    metrics = {name: statistics.fmean(v) for name, v in values.items() if v}
+    spreads = [statistics.pstdev(t.reward for t in g.trajectories) for g in groups if len(g.trajectories) > 1]
+    metrics["reward_std_dev"] = statistics.fmean(spreads) if spreads else 0.0
+    if trajectories or failed:
+        metrics["exception_rate"] = failed / (len(trajectories) + failed)
+    return metrics

@@ -15,7 +15,7 @@ from ..errors import AutoRLError, ServerDiedError
 from ..serving.config import ServerConfig
 from ..serving.embedded import resolve_base_model
 from ..serving.vllm_server import VLLMServer
-from ..training.checkpoints import METRICS_FILE, checkpoint_name
+from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
 from ..trajectories import TrajectoryGroup
 from .base import ModelBackend, inference_name
 
@@ -63,7 +63,7 @@ class LocalServing:
         if step > 0:
             path = self.run_dir / "checkpoints" / checkpoint_name(step)
             if not (path / METRICS_FILE).is_file():
-                raise AutoRLError(f"model {self.model_name!r} has no checkpoint {checkpoint_name(step)}")
+                raise missing_checkpoint(self.model_name, step, self.run_dir / "checkpoints")
         if self.server.merged:
             if self.resident != step:
                 await asyncio.to_thread(self.server.load_merged, path)
@@ -81,6 +81,9 @@ class LocalServing:
         if name in self.loaded:
             await asyncio.to_thread(self.server.unload_lora, name)
             del self.loaded[name]
+
+    def served_steps(self) -> set[int]:
+        return {self.resident} - {0} if self.server.merged else set(self.loaded.values())
 
     async def recover(self) -> bool:
         """Restart the server if it died or no longer answers its health check (it is shutting down, or its
@@ -154,7 +157,7 @@ class LocalPlacement:
 
     async def start_serving(self, model: TrainableModel, run_dir: Path) -> LocalServing:
         model_dir = resolve_base_model(model.base_model)
-        config = self.server_config
+        config = self.server_config.with_overrides(model.server)
         merged = config.serves_merged()
         if not merged and config.max_lora_rank < model.trainer.lora_rank:
             raise AutoRLError(

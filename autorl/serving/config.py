@@ -3,7 +3,7 @@ layers that only read these settings (the pipeline's flags, the judge's context 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,6 +82,10 @@ class ServerConfig(BaseModel):
     model's threads use every core: on 2 cores 1.1-1.3x the tokens/s of LoRA requests and 1.5-1.6x with
     merged weights, same greedy outputs (benchmarks/perf/perf_rollout.py). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
+
+    def with_overrides(self, overrides: dict[str, Any]) -> ServerConfig:
+        """This config with `overrides` (fields, e.g. a model's own `TrainableModel.server`) in place of its values."""
+        return type(self).model_validate({**self.model_dump(), **overrides}) if overrides else self
 
     def resolved_max_num_seqs(self) -> int | None:
         """`max_num_seqs`, with None resolved: `CPU_MAX_NUM_SEQS` on CPU, None (vLLM's default) on CUDA."""

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+
+from ..errors import AutoRLError
 
 METRICS_FILE = "metrics.json"
 
@@ -24,3 +28,20 @@ def latest_checkpoint(checkpoints: Path) -> tuple[int, Path] | None:
     """The newest complete checkpoint under `checkpoints`."""
     done = complete_checkpoints(checkpoints)
     return done[-1] if done else None
+
+
+def missing_checkpoint(model_name: str, step: int, checkpoints: Path) -> AutoRLError:
+    """The error for a checkpoint that is not there (never written, or deleted), listing those that are."""
+    listing = ", ".join(checkpoint_name(s) for s, _ in complete_checkpoints(checkpoints)) or "none"
+    return AutoRLError(f"model {model_name!r} has no checkpoint {checkpoint_name(step)} (checkpoints: {listing})")
+
+
+def remove_checkpoint(checkpoints: Path, step: int) -> None:
+    """Delete checkpoint `step`: renamed out of the layout first, so that a crash midway never leaves a
+    checkpoint that looks complete with files missing."""
+    for leftover in checkpoints.glob(".deleting-*"):  # from a deletion that a crash cut short
+        shutil.rmtree(leftover, ignore_errors=True)
+    target = checkpoints / checkpoint_name(step)
+    doomed = checkpoints / f".deleting-{checkpoint_name(step)}-{os.getpid()}"
+    os.replace(target, doomed)
+    shutil.rmtree(doomed)

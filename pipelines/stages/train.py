@@ -2,7 +2,9 @@
 
 Per step: the policy answers the step's training inputs `group_size` times each, the judge scores
 each group as soon as its answers are in (each scored group is saved at once), then one GRPO update
-writes checkpoint NNNN and its history line. The stage's artifact directory is the training
+writes checkpoint NNNN and its history line, and the checkpoints that `keep_checkpoints` leaves out are
+deleted (the newest stays, and so does the best by training reward when it is kept: the one `best_step`
+names). The stage's artifact directory is the training
 directory itself (checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written
 when the asked-for steps exist, and a later run asking for more steps continues it. A killed run
 resumes after the newest checkpoint and reuses the scored groups of the step it was in.
@@ -15,8 +17,9 @@ from typing import Any
 import pandas as pd
 
 from autorl import gather_trajectory_groups
-from autorl.atomic import atomic_file, atomic_text
-from autorl.backends.run_dir import read_history
+from autorl.atomic import atomic_text
+from autorl.backends.retention import best_step as best_by
+from autorl.backends.run_dir import read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
@@ -26,7 +29,6 @@ from autorl.trajectories import TrajectoryGroup
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
-from ..evaluation import scores_frame
 from . import inputs, system_prompt
 
 NAME = "train"
@@ -110,10 +112,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 "see the warnings above); this step trains nothing[/yellow]"
             )
         metrics = await ctx.policy.model.train(scored, config=step_config(config))
-        frame = scores_frame(scored).assign(step=step)
-        (work / "trajectories").mkdir(exist_ok=True)
-        frame_path = work / "trajectories" / f"{checkpoint_name(step)}.parquet"
-        atomic_file(frame_path, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
+        save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", scored, step)
+        if config.keep_checkpoints != "all":
+            await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
         ctx.tracker.log(metrics, step)
         ctx.console.print(
             f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
@@ -142,10 +143,13 @@ def check_unscored_steps(history: list[dict], limit: int) -> None:
         )
 
 
+BEST_METRIC = "train/reward"
+"""What the best checkpoint is best by: the mean training reward of its step (`delete_checkpoints`' name for it)."""
+
+
 def best_step(ctx: RunArtifacts) -> int:
     """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
-    history = read_history(ctx.policy.run_dir)[: ctx.config.steps]
-    return max(history, key=lambda h: (h["reward"], h["step"]))["step"]
+    return best_by(read_history(ctx.policy.run_dir)[: ctx.config.steps], "reward")
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:

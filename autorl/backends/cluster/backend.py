@@ -39,7 +39,7 @@ from ...config import TrainConfig
 from ...errors import AutoRLError
 from ...serving.config import ServerConfig, cuda_available
 from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
-from ...training.checkpoints import checkpoint_name, latest_checkpoint
+from ...training.checkpoints import checkpoint_name, latest_checkpoint, missing_checkpoint
 from ...trajectories import TrajectoryGroup
 from ..base import ModelBackend, inference_name
 from .actors import ReplicaActor, TrainerActor, read_files, write_files
@@ -121,14 +121,21 @@ def stop_actors(actors: list[Any]) -> None:
 class ClusterServing:
     """One model's replicas: every one serves the step last published before it is routed to again."""
 
-    def __init__(self, model: TrainableModel, run_dir: Path, replicas: list[Replica], placement: ClusterPlacement):
+    def __init__(
+        self,
+        model: TrainableModel,
+        run_dir: Path,
+        replicas: list[Replica],
+        placement: ClusterPlacement,
+        config: ServerConfig,
+    ):
         self.model_name = model.name
         self.base_model = model.base_model
         self.run_dir = run_dir
-        self.merged = placement.server_config.serves_merged()
+        self.merged = config.serves_merged()
         self.base_url = f"http://{VIRTUAL_HOST}/v1"
         self.api_key = ROUTED_KEY
-        self._wait_s = placement.server_config.startup_timeout_s
+        self._wait_s = config.startup_timeout_s
         self._adapter_ref: Any = None
         """The object-store reference of the LoRA files the replicas serve (None: the base model)."""
         self._served_name = ""
@@ -136,7 +143,7 @@ class ClusterServing:
             replicas,
             load=self._load,
             restart=placement.restart,
-            max_restarts=placement.server_config.max_restarts,
+            max_restarts=config.max_restarts,
             name=model.name,
         )
 
@@ -157,7 +164,7 @@ class ClusterServing:
         if step > 0:
             path = self.run_dir / "checkpoints" / checkpoint_name(step)
             if not all((path / name).is_file() for name in ADAPTER_FILES):
-                raise AutoRLError(f"model {self.model_name!r} has no checkpoint {checkpoint_name(step)}")
+                raise missing_checkpoint(self.model_name, step, self.run_dir / "checkpoints")
             files = {name: (path / name).read_bytes() for name in ADAPTER_FILES}
         self._adapter_ref = None if files is None else ray.put(files)
         if self.merged:
@@ -169,6 +176,9 @@ class ClusterServing:
 
     async def retire(self, name: str) -> None:
         """Nothing to free: a replica replaces its adapter when it loads the next one."""
+
+    def served_steps(self) -> set[int]:
+        return {self.pool.step} if self.pool.step > 0 else set()
 
     async def recover(self) -> bool:
         """False: the replicas recover by themselves (`ReplicaPool`), and a request the router gave up on (after
@@ -226,7 +236,8 @@ class ClusterPlacement:
     async def start_serving(self, model: TrainableModel, run_dir: Path) -> ClusterServing:
         import ray
 
-        merged = self.server_config.serves_merged()
+        config = self.server_config.with_overrides(model.server)
+        merged = config.serves_merged()
         if merged and sum(node["Alive"] for node in ray.nodes()) > 1:
             raise AutoRLError(
                 "merged LoRA serving keeps each vLLM server on loopback, which a multi-node cluster's driver cannot "
@@ -234,8 +245,8 @@ class ClusterPlacement:
             )
         served = model.name if merged else model.base_model
         logs = [run_dir / "logs" / f"vllm-replica-{index}.log" for index in range(self.cluster.replicas)]
-        replicas = await self.start_replicas(model.base_model, served, self.server_config, logs)
-        return ClusterServing(model, run_dir, replicas, self)
+        replicas = await self.start_replicas(model.base_model, served, config, logs)
+        return ClusterServing(model, run_dir, replicas, self, config)
 
     def trainer(self, model: TrainableModel, run_dir: Path) -> ClusterTrainer:
         return ClusterTrainer(model, run_dir, self)
