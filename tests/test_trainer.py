@@ -70,6 +70,24 @@ def test_tied_groups_are_skipped_and_reported(tiny_model, tmp_path):
     assert metrics["groups_skipped_tied"] == len(PROMPTS) and metrics["groups_trained"] == 0
     assert metrics["trained_tokens"] == 0
     assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters() if p.requires_grad)
+    assert metrics["drift_tokens"] == len(PROMPTS) * 4 * COMPLETION_TOKENS  # the sentinel sees tied groups too
+
+
+def test_the_sentinel_measures_how_far_the_policy_moved_from_the_base(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path / "checkpoints", TrainerConfig(lora_rank=8, seed=0))
+    target = range(len(trainer.tokenizer) // 4)
+    generator = torch.Generator().manual_seed(3)
+    config = TrainConfig(learning_rate=5e-2, micro_batch_size=16)
+    groups = sample_groups(trainer, target, 8, generator)  # before step 1 the policy is the base model
+    sampled = [lp.logprob for g in groups for t in g.trajectories for lp in t.messages_and_choices[-1].logprobs.content]
+    first = trainer.step(groups, config)
+    assert first["kl_to_base"] < 1e-3  # the base model on its own samples
+    assert abs(first["base_logprob"] - sum(sampled) / len(sampled)) < 0.02
+    for _ in range(6):
+        last = trainer.step(sample_groups(trainer, target, 8, generator), config)
+    # the LoRA moved the policy: its samples are less likely to the base model
+    assert last["kl_to_base"] > 0.05, (first, last)
+    assert last["base_logprob"] < first["base_logprob"]
 
 
 def test_checkpoint_is_peft_format_and_training_resumes_from_it(tiny_model, tmp_path):

@@ -20,6 +20,7 @@ from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
+from .drift import drift_figures
 from .engines import LOADERS, resolve_engine
 from .loss import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
@@ -120,7 +121,8 @@ class GRPOTrainer:
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
         """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal;
-        returns the step's metrics."""
+        returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
+        of the step, tied groups included, before the update (`autorl.training.drift`)."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
@@ -131,15 +133,17 @@ class GRPOTrainer:
             for g, ps in zip(groups, penalties, strict=True)
         ]
         per_group = advantages(shaped, config.scale_rewards)
+        sampled: list[Sequence] = []  # every rollout's policy tokens, tied groups included: the sentinel's
         for group, group_advantages in zip(groups, per_group, strict=True):
+            sequences = [tokenize_trajectory(t, self.tokenizer) for t in group.trajectories]
+            sampled += [s for s in sequences if any(s.mask)]
             if group_advantages is None:
                 tied += 1
                 continue
-            for trajectory, advantage in zip(group.trajectories, group_advantages, strict=True):
+            for trajectory, sequence, advantage in zip(group.trajectories, sequences, group_advantages, strict=True):
                 if config.mask_truncated and truncated(trajectory):
                     masked += 1
                     continue
-                sequence = tokenize_trajectory(trajectory, self.tokenizer)
                 if advantage != 0 and any(sequence.mask):
                     batch.append((sequence, advantage))
         metrics: dict[str, float] = {
@@ -155,7 +159,12 @@ class GRPOTrainer:
             metrics["truncated_masked"] = masked
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
-        metrics.update(self._update(batch, config) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0})
+        base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
+        metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
+        references = {id(s): b for s, b in zip(sampled, base, strict=True)}
+        metrics.update(
+            self._update(batch, config, references) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
+        )
         metrics["step_time_s"] = time.monotonic() - started
         release_freed_memory()
         return metrics
@@ -168,9 +177,30 @@ class GRPOTrainer:
             raise AutoRLError("TrainConfig.overlong_buffer needs max_completion_tokens: the rollouts' max_tokens")
         return overlong_penalty(longest_turn(trajectory), config.max_completion_tokens, config.overlong_buffer)
 
-    def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
+    def _base_logprobs(self, sequences: list[Sequence], micro_batch_size: int) -> list[torch.Tensor]:
+        """Each sequence's logprob of every token after its first under the base weights (the LoRA switched
+        off; no gradient), [len - 1] on the trainer's device: the sentinel's figures and the KL penalty's
+        reference, one forward per sequence and step."""
+        if self._share_prefix:
+            order = sorted(range(len(sequences)), key=lambda i: (_prompt(sequences[i]), len(sequences[i].input_ids)))
+        else:
+            order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+        result: list[torch.Tensor | None] = [None] * len(sequences)
+        with torch.no_grad(), self.model.disable_adapter():
+            for start in range(0, len(order), micro_batch_size):
+                rows = order[start : start + micro_batch_size]
+                input_ids, attention, mask, _ = self._pad([sequences[i] for i in rows])
+                logprobs = self._token_logprobs(input_ids, attention, mask, with_entropy=False)[0]
+                for row, i in enumerate(rows):
+                    result[i] = logprobs[row, : len(sequences[i].input_ids) - 1].float()
+        return result
+
+    def _update(
+        self, batch: list[tuple[Sequence, float]], config: TrainConfig, base: dict[int, torch.Tensor]
+    ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
-        their metrics.
+        their metrics. `base` holds each sequence's base-model logprobs (`_base_logprobs`, by `id`): the KL
+        penalty's reference.
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
@@ -190,20 +220,21 @@ class GRPOTrainer:
         else:  # less padding per micro-batch
             batch = sorted(batch, key=lambda item: len(item[0].input_ids))
         micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
-        references: list[torch.Tensor | None] = [None] * len(micro_batches)  # the base model's, once per step
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
         for epoch in range(config.ppo_epochs):
-            for index, micro in enumerate(micro_batches):
+            for micro in micro_batches:
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
                 advantage = torch.tensor([a for _, a in micro], device=self.device)
-                if config.kl_beta > 0 and references[index] is None:  # the same weights, LoRA switched off
-                    with torch.no_grad(), self.model.disable_adapter():
-                        references[index] = self._token_logprobs(input_ids, attention, mask, with_entropy=False)[0]
+                reference = None
+                if config.kl_beta > 0:  # the same weights, LoRA switched off
+                    reference = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=self.device)
+                    for row, (sequence, _) in enumerate(micro):
+                        reference[row, : len(sequence.input_ids) - 1] = base[id(sequence)]
                 logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
                 loss, stats = clipped_policy_loss(
                     logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=references[index], kl_beta=config.kl_beta,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=config.kl_beta,
                 )  # fmt: skip
                 (loss / normaliser).backward()
                 sums["loss"] += float(loss.detach())

@@ -134,6 +134,7 @@ def write_result(name: str, result: dict, started: float | None = None) -> Path:
         **result,
         "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": git_commit(),
     }
     if started is not None:
         record["wall_time_s"] = round(time.monotonic() - started, 1)
@@ -141,6 +142,20 @@ def write_result(name: str, result: dict, started: float | None = None) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with `+dirty` when tracked files differ from it (None outside a git checkout)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def print_table(rows: list[dict]) -> None:
