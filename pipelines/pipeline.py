@@ -105,9 +105,9 @@ async def _run_locked(
     console.print(f"run [bold]{name}[/bold] in {run_dir}")
     servers_before = VLLMServer.starts
     try:
+        for stage in forced:  # all at once: a stage may write into a later one's artifact (preflight into train's)
+            store.remove(stage, keys[stage])
         for stage in STAGES:
-            if stage in forced:
-                store.remove(stage, keys[stage])
             started, before = time.monotonic(), sum(calls.values())
             if STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
@@ -123,6 +123,8 @@ async def _run_locked(
             entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
             record["stages"][stage] = entry
             write_json(run_dir / RUN_FILE, record)
+            if gate := getattr(STAGE_MODULES[stage], "gate", None):  # cached or not: may stop the run here
+                gate(ctx, entry["summary"])
         _copy_report(store.path("report", keys["report"]), run_dir)
         record.update(status="done")
     except BaseException as exc:
