@@ -195,6 +195,7 @@ def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_count
         "baseline": {
             "summary": {"val_inputs": 6, "variants": {"base": {"mean": 0.801, "inputs": 5}}}
         },  # its own judging
+        "preflight": {"summary": {"audit": {"verdict": "noise"}}},
         "evaluate": {"summary": _evaluated({"base": 2, "latest": 2}) | {"judging": {"groups": 6}}},
     }
     record = {"name": "r1", "status": "done", "task": {"description": "t"}, "stages": stages}
@@ -203,6 +204,7 @@ def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_count
     cells = {column.header: list(column.cells) for column in table.columns}
     assert cells["base val"] == ["0.500 (2/6)"]  # the evaluate stage's base, not the baseline stage's 0.801
     assert cells["latest val"] == ["0.500 (2/6)"] and cells["best val"] == ["0.500 (2/6)"]
+    assert cells["judge"] == ["noise"]  # the verdict beside the figures
 
 
 def test_the_stage_context_counts_what_the_judge_did():
