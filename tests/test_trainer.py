@@ -111,3 +111,27 @@ def test_checkpoint_is_peft_format_and_training_resumes_from_it(tiny_model, tmp_
             assert torch.allclose(param, lora[name].cpu())
     assert resumed.optimizer.state_dict()["state"], "optimizer state restored"
     assert not list(checkpoints.glob(".*")), "no temporary directory left behind"
+
+
+def test_the_base_pass_scores_policy_tokens_as_a_plain_forward_of_the_base_model(tiny_model, tmp_path):
+    from autorl.training.loss import token_logprobs
+    from autorl.training.sequences import tokenize_trajectory
+
+    trainer = GRPOTrainer(tiny_model, tmp_path / "checkpoints", TrainerConfig(dtype="float32", lora_rank=8))
+    generator = torch.Generator().manual_seed(4)
+    trainer.step(sample_groups(trainer, range(40), 4, generator), TrainConfig(learning_rate=5e-2))  # LoRA != 0
+    system = {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly. " * 3}
+    trajectories = [  # one long shared prompt (prompt sharing's KV cache) and a short other one
+        Trajectory(messages_and_choices=[system, {"role": "user", "content": "the refund"}, choice("a", [5, 9, 7])]),
+        Trajectory(messages_and_choices=[system, {"role": "user", "content": "the refund"}, choice("b", [6, 8])]),
+        Trajectory(messages_and_choices=[{"role": "user", "content": "yes?"}, choice("c", [11, 12, 13, 14])]),
+    ]
+    sequences = [tokenize_trajectory(t, trainer.tokenizer) for t in trajectories]
+    for micro_batch_size in (1, 2, 3):
+        scored = trainer._base_logprobs(sequences, micro_batch_size)
+        for sequence, base in zip(sequences, scored, strict=True):
+            ids = torch.tensor([sequence.input_ids])
+            with torch.no_grad(), trainer.model.disable_adapter():
+                plain = token_logprobs(trainer.model(input_ids=ids).logits, ids, with_entropy=False)[0][0]
+            trained = torch.tensor(sequence.mask[1:], dtype=torch.bool)
+            assert torch.allclose(base[trained], plain[trained], atol=1e-5), micro_batch_size

@@ -186,14 +186,15 @@ class GRPOTrainer:
         else:
             order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
         result: list[torch.Tensor | None] = [None] * len(sequences)
-        with torch.no_grad(), self.model.disable_adapter():
+        with torch.inference_mode(), self.model.disable_adapter():
             for start in range(0, len(order), micro_batch_size):
                 rows = order[start : start + micro_batch_size]
                 input_ids, attention, mask, _ = self._pad([sequences[i] for i in rows])
-                logprobs = self._token_logprobs(input_ids, attention, mask, with_entropy=False)[0]
+                first = max(int(mask.float().argmax(dim=1).min()) - 1, 0)  # the first logits that score a policy token
+                logprobs = self._token_logprobs(input_ids, attention, mask, with_entropy=False, first=first)[0]
                 for row, i in enumerate(rows):
                     result[i] = logprobs[row, : len(sequences[i].input_ids) - 1].float()
-        return result
+        return [r.clone() for r in result]  # out of inference mode: the KL penalty's loss may use them
 
     def _update(
         self, batch: list[tuple[Sequence, float]], config: TrainConfig, base: dict[int, torch.Tensor]
@@ -264,25 +265,39 @@ class GRPOTrainer:
         return metrics
 
     def _token_logprobs(
-        self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, with_entropy: bool = True
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        mask: torch.Tensor,
+        with_entropy: bool = True,
+        first: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprob of each token given the ones before it ([batch, tokens - 1]) and the entropy of each
         position's next-token distribution (no gradient; None without `with_entropy`), as `grpo.token_logprobs`.
 
         With `share_prompt_prefix`, the context tokens that every row of the micro-batch starts with
         run through the model once, and the rows continue from that KV cache (gradients flow back
-        through it); positions inside the shared prefix score no trained token and get 0.
+        through it); positions inside the shared prefix score no trained token and get 0. With `first`,
+        the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
+        on, and the positions before it get 0 too.
         """
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
+        cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
-            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
-            return token_logprobs(logits, input_ids, with_entropy)
-        cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
-        cache.batch_repeat_interleave(input_ids.shape[0])
-        logits = self.model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache).logits
-        shared = torch.zeros(input_ids.shape[0], split, device=self.device)
-        logprobs, entropy = token_logprobs(logits, input_ids[:, split:], with_entropy)
-        return torch.cat([shared, logprobs], dim=1), None if entropy is None else torch.cat([shared, entropy], dim=1)
+            split = 0
+        else:
+            cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+            cache.batch_repeat_interleave(input_ids.shape[0])
+        offset = max(first, split)
+        kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
+        logits = self.model(
+            input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept
+        ).logits
+        logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
+        if not offset:
+            return logprobs, entropy
+        skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)
+        return torch.cat([skipped, logprobs], dim=1), None if entropy is None else torch.cat([skipped, entropy], dim=1)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)
