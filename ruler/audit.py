@@ -66,8 +66,9 @@ class JudgeAudit:
     failed: int
     """Re-judgings the judge could not answer (their groups are left out of the figures)."""
     rejudge_gap: float
-    """Mean |change| of an answer's score when its group is judged again in reverse order: the judge's
-    noise floor (0 for a consistent judge)."""
+    """Mean |change| of an answer's score against the other answers of its group when the group is judged
+    again in reverse order (the change minus the group's mean change: a shift of a whole group changes no
+    comparison within it, and RULER's scores are relative): the judge's noise floor, 0 for a consistent judge."""
     answer_spread: float
     """Mean |difference| between the scores of two answers of one group in the first judging: the
     differences GRPO learns from, which the noise is measured against."""
@@ -182,11 +183,11 @@ def _figures(judgings: list[tuple[list[float], list[float], float, float]], atte
     position_num = position_den = 0.0
     for first, again, original, copy in judgings:
         n = len(first)
-        gaps += [abs(a - b) for a, b in zip(first, again, strict=True)]
         spreads += [abs(first[i] - first[j]) for i in range(n) for j in range(i + 1, n)]
         duplicates.append(abs(original - copy))
         shifts = [a - b for a, b in zip(first, again, strict=True)]
         mean_shift = statistics.fmean(shifts)
+        gaps += [abs(d - mean_shift) for d in shifts]
         noise_sum += sum((d - mean_shift) ** 2 for d in shifts) / 2  # each judging's share of the difference
         noise_df += n - 1
         within_sum += sum((s - statistics.fmean(first)) ** 2 for s in first)

@@ -96,13 +96,14 @@ def _preflight_section(checks: dict) -> list[str]:
     lines += [f"**{line}**" if line in checks["problems"] else line for line in checks["lines"][:1]]
     lines += [
         "",
-        f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the baseline's groups "
-        f"({audit['answers']} answers; {audit['attempts']} judge requests): once with each group's answers in reverse "
-        "order (other positions and ids), once with its first answer shown a second time at the end.",
+        f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the groups judged before training "
+        f"(the learnability check's, then the baseline's; {audit['answers']} answers, {audit['attempts']} judge "
+        "requests): once with each group's answers in reverse order (other positions and ids), once with its first "
+        "answer shown a second time at the end.",
         "",
         "| figure | value | what it says |",
         "|---|---|---|",
-        f"| score change when asked again (the noise floor) | {audit['rejudge_gap']:.3f} | mean over answers; 0 for a consistent judge |",
+        f"| score change when asked again (the noise floor) | {audit['rejudge_gap']:.3f} | mean over answers, against the rest of their group; 0 for a consistent judge |",
         f"| spread between answers | {audit['answer_spread']:.3f} | mean difference of two answers' scores in a group |",
         f"| reliability | {_number(audit['reliability'], '.2f')} | 1 - re-judging variance / score variance within a group |",
         f"| rank agreement | {_number(audit['rank_agreement'], '+.2f')} | Spearman, first judging vs reversed, per group |",
