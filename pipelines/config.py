@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -17,7 +17,7 @@ from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
 
-STAGES = ("inputs", "system_prompt", "baseline", "train", "evaluate", "report")
+STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")
 """Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -57,6 +57,18 @@ class RunConfig(BaseModel):
     """Inputs to generate, train and validation together; unset: the task's `num_inputs`."""
     eval_samples: int = Field(2, ge=2)
     """Answers per validation input and variant in the baseline and evaluation stages (RULER compares, so at least 2)."""
+    preflight: Literal["warn", "strict", "off"] = "warn"
+    """Checks before and during training: the judge audit, the learnability check, the reward-hacking sentinel.
+    warn: print what they find and go on; strict: stop the run (before training, or at the step the sentinel
+    fires) unless the judge is reliable, the base model's groups carry signal and the policy stays near the
+    base; off: no audit and no learnability check (the sentinel's figures are still recorded)."""
+    audit_groups: int = Field(4, ge=1)
+    """Judged groups the judge audit asks the judge about again (the learnability check's first, then the
+    baseline's): two more judge requests each (the same answers in reverse order, and with one shown twice)."""
+    learnability_groups: int = Field(4, ge=1)
+    """Groups of `group_size` base-model answers to training inputs that the learnability check judges before
+    training. The first `groups_per_step` are training step 1's groups (the base model is the policy
+    before step 1; step 1 trains on them), so only the rest cost rollouts and judge requests."""
     inputs_file: Path | None = None
     """JSONL file of the inputs (`input`, optional `split`): the inputs stage reads it instead of generating."""
     train: TrainConfig = Field(default_factory=TrainConfig)

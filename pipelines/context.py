@@ -16,9 +16,11 @@ from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
-from autorl.serving.embedded import embedded_endpoint
+from autorl.serving.embedded import embedded_endpoint, resolve_base_model
+from autorl.serving.scoring import prompt_logprobs
 from autorl.task import TaskSpec
 from autorl.tracking import Tracker
+from autorl.training.sequences import Sequence, tokenize_trajectory
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
 from ruler.calls import CallRecord
@@ -46,6 +48,7 @@ class Policy:
         self._calls = calls
         self._client = None
         self._toolbox: Toolbox | None = None
+        self._tokenizer = None
         self._lock = asyncio.Lock()
 
     @property
@@ -88,6 +91,20 @@ class Policy:
         self._calls["policy"] += 1
         complete = openai_completion(self._client, name or self.model.get_inference_name(), config.rollout)
         return await task_rollout(complete, system_prompt, text, self.task, await self.toolbox())
+
+    async def base_logprobs(self, trajectories: list[Trajectory]) -> list[tuple[Sequence, list[float | None] | None]]:
+        """Each trajectory as the trainer tokenizes it, and each of its tokens' logprob under the base model
+        (None for a trajectory the server could not score), scored by the policy's server serving step 0
+        (with merged serving the base weights are swapped back in)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            directory = resolve_base_model(self.model.base_model)
+            self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, directory)
+        sequences = [tokenize_trajectory(t, self._tokenizer) for t in trajectories]
+        base = await self.serve_step(0)
+        scored = await asyncio.gather(*(prompt_logprobs(self._client, base, s.input_ids) for s in sequences))
+        return list(zip(sequences, scored, strict=True))
 
     async def serve_step(self, step: int) -> str:
         """The served name of checkpoint `step` (the base model for 0), loading it if needed."""

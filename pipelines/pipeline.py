@@ -111,11 +111,11 @@ async def _run_locked(
     console.print(f"run [bold]{name}[/bold] in {run_dir}")
     servers_before = VLLMServer.starts
     try:
+        for stage in forced:  # all at once: a stage may write into a later one's artifact (preflight into train's)
+            store.remove(stage, keys[stage])
         if servers_needed(task, config, forced, ctx) == {"policy", "embedded"}:
             await policy.start(with_embedded=True)  # both starts at once, before the first stage needs one
         for stage in STAGES:
-            if stage in forced:
-                store.remove(stage, keys[stage])
             started, before = time.monotonic(), sum(calls.values())
             marks = len(ctx.judge_calls()), len(ctx.generator_calls)
             if STAGE_MODULES[stage].is_done(ctx):
@@ -134,6 +134,8 @@ async def _run_locked(
                 entry["calls"] = logged
             record["stages"][stage] = entry
             write_json(run_dir / RUN_FILE, record)
+            if gate := getattr(STAGE_MODULES[stage], "gate", None):  # cached or not: may stop the run here
+                gate(ctx, entry["summary"])
         _copy_report(store.path("report", keys["report"]), run_dir)
         record.update(status="done")
     except BaseException as exc:

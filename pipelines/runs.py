@@ -38,11 +38,23 @@ def validation_figures(record: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def judge_verdict(record: dict[str, Any]) -> str:
+    """The preflight stage's verdict on the run's judge (`reliable`, `noisy`, `noise`, `uninformative`), `off`,
+    or `-` before the stage ran: beside the validation rewards, as in the report."""
+    summary = record.get("stages", {}).get("preflight", {}).get("summary")
+    if not summary:
+        return "-"
+    return "off" if summary.get("off") else summary["audit"]["verdict"]
+
+
 def runs_table(home: Path, damaged: list[str] | None = None) -> Table:
     """The runs of `home`, one row each; a damaged record's error line goes to `damaged` instead."""
-    caption = "validation reward (inputs scored/validation inputs), every variant judged head to head"
+    caption = (
+        "validation reward (inputs scored/validation inputs), every variant judged head to head; judge: the "
+        "audit's verdict before training"
+    )
     table = Table(title=f"runs in {home / 'runs'}", caption=caption)
-    for column in ("name", "status", "steps", "base val", "latest val", "best val", "task"):
+    for column in ("name", "status", "steps", "base val", "latest val", "best val", "judge", "task"):
         table.add_column(column)
     for record in load_runs(home, damaged):
         figures = validation_figures(record)
@@ -53,6 +65,7 @@ def runs_table(home: Path, damaged: list[str] | None = None) -> Table:
             figures.get("base", "-"),
             figures.get("latest", "-"),
             figures.get("best", figures.get("latest", "-")),  # best is latest when no earlier step beat it
+            judge_verdict(record),
             str(record["task"].get("description", ""))[:50],
         )
     return table

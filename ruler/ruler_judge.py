@@ -59,6 +59,9 @@ class RulerJudge:
                          over the group gives the total); the cost only when the provider prices it
     """
 
+    reads_rubric = True
+    """A model that reads the rubric and the task: it can be asked about anything (`ruler.audit.check_inputs`)."""
+
     def __init__(
         self,
         judge_model: str | JudgeModel = DEFAULT_JUDGE_MODEL,

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autorl.task import load_task
-from benchmarks.perf.learning_tasks.judges import tool_call
+from benchmarks.perf.learning_tasks.judges import json_keys, tool_call
 
 TASK = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
 QUESTION = [{"role": "system", "content": "Convert units."}, {"role": "user", "content": "3 miles in km?"}]
@@ -43,3 +43,17 @@ def test_the_tool_task_loads_its_tool_and_inputs():
     assert [tool.name for tool in task.tools] == ["convert"] and task.max_turns == 2
     rows = (TASK.parent / task.inputs_file).read_text().splitlines()
     assert len(rows) == 40 and sum('"split": "val"' in row for row in rows) == 12
+
+
+@pytest.mark.parametrize(
+    "answer, score",
+    [
+        ('{"a": 1, "b": 2}', 1.0),
+        ('{"a": 1}', 0.0),
+        ('{"a": 1, "b": 2, "c": 3}', 0.0),
+        ("[1, 2]", 0.0),
+        ("a and b", 0.0),
+    ],
+)
+def test_json_keys_is_all_or_nothing(answer, score):
+    assert json_keys([*QUESTION, {"role": "assistant", "content": answer}]) == score

@@ -24,7 +24,8 @@ TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 SECRET = "sk-autorl-test-0123456789abcdef-never-write-me"
 """A fake API key in every run's environment: no file a run writes may hold it."""
 ENV = {**os.environ, "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HF_TOKEN": SECRET}
-SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2"]
+SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2",
+         "--learnability-groups", "1"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +113,27 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     evaluated = stages["evaluate"]["summary"]
     assert evaluated["judging"]["groups"] == evaluated["val_inputs"] > 0
     assert {"base", "latest"} <= evaluated["variants"].keys()
-    assert stages["train"]["summary"]["judging"]["groups"] == 2  # one group per step
+    assert stages["train"]["summary"]["judging"]["groups"] == 1  # one group per step; step 1's judged in preflight
     assert record(home, "first")["server_starts"] >= 1
+
+    # before training: the judge's verdict and the learnability figures, printed and recorded
+    checks = stages["preflight"]["summary"]
+    assert checks["learnability"]["groups"] == 1 and checks["learnability"]["group_sizes"] == [2]  # step 1's
+    audit = checks["audit"]  # step 1's group, then the baseline's one (one validation input)
+    assert audit["groups"] == 2 and audit["verdict"] in ("reliable", "noisy", "noise", "uninformative")
+    assert checks["judging"]["groups"] in (5, 6)  # step 1's group, two re-judgings each, (reliable:) the inputs
+    assert output.index(checks["lines"][0]) < output.index("learnability: ") < output.index("step 1/2")
+    # the sentinel: per step in the history, and in evaluate under the base weights served again by vLLM
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert all(h["kl_to_base"] >= 0 and h["base_logprob"] < 0 for h in history)
+    drift = evaluated["drift"]
+    assert drift["base"]["kl_to_base"] < 0.01, drift  # the base model on its own answers, scored as it sampled
+    assert drift["latest"]["base_logprob"] < 0 and drift["latest"]["drift_tokens"] > 0
 
     # the report renders, with the reward curve, and W&B wrote an offline run with the step metrics
     report = (run_dir / "report.md").read_text()
-    for section in ("## Task", "## System prompt", "## Validation reward", "| base |", "## Best", "## Worst"):
+    for section in ("## Task", "## System prompt", "## Before training", "## Validation reward", "| base |",
+                    "| latest |", "the judge's noise floor", "Judge verdict: judge ", "## Best", "## Worst"):  # fmt: skip
         assert section in report
     assert (run_dir / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
     logged = wandb_history(next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")))

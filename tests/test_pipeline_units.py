@@ -28,12 +28,24 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
     assert changed(base, stage_keys(TASK, RunConfig(steps=3))) == {"evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {
         "baseline",
+        "preflight",
         "train",
         "evaluate",
         "report",
     }
     assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"system_prompt"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
+
+
+def test_the_preflight_settings_change_the_checks_and_the_report_only():
+    base = stage_keys(TASK, RunConfig())
+    assert changed(base, stage_keys(TASK, RunConfig(audit_groups=2))) == {"preflight", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(learnability_groups=6))) == {"preflight", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == {"preflight", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(preflight="strict"))) == set()  # it only decides whether to stop
+    # what step 1's groups depend on (the preflight stage samples them for the train stage) is in both keys
+    assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == {"preflight", "train", "evaluate", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(rollout={"temperature": 0.7}))) >= {"preflight", "train"}
 
 
 def test_force_recomputes_a_stage_and_everything_after_it():
@@ -90,11 +102,12 @@ def test_task_file_with_unknown_field(tmp_path):
 
 
 def test_run_help_documents_every_flag():
-    result = CliRunner().invoke(app, ["run", "--help"], terminal_width=200)
+    result = CliRunner().invoke(app, ["run", "--help"], terminal_width=200, env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for flag in ("--steps", "--group-size", "--groups-per-step", "--inputs", "--eval-samples", "--model", "--judge",
                  "--generator", "--learning-rate", "--max-tokens", "--seed", "--name", "--home", "--port",
-                 "--wandb", "--no-wandb", "--force", "--resume"):  # fmt: skip
+                 "--wandb", "--no-wandb", "--force", "--resume", "--preflight", "--audit-groups",
+                 "--learnability-groups"):  # fmt: skip
         line = next(line for line in result.output.splitlines() if flag in line)
         assert len(line.split(flag, 1)[1].strip()) > 10, f"{flag} has no help text"
 
@@ -106,7 +119,9 @@ def test_the_train_key_covers_every_setting_training_reads():
     downstream = {"train", "evaluate", "report"}
     # every TrainConfig and TrainerConfig field: tests/test_run_config.py
     assert changed(base, stage_keys(TASK, RunConfig(trainer={"lora_rank": 16}))) == downstream  # the LoRA's settings
-    assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(lora_serving="adapter")))) == downstream
+    # the server's numerics: step 1's groups, which the preflight stage samples, too
+    adapter = stage_keys(TASK, RunConfig(server=ServerConfig(lora_serving="adapter")))
+    assert changed(base, adapter) == {"preflight", *downstream}
     assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(port=8123, startup_timeout_s=5)))) == set()
 
 
@@ -180,6 +195,7 @@ def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_count
         "baseline": {
             "summary": {"val_inputs": 6, "variants": {"base": {"mean": 0.801, "inputs": 5}}}
         },  # its own judging
+        "preflight": {"summary": {"audit": {"verdict": "noise"}}},
         "evaluate": {"summary": _evaluated({"base": 2, "latest": 2}) | {"judging": {"groups": 6}}},
     }
     record = {"name": "r1", "status": "done", "task": {"description": "t"}, "stages": stages}
@@ -188,6 +204,7 @@ def test_runs_shows_base_latest_and_best_from_one_judging_with_their_input_count
     cells = {column.header: list(column.cells) for column in table.columns}
     assert cells["base val"] == ["0.500 (2/6)"]  # the evaluate stage's base, not the baseline stage's 0.801
     assert cells["latest val"] == ["0.500 (2/6)"] and cells["best val"] == ["0.500 (2/6)"]
+    assert cells["judge"] == ["noise"]  # the verdict beside the figures
 
 
 def test_the_stage_context_counts_what_the_judge_did():
@@ -254,6 +271,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     assert changed(keys, stage_keys(given, RunConfig(generator="openai/gpt-4.1-mini"))) == {
         "inputs",
         "baseline",
+        "preflight",
         "train",
         "evaluate",
         "report",

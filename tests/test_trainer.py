@@ -70,6 +70,25 @@ def test_tied_groups_are_skipped_and_reported(tiny_model, tmp_path):
     assert metrics["groups_skipped_tied"] == len(PROMPTS) and metrics["groups_trained"] == 0
     assert metrics["trained_tokens"] == 0
     assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters() if p.requires_grad)
+    assert metrics["drift_tokens"] == len(PROMPTS) * 4 * COMPLETION_TOKENS  # the sentinel sees tied groups too
+
+
+def test_the_sentinel_measures_how_far_the_policy_moved_from_the_base(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path / "checkpoints", TrainerConfig(lora_rank=8, seed=0))
+    target = range(len(trainer.tokenizer) // 4)
+    generator = torch.Generator().manual_seed(3)
+    config = TrainConfig(learning_rate=5e-2, micro_batch_size=16)
+    groups = sample_groups(trainer, target, 8, generator)  # before step 1 the policy is the base model
+    sampled = [lp.logprob for g in groups for t in g.trajectories for lp in t.messages_and_choices[-1].logprobs.content]
+    first = trainer.step(groups, config)
+    assert first["kl_to_base"] < 1e-3  # the base model on its own samples
+    assert abs(first["base_logprob"] - sum(sampled) / len(sampled)) < 0.02
+    for _ in range(4):  # the same groups again (off-policy, but it moves the LoRA at a fraction of the sampling)
+        trainer.step(groups, config)
+    last = trainer.step(sample_groups(trainer, target, 8, generator), config)  # the policy's own samples
+    # the LoRA moved the policy: its samples are less likely to the base model
+    assert last["kl_to_base"] > 0.05, (first, last)
+    assert last["base_logprob"] < first["base_logprob"]
 
 
 def test_checkpoint_is_peft_format_and_training_resumes_from_it(tiny_model, tmp_path):
@@ -92,3 +111,27 @@ def test_checkpoint_is_peft_format_and_training_resumes_from_it(tiny_model, tmp_
             assert torch.allclose(param, lora[name].cpu())
     assert resumed.optimizer.state_dict()["state"], "optimizer state restored"
     assert not list(checkpoints.glob(".*")), "no temporary directory left behind"
+
+
+def test_the_base_pass_scores_policy_tokens_as_a_plain_forward_of_the_base_model(tiny_model, tmp_path):
+    from autorl.training.loss import token_logprobs
+    from autorl.training.sequences import tokenize_trajectory
+
+    trainer = GRPOTrainer(tiny_model, tmp_path / "checkpoints", TrainerConfig(dtype="float32", lora_rank=8))
+    generator = torch.Generator().manual_seed(4)
+    trainer.step(sample_groups(trainer, range(40), 4, generator), TrainConfig(learning_rate=5e-2))  # LoRA != 0
+    system = {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly. " * 3}
+    trajectories = [  # one long shared prompt (prompt sharing's KV cache) and a short other one
+        Trajectory(messages_and_choices=[system, {"role": "user", "content": "the refund"}, choice("a", [5, 9, 7])]),
+        Trajectory(messages_and_choices=[system, {"role": "user", "content": "the refund"}, choice("b", [6, 8])]),
+        Trajectory(messages_and_choices=[{"role": "user", "content": "yes?"}, choice("c", [11, 12, 13, 14])]),
+    ]
+    sequences = [tokenize_trajectory(t, trainer.tokenizer) for t in trajectories]
+    for micro_batch_size in (1, 2, 3):
+        scored = trainer._base_logprobs(sequences, micro_batch_size)
+        for sequence, base in zip(sequences, scored, strict=True):
+            ids = torch.tensor([sequence.input_ids])
+            with torch.no_grad(), trainer.model.disable_adapter():
+                plain = token_logprobs(trainer.model(input_ids=ids).logits, ids, with_entropy=False)[0][0]
+            trained = torch.tensor(sequence.mask[1:], dtype=torch.bool)
+            assert torch.allclose(base[trained], plain[trained], atol=1e-5), micro_batch_size

@@ -20,6 +20,7 @@ from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
+from .drift import drift_figures
 from .engines import LOADERS, resolve_engine
 from .loss import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
@@ -120,7 +121,8 @@ class GRPOTrainer:
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
         """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal;
-        returns the step's metrics."""
+        returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
+        of the step, tied groups included, before the update (`autorl.training.drift`)."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
@@ -131,15 +133,17 @@ class GRPOTrainer:
             for g, ps in zip(groups, penalties, strict=True)
         ]
         per_group = advantages(shaped, config.scale_rewards)
+        sampled: list[Sequence] = []  # every rollout's policy tokens, tied groups included: the sentinel's
         for group, group_advantages in zip(groups, per_group, strict=True):
+            sequences = [tokenize_trajectory(t, self.tokenizer) for t in group.trajectories]
+            sampled += [s for s in sequences if any(s.mask)]
             if group_advantages is None:
                 tied += 1
                 continue
-            for trajectory, advantage in zip(group.trajectories, group_advantages, strict=True):
+            for trajectory, sequence, advantage in zip(group.trajectories, sequences, group_advantages, strict=True):
                 if config.mask_truncated and truncated(trajectory):
                     masked += 1
                     continue
-                sequence = tokenize_trajectory(trajectory, self.tokenizer)
                 if advantage != 0 and any(sequence.mask):
                     batch.append((sequence, advantage))
         metrics: dict[str, float] = {
@@ -155,7 +159,12 @@ class GRPOTrainer:
             metrics["truncated_masked"] = masked
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
-        metrics.update(self._update(batch, config) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0})
+        base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
+        metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
+        references = {id(s): b for s, b in zip(sampled, base, strict=True)}
+        metrics.update(
+            self._update(batch, config, references) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
+        )
         metrics["step_time_s"] = time.monotonic() - started
         release_freed_memory()
         return metrics
@@ -168,9 +177,31 @@ class GRPOTrainer:
             raise AutoRLError("TrainConfig.overlong_buffer needs max_completion_tokens: the rollouts' max_tokens")
         return overlong_penalty(longest_turn(trajectory), config.max_completion_tokens, config.overlong_buffer)
 
-    def _update(self, batch: list[tuple[Sequence, float]], config: TrainConfig) -> dict[str, float]:
+    def _base_logprobs(self, sequences: list[Sequence], micro_batch_size: int) -> list[torch.Tensor]:
+        """Each sequence's logprob of every token after its first under the base weights (the LoRA switched
+        off; no gradient), [len - 1] on the trainer's device: the sentinel's figures and the KL penalty's
+        reference, one forward per sequence and step."""
+        if self._share_prefix:
+            order = sorted(range(len(sequences)), key=lambda i: (_prompt(sequences[i]), len(sequences[i].input_ids)))
+        else:
+            order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+        result: list[torch.Tensor | None] = [None] * len(sequences)
+        with torch.inference_mode(), self.model.disable_adapter():
+            for start in range(0, len(order), micro_batch_size):
+                rows = order[start : start + micro_batch_size]
+                input_ids, attention, mask, _ = self._pad([sequences[i] for i in rows])
+                first = max(int(mask.float().argmax(dim=1).min()) - 1, 0)  # the first logits that score a policy token
+                logprobs = self._token_logprobs(input_ids, attention, mask, with_entropy=False, first=first)[0]
+                for row, i in enumerate(rows):
+                    result[i] = logprobs[row, : len(sequences[i].input_ids) - 1].float()
+        return [r.clone() for r in result]  # out of inference mode: the KL penalty's loss may use them
+
+    def _update(
+        self, batch: list[tuple[Sequence, float]], config: TrainConfig, base: dict[int, torch.Tensor]
+    ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
-        their metrics.
+        their metrics. `base` holds each sequence's base-model logprobs (`_base_logprobs`, by `id`): the KL
+        penalty's reference.
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
@@ -190,20 +221,21 @@ class GRPOTrainer:
         else:  # less padding per micro-batch
             batch = sorted(batch, key=lambda item: len(item[0].input_ids))
         micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
-        references: list[torch.Tensor | None] = [None] * len(micro_batches)  # the base model's, once per step
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
         for epoch in range(config.ppo_epochs):
-            for index, micro in enumerate(micro_batches):
+            for micro in micro_batches:
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
                 advantage = torch.tensor([a for _, a in micro], device=self.device)
-                if config.kl_beta > 0 and references[index] is None:  # the same weights, LoRA switched off
-                    with torch.no_grad(), self.model.disable_adapter():
-                        references[index] = self._token_logprobs(input_ids, attention, mask, with_entropy=False)[0]
+                reference = None
+                if config.kl_beta > 0:  # the same weights, LoRA switched off
+                    reference = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=self.device)
+                    for row, (sequence, _) in enumerate(micro):
+                        reference[row, : len(sequence.input_ids) - 1] = base[id(sequence)]
                 logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
                 loss, stats = clipped_policy_loss(
                     logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=references[index], kl_beta=config.kl_beta,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=config.kl_beta,
                 )  # fmt: skip
                 (loss / normaliser).backward()
                 sums["loss"] += float(loss.detach())
@@ -233,25 +265,39 @@ class GRPOTrainer:
         return metrics
 
     def _token_logprobs(
-        self, input_ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, with_entropy: bool = True
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        mask: torch.Tensor,
+        with_entropy: bool = True,
+        first: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprob of each token given the ones before it ([batch, tokens - 1]) and the entropy of each
         position's next-token distribution (no gradient; None without `with_entropy`), as `grpo.token_logprobs`.
 
         With `share_prompt_prefix`, the context tokens that every row of the micro-batch starts with
         run through the model once, and the rows continue from that KV cache (gradients flow back
-        through it); positions inside the shared prefix score no trained token and get 0.
+        through it); positions inside the shared prefix score no trained token and get 0. With `first`,
+        the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
+        on, and the positions before it get 0 too.
         """
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
+        cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
-            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
-            return token_logprobs(logits, input_ids, with_entropy)
-        cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
-        cache.batch_repeat_interleave(input_ids.shape[0])
-        logits = self.model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache).logits
-        shared = torch.zeros(input_ids.shape[0], split, device=self.device)
-        logprobs, entropy = token_logprobs(logits, input_ids[:, split:], with_entropy)
-        return torch.cat([shared, logprobs], dim=1), None if entropy is None else torch.cat([shared, entropy], dim=1)
+            split = 0
+        else:
+            cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+            cache.batch_repeat_interleave(input_ids.shape[0])
+        offset = max(first, split)
+        kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
+        logits = self.model(
+            input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept
+        ).logits
+        logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
+        if not offset:
+            return logprobs, entropy
+        skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)
+        return torch.cat([skipped, logprobs], dim=1), None if entropy is None else torch.cat([skipped, entropy], dim=1)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

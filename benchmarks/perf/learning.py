@@ -9,7 +9,10 @@ For each task of `benchmarks/perf/learning_tasks/` (a task file, its judge `judg
 TASK.toml --judge benchmarks.perf.learning_tasks.judges:<task> --loss LOSS --seed SEED --steps N` as a user
 would, with the run's defaults for everything else, and reads its `run.json`: the held-out mean reward
 of the base model and of the trained LoRA (latest checkpoint), each with its 95% CI over the validation
-inputs, both judged by the same program in the `evaluate` stage, and the time of the train stage.
+inputs, both judged by the same program in the `evaluate` stage, and the time of the train stage; the
+preflight stage's judge verdict and learnability figures; the sentinel's figures (the trained answers'
+KL to the base model and their base log-likelihood per token against the base model's own answers, on
+the validation answers and per step); and a few trained answers to read.
 The base model's answers come from the `baseline` stage, shared by the runs of a task (cached by
 content, as are the inputs and the system prompt). Runs are kept under `--home` (default
 `.autorl-learning`): a rerun reuses finished runs and continues killed ones.
@@ -78,7 +81,42 @@ def one_run(
         "train_s": None if train["cached"] else train["seconds"],  # a cached rerun has not timed it
         "wall_s": round(time.monotonic() - started, 1),
         "train_reward_first_last": [history[0]["reward"], history[steps - 1]["reward"]],
+        "preflight": preflight_figures(record["stages"]["preflight"]["summary"]),
+        "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history[:steps]),
+        "trained_answers": trained_answers(home, record),
     }
+
+
+def preflight_figures(checks: dict) -> dict:
+    """The judge audit's and the learnability check's figures of a run (`pipelines/stages/preflight.py`)."""
+    audit, signal = checks["audit"], checks["learnability"]
+    keep = ("verdict", "groups", "answers", "rejudge_gap", "answer_spread", "reliability", "position_effect",
+            "duplicate_gap", "attempts")  # fmt: skip
+    return {"audit": {k: audit[k] for k in keep}, "learnability": signal, "lines": checks["lines"]}
+
+
+def sentinel_figures(evaluated: dict, history: list[dict]) -> dict:
+    """How far the trained answers lie from the base model's: on the validation answers (evaluate) and per
+    training step (the first and the last), rounded."""
+    drift = evaluated["drift"]
+
+    def rounded(values: dict) -> dict:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
+
+    return {
+        "validation": {variant: rounded(values) for variant, values in drift.items()},
+        "logprob_vs_base": round(drift["latest"]["base_logprob"] - drift["base"]["base_logprob"], 4),
+        "kl_to_base": round(drift["latest"]["kl_to_base"], 4),
+        "per_step": [{k: h.get(k) for k in ("step", "reward", "kl_to_base", "base_logprob")} for h in history],
+    }
+
+
+def trained_answers(home: Path, record: dict, count: int = 6) -> list[str]:
+    """A few of the trained model's validation answers (the evaluate stage's latest), as they were written."""
+    import pandas as pd
+
+    scores = pd.read_parquet(home / "artifacts" / "evaluate" / record["keys"]["evaluate"] / "scores.parquet")
+    return scores[scores["variant"] == "latest"]["answer"].head(count).tolist()
 
 
 def _figure(variant: dict) -> dict:
@@ -86,7 +124,8 @@ def _figure(variant: dict) -> dict:
 
 
 def print_table(runs: list[dict]) -> None:
-    header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "steps", "train s")
+    header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "judge", "signal",
+              "KL to base", "base ll vs base", "steps", "train s")  # fmt: skip
     rows = [header] + [
         (
             r["task"],
@@ -96,6 +135,10 @@ def print_table(runs: list[dict]) -> None:
             _cell(r["trained"]),
             f"{r['gain']:+.3f}",
             "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no",
+            r["preflight"]["audit"]["verdict"],
+            "{groups_with_signal}/{groups}".format(**r["preflight"]["learnability"]),
+            f"{r['sentinel']['kl_to_base']:.3f}",
+            f"{r['sentinel']['logprob_vs_base']:+.3f}",
             str(r["steps"]),
             "cached" if r["train_s"] is None else f"{r['train_s']:.0f}",
         )

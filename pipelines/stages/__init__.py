@@ -9,7 +9,7 @@ from autorl.task import TaskSpec
 
 from ..config import STAGES, RunConfig
 from ..context import StageContext
-from . import baseline, evaluate, inputs, report, system_prompt, train
+from . import baseline, evaluate, inputs, preflight, report, system_prompt, train
 
 
 class Stage(Protocol):
@@ -35,6 +35,12 @@ class Stage(Protocol):
         ...
 
 
-_MODULES: dict[str, Stage] = {stage.NAME: stage for stage in (baseline, evaluate, inputs, report, system_prompt, train)}
+# A stage may also define `gate(ctx, summary)`: called after it ran or was found cached, with its summary; it
+# prints what the user must see at that point and raises (an AutoRLError) to stop the run there (preflight).
+
+
+_MODULES: dict[str, Stage] = {
+    stage.NAME: stage for stage in (baseline, evaluate, inputs, preflight, report, system_prompt, train)
+}
 STAGE_MODULES: dict[str, Stage] = {name: _MODULES[name] for name in STAGES}
 """Every stage, by name, in the order they run."""

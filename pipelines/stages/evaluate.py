@@ -8,9 +8,10 @@ from typing import Any
 
 from autorl import gather_trajectory_groups
 from autorl.task import TaskSpec
+from autorl.training.drift import drift_figures
 from autorl.trajectories import Trajectory, TrajectoryGroup
 
-from .. import evaluation
+from .. import evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
 from . import baseline, inputs, system_prompt, train
@@ -52,6 +53,30 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     name = await ctx.policy.serve_step(last_step)
     items = [answers[text] + evaluation.answers(ctx, prompt, text, name, last) for text in texts]
     groups = await evaluation.judged_groups(ctx, items, "evaluate")
+    drift = await variant_drift(ctx, groups)
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
         frame = evaluation.save(out, groups)
-    return evaluation.stage_summary(ctx, frame, len(texts), steps)
+    summary = evaluation.stage_summary(ctx, frame, len(texts), steps)
+    summary["drift"] = drift
+    for variant, figures in sentinel.evaluation_figures(drift).items():
+        gain = summary["variants"].get(variant, {}).get("mean", 0.0) - summary["variants"].get("base", {}).get(
+            "mean", 0.0
+        )
+        if warning := sentinel.evaluation_warning(variant, gain, figures):
+            ctx.console.print(f"[yellow]warning: {warning}[/yellow]", highlight=False)
+    return summary
+
+
+async def variant_drift(ctx: StageContext, groups: list[TrajectoryGroup]) -> dict[str, dict[str, float]]:
+    """Per variant, how far its judged answers lie from the base model (`autorl.training.drift`): their mean
+    log-likelihood per token under the base weights and the KL to the base on them, scored by the policy's
+    server serving the base model; the base model's own answers give the reference (and a KL near 0)."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    scored = await ctx.policy.base_logprobs(trajectories)
+    by_variant: dict[str, list] = {}
+    for trajectory, (sequence, logprobs) in zip(trajectories, scored, strict=True):
+        if logprobs is not None:
+            by_variant.setdefault(trajectory.metadata.get("variant", ""), []).append((sequence, logprobs))
+    return {
+        variant: drift_figures([s for s, _ in pairs], [lp for _, lp in pairs]) for variant, pairs in by_variant.items()
+    }

@@ -15,13 +15,13 @@ from matplotlib.ticker import MaxNLocator
 from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
-from .. import evaluation
+from .. import evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
-from . import evaluate, inputs, system_prompt, train
+from . import evaluate, inputs, preflight, system_prompt, train
 
 NAME = "report"
-UPSTREAM = ("inputs", "system_prompt", "baseline", "train", "evaluate")
+UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate")
 REPORT, CURVE = "report.md", "reward_curve.png"
 SHOWN = 3
 
@@ -83,8 +83,106 @@ def _validation_table(summary: dict) -> list[str]:
     return lines
 
 
+def _preflight_section(checks: dict) -> list[str]:
+    """What the checks before training found: the judge audit, the learnability check, the inputs check."""
+    lines = ["## Before training: the judge, the signal, the inputs", ""]
+    if checks.get("off"):
+        return [
+            *lines,
+            "The checks were off (`--preflight off`): the judge was not audited and the base model's",
+            "signal not measured, so the gains below come without a noise floor.",
+            "",
+        ]
+    audit, checked = checks["audit"], checks["inputs_check"]
+    lines += [f"**{line}**" if line in checks["problems"] else line for line in checks["lines"][:1]]
+    lines += [
+        "",
+        f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the groups judged before training "
+        f"(the learnability check's, then the baseline's; {audit['answers']} answers, {audit['attempts']} judge "
+        "requests): once with each group's answers in reverse order (other positions and ids), once with its first "
+        "answer shown a second time at the end.",
+        "",
+        "| figure | value | what it says |",
+        "|---|---|---|",
+        f"| score change when asked again (the noise floor) | {audit['rejudge_gap']:.3f} | mean over answers, against the rest of their group; 0 for a consistent judge |",
+        f"| spread between answers | {audit['answer_spread']:.3f} | mean difference of two answers' scores in a group |",
+        f"| reliability | {_number(audit['reliability'], '.2f')} | 1 - re-judging variance / score variance within a group |",
+        f"| rank agreement | {_number(audit['rank_agreement'], '+.2f')} | Spearman, first judging vs reversed, per group |",
+        f"| position effect | {audit['position_effect']:+.3f} | score change of an answer moved from the first slot to the last |",
+        f"| two copies of one answer | {audit['duplicate_gap']:.3f} apart | mean difference of their scores |",
+        "",
+        *[f"**{line}**" if line in checks["problems"] else line for line in checks["lines"][1:2]],
+        "",
+        checks["lines"][2],
+    ]
+    if checked.get("off_task"):
+        lines += [
+            "",
+            "Inputs the judge found off the task:",
+            "",
+            *[f"- {text}" for text in checked["off_task"][:SHOWN]],
+        ]
+    return [*lines, ""]
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _present(value: float | None) -> float | None:
+    """A history figure, None where a step lacks it (a NaN in the frame)."""
+    return None if value is None or value != value else value
+
+
+def _gain_section(checks: dict, summary: dict) -> list[str]:
+    """Each trained variant's gain over the base model, with the judge's verdict and noise floor and the
+    sentinel's figures beside it."""
+    variants = summary["variants"]
+    base = variants.get("base", {}).get("mean")
+    figures = sentinel.evaluation_figures(summary.get("drift", {}))
+    drift = summary.get("drift", {})
+    audit = None if checks.get("off") else checks["audit"]
+    floor = None if audit is None else audit["rejudge_gap"]
+    lines = [
+        "| variant | gain over base | the judge's noise floor | base log-likelihood / token (vs the base's own) | KL to base / token |",
+        "|---|---|---|---|---|",
+        f"| base | - | - | {_number(drift.get('base', {}).get('base_logprob'), '.3f')} | {_number(drift.get('base', {}).get('kl_to_base'), '.3f')} |",
+    ]
+    notes = []
+    for variant, s in variants.items():
+        if variant == "base" or "mean" not in s:
+            continue
+        gain = None if base is None else s["mean"] - base
+        mine = figures.get(variant, {})
+        if gain is None:
+            inside = "-"
+        elif floor is None:
+            inside = "not measured"
+        else:
+            inside = f"{floor:.3f}: {'inside' if abs(gain) <= floor else 'outside'}"
+        logprob = drift.get(variant, {}).get("base_logprob")
+        relative = mine.get("logprob_vs_base")
+        lines.append(
+            f"| {variant} | {_number(gain, '+.3f')} | {inside} | {_number(logprob, '.3f')} ({_number(relative, '+.3f')}) | "
+            f"{_number(mine.get('kl_to_base'), '.3f')} |"
+        )
+        if gain is not None and floor is not None and abs(gain) <= floor:
+            notes.append(
+                f"**{variant}'s gain ({gain:+.3f}) is inside the judge's own noise ({floor:.3f}): it says nothing.**"
+            )
+        if gain is not None and (warning := sentinel.evaluation_warning(variant, gain, mine)):
+            notes.append(f"**Warning:** {warning}.")
+    verdict = (
+        "The checks before training were off: no verdict on the judge."
+        if audit is None
+        else f"Judge verdict: {checks['lines'][0]}."
+    )
+    return [*lines, "", verdict, *[line for note in notes for line in ("", note)]]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
+    checks = preflight.load(ctx)
     lines = [
         f"# autorl run `{ctx.run_dir.name}`",
         "",
@@ -100,6 +198,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "",
         *[f"- {text}" for text in train_inputs[:5]],
         "",
+        *_preflight_section(checks),
         "## Validation reward",
         "",
         "Each validation input's answers from every variant were judged together (head to head); the",
@@ -107,16 +206,24 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "",
         *_validation_table(summary),
         "",
+        "Beside each gain: the judge's noise floor (how much its score of one answer moves when it is asked",
+        "again), and how far the variant's answers lie from the base model's (their mean log-likelihood per",
+        "token under the base weights, against the base model's own answers; and the KL to the base model on",
+        "them): a gain that came with answers the base model would never write may be the judge being gamed.",
+        "",
+        *_gain_section(checks, summary),
+        "",
         "## Training",
         "",
         f"![reward curve]({CURVE})",
         "",
-        "| step | reward | std | loss | groups trained | step time (s) |",
-        "|---|---|---|---|---|---|",
+        "| step | reward | std | loss | groups trained | KL to base | base log-likelihood | step time (s) |",
+        "|---|---|---|---|---|---|---|---|",
         *[
-            f"| {int(h.step)} | {h.reward:.3f} | {h.reward_std:.3f} | {h.loss:+.4f} | "
-            f"{int(h.groups_trained)}/{int(h.groups)} | {h.step_time_s:.1f} |"
-            for h in history.itertuples()
+            f"| {int(h['step'])} | {h['reward']:.3f} | {h['reward_std']:.3f} | {h['loss']:+.4f} | "
+            f"{int(h['groups_trained'])}/{int(h['groups'])} | {_number(_present(h.get('kl_to_base')), '.3f')} | "
+            f"{_number(_present(h.get('base_logprob')), '.3f')} | {h['step_time_s']:.1f} |"
+            for h in history.to_dict("records")
         ],
     ]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)

@@ -12,6 +12,7 @@ resumes after the newest checkpoint and reuses the scored groups of the step it 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,6 +27,7 @@ from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
+from .. import sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
@@ -80,52 +82,78 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
     train_inputs = inputs.load(ctx, "train")
     step = steps_done(ctx)
+    # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
+    # baseline and the preflight stage answer with the base model's weights)
+    await ctx.policy.serve_step(step)
+    warned = False
     while step < config.steps:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
-        groups = []
-        for index in range(config.groups_per_step):
-            text = train_inputs[((step - 1) * config.groups_per_step + index) % len(train_inputs)]
-            saved = step_dir / f"group_{index:02d}.json"
-            if saved.exists():  # scored before a crash: reuse
-                groups.append(TrajectoryGroup.model_validate_json(saved.read_text()))
-            else:
-                answers = (ctx.policy.answer(prompt, text, config) for _ in range(config.group_size))
-                groups.append(TrajectoryGroup(answers, metadata={"file": saved.name}))
-
-        async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
-            if "file" not in group.metadata:
-                return group
-            scored = await ctx.score(group)
-            if scored is not None:
-                atomic_text(step_dir / scored.metadata.pop("file"), scored.model_dump_json())  # noqa: B023 (this step's)
-            return scored
-
-        await ctx.policy.start()
-        scored = await gather_trajectory_groups(
-            groups, pbar_desc=f"step {step}/{config.steps}", max_exceptions=0.25, after_each=score_and_save
-        )
-        if not scored:
+        texts = step_inputs(train_inputs, step, config.groups_per_step)
+        saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
+        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{config.steps}")
+        if not groups:
             ctx.console.print(
-                f"[yellow]step {step}: no group could be scored ({len(groups)} dropped: the judge failed on each, "
+                f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
-        metrics = await ctx.policy.model.train(scored, config=step_config(config))
-        save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", scored, step)
+        metrics = await ctx.policy.model.train(groups, config=step_config(config))
+        save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
         ctx.tracker.log(metrics, step)
+        drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
             f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
-            f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}  "
+            f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}  "
             f"train {metrics['step_time_s']:.1f}s"
         )
-        check_unscored_steps(read_history(work), config.max_unscored_steps)
+        history = read_history(work)
+        check_unscored_steps(history, config.max_unscored_steps)
+        if not warned and (warning := sentinel.training_warning(history)):
+            warned = True
+            sentinel.warn_or_stop(ctx.console, warning, config.preflight)
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
+
+
+def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:
+    """The training inputs of step `step`, one per group: the next `groups_per_step`, cycling."""
+    start = (step - 1) * groups_per_step
+    return [train_inputs[(start + index) % len(train_inputs)] for index in range(groups_per_step)]
+
+
+async def judged_groups(
+    ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
+) -> list[TrajectoryGroup]:
+    """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
+    `name`), each group judged as soon as its answers are in; the groups the judge scored, in order.
+
+    A group with a path in `saved` is written there (atomically) once scored, and read from there
+    instead of answered again when the file exists: scored before a crash, or by the preflight stage.
+    """
+    config = ctx.config
+    groups = []
+    for text, path in zip(texts, saved, strict=True):
+        if path is not None and path.exists():  # scored before: reuse
+            groups.append(TrajectoryGroup.model_validate_json(path.read_text()))
+        else:
+            answers = (ctx.policy.answer(prompt, text, config, name) for _ in range(config.group_size))
+            groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
+
+    async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
+        if "save" not in group.metadata:
+            return group
+        scored = await ctx.score(group)
+        if scored is not None and (path := scored.metadata.pop("save")):
+            atomic_text(Path(path), scored.model_dump_json())
+        return scored
+
+    await ctx.policy.start()
+    return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=score_and_save)
 
 
 def check_unscored_steps(history: list[dict], limit: int) -> None:

@@ -9,6 +9,7 @@ every group in our trials: GRPO has next to nothing to learn from.) A task file 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -48,6 +49,17 @@ def exclaim(messages: list[dict[str, Any]]) -> float:
     an answer with words but no ending counts as one plain ending (0)."""
     ends = SENTENCE_ENDS.findall(answer(messages))
     return sum("!" in end for end in ends) / len(ends) if ends else 0.0
+
+
+def json_keys(messages: list[dict[str, Any]]) -> float:
+    """All or nothing: 1 when the whole answer is a JSON object with exactly the keys "a" and "b", else 0. The
+    embedded base model never writes one: the learnability check's example of a task that cannot learn
+    (not a task of learning.py)."""
+    try:
+        value = json.loads(answer(messages))
+    except ValueError:
+        return 0.0
+    return float(isinstance(value, dict) and set(value) == {"a", "b"})
 
 
 TOOL, TOOL_ARGUMENTS = "convert", ("value", "from_unit", "to_unit")

@@ -1,0 +1,157 @@
+"""The judge audit (`ruler.audit_judge`) and the inputs check against scripted RULER judges over real HTTP.
+
+Each scripted judge is a chat-completions server on 127.0.0.1 that reads the RULER prompt it is sent (the
+trajectories under their ids) and answers with scores: by what each answer says (a consistent judge), by
+the answer's position in the prompt, or at random. The audit must tell them apart; a program judge must
+come out exactly consistent; and a second audit of the same groups must be answered from the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+
+import pytest
+from chat_server import ChatCompletionServer
+
+import ruler
+from ruler import FunctionJudge, JudgeModel, RulerJudge
+from ruler.audit import reads_rubric
+
+QUESTIONS = ["How do bees make honey?", "Why is the sky blue?", "What is a prime number?", "How do tides work?"]
+ANSWERS = ["Yes.", "It depends on the light.", "Sunlight scatters off air molecules.", "Blue light scatters most.",
+           "No idea.", "Because of the sea.", "Air molecules scatter blue light more than red.", "Rayleigh."]  # fmt: skip
+TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
+
+
+def groups() -> list[list[list[dict]]]:
+    """Groups of four distinct answers to one question each."""
+    return [
+        [
+            [
+                {"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": f"{answer} ({number})"},
+            ]
+            for answer in ANSWERS
+        ]
+        for number, question in enumerate(QUESTIONS)
+    ]
+
+
+def answers_in(request: dict) -> dict[str, str]:
+    """The RULER prompt's trajectories: id -> the text of its last assistant message."""
+    prompt = request["messages"][1]["content"]
+    found = {}
+    for tid, body in TRAJECTORY.findall(prompt):
+        messages = [json.loads(line) for line in body.splitlines()]
+        found[tid] = next(m["content"] for m in reversed(messages) if m["role"] == "assistant")
+    return found
+
+
+def completion(scores: dict[str, float]) -> dict:
+    content = json.dumps({"scores": {tid: {"explanation": "scripted", "score": s} for tid, s in scores.items()}})
+    return {
+        "id": "chatcmpl-audit",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
+
+
+def by_content(request: dict) -> dict:
+    """A consistent judge: longer answers score higher, whatever their place (trailing spaces ignored)."""
+    return completion({tid: min(1.0, len(text.strip()) / 40) for tid, text in answers_in(request).items()})
+
+
+def by_position(request: dict) -> dict:
+    """A judge that scores the first trajectory highest and the last lowest, whatever they say."""
+    ids = list(answers_in(request))
+    return completion({tid: 1 - i / (len(ids) - 1) for i, tid in enumerate(ids)})
+
+
+def at_random(request: dict) -> dict:
+    """A judge that guesses (seeded by the prompt, so that the test does not depend on the requests' order)."""
+    rng = random.Random(json.dumps(request["messages"]))
+    return completion({tid: round(rng.random(), 3) for tid in answers_in(request)})
+
+
+def audited(answer, tmp_path, scores=None) -> tuple[ruler.JudgeAudit, ChatCompletionServer]:
+    server = ChatCompletionServer(answer)
+    try:
+        judge = RulerJudge(JudgeModel(model="scripted", base_url=server.base_url), cache_dir=tmp_path / "cache")
+        audit = asyncio.run(ruler.audit_judge(judge, groups(), rubric=ruler.DEFAULT_RUBRIC, task="t", scores=scores))
+    finally:
+        server.close()
+    return audit, server
+
+
+def test_a_judge_that_scores_what_answers_say_is_reliable(tmp_path):
+    audit, server = audited(by_content, tmp_path)
+    assert audit.verdict == "reliable", audit.line()
+    assert audit.rejudge_gap == 0 and audit.duplicate_gap == 0 and audit.reliability == 1.0
+    assert audit.rank_agreement == 1.0 and audit.position_effect == 0 and audit.answer_spread > 0.1
+    assert audit.groups == 4 and audit.answers == 32 and audit.failed == 0
+    # three requests per group (as given, reversed, with a copy), each another prompt
+    assert len(server.requests) == 12 == audit.attempts
+    assert len({json.dumps(r["messages"]) for r in server.requests}) == 12
+    shown = [list(answers_in(r).values()) for r in server.requests]
+    assert [f"{a} (0)" for a in reversed(ANSWERS)] in shown  # reversed
+    assert [*(f"{a} (0)" for a in ANSWERS), f"{ANSWERS[0]} (0) "] in shown  # the first answer again, last
+    assert audit.line().startswith("judge reliable: asked again with the answers in reverse order")
+
+
+def test_a_judge_that_scores_by_position_is_noise_and_says_why(tmp_path):
+    audit, _ = audited(by_position, tmp_path)
+    assert audit.verdict == "noise", audit.line()
+    assert audit.position_effect == pytest.approx(-1.0)  # first slot 1, last slot 0
+    assert audit.rank_agreement == pytest.approx(-1.0) and audit.reliability < 0
+    assert audit.duplicate_gap == pytest.approx(1.0)  # the first answer and its copy in the last slot
+    assert "follow the answers' positions in the prompt" in audit.line()
+
+
+def test_a_judge_that_scores_at_random_is_noise(tmp_path):
+    audit, _ = audited(at_random, tmp_path)
+    assert audit.verdict == "noise", audit.line()
+    assert audit.reliability < 0.3 and audit.rejudge_gap > 0.15
+    assert "about as much as answers differ" in audit.line()
+
+
+def test_given_scores_save_a_request_per_group_and_a_rerun_is_answered_from_the_cache(tmp_path):
+    scores = [[min(1.0, len(m[-1]["content"]) / 40) for m in group] for group in groups()]
+    first, server = audited(by_content, tmp_path, scores=scores)
+    assert first.verdict == "reliable" and len(server.requests) == 8 == first.attempts  # two per group
+    again, server = audited(by_content, tmp_path, scores=scores)  # a new server, the same cache directory
+    assert server.requests == [] and again.attempts == 0
+    assert again == first.__class__(**{**first.as_dict(), "attempts": 0})
+
+
+def test_a_program_judge_is_exactly_consistent():
+    judge = FunctionJudge(lambda messages: len(messages[-1]["content"].strip()) / 40)
+    audit = asyncio.run(ruler.audit_judge(judge, groups()))
+    assert audit.verdict == "reliable" and audit.rejudge_gap == 0 and audit.duplicate_gap == 0
+    assert audit.reliability == 1.0 and audit.attempts == 0
+    constant = asyncio.run(ruler.audit_judge(FunctionJudge(lambda messages: 0.0), groups()))
+    assert constant.verdict == "uninformative" and constant.reliability is None  # every answer scored 0
+    assert "cannot tell whether it ranks" in constant.line()
+
+
+def test_the_inputs_check_asks_once_which_inputs_fit_the_task(tmp_path):
+    def on_topic(request: dict) -> dict:
+        assert "generated for the task" in request["messages"][0]["content"]  # the inputs check's rubric
+        return completion({tid: float("refund" in text) for tid, text in answers_in(request).items()})
+
+    server = ChatCompletionServer(on_topic)
+    try:
+        judge = RulerJudge(JudgeModel(model="scripted", base_url=server.base_url), cache_dir=tmp_path)
+        assert reads_rubric(judge) and not reads_rubric(FunctionJudge(len))
+        inputs = ["I want a refund for my order", "Savory food", "Can I get a refund on shoes?"]
+        check = asyncio.run(ruler.check_inputs(judge, inputs, task="Reply to refund requests"))
+    finally:
+        server.close()
+    assert len(server.requests) == 1 and check.attempts == 1
+    assert (check.checked, check.on_task, check.off_task) == (3, 2, ["Savory food"])

@@ -1,0 +1,222 @@
+"""The preflight stage (judge audit, learnability check, inputs check), its gate, the sentinel's warnings and
+the report's sections, in-process: a program judge, and a scripted policy at the edge (it answers from a
+list instead of a vLLM server) so that what the stage asks of the policy is counted."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from autorl.errors import AutoRLError
+from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
+from autorl.task import TaskSpec
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from pipelines import evaluation, sentinel
+from pipelines.artifacts import ArtifactStore
+from pipelines.config import RunConfig
+from pipelines.context import StageContext
+from pipelines.pipeline import stage_keys
+from pipelines.stages import baseline, inputs, preflight, report, system_prompt, train
+from ruler import FunctionJudge
+
+TASK = TaskSpec(description="Answer with one word", system_prompt="One word only.")
+TRAIN = [f"train question {i}?" for i in range(6)]
+VAL = [f"validation question {i}?" for i in range(3)]
+
+
+class ScriptedPolicy:
+    """Answers every input from a cycle of texts, and records what it was asked to serve and answer."""
+
+    def __init__(self, run_dir: Path, texts: list[str]):
+        self.run_dir = run_dir
+        self._texts = itertools.cycle(texts)
+        self.served: list[int] = []
+        self.answered: list[tuple[str, str | None]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def serve_step(self, step: int) -> str:
+        self.served.append(step)
+        return f"step-{step}"
+
+    async def answer(self, prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
+        self.answered.append((text, name))
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
+        return Trajectory(
+            messages_and_choices=[*messages, {"role": "assistant", "content": next(self._texts)}],
+            metadata={"input": text},
+        )
+
+
+def words(messages: list[dict]) -> float:
+    return 1 / max(1, len(messages[-1]["content"].split()))
+
+
+def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageContext:
+    """A stage context whose inputs, system prompt and baseline artifacts exist (the baseline's groups judged
+    by `judge`), with a scripted policy answering `answers` in turn."""
+    config = RunConfig(group_size=4, groups_per_step=2, learnability_groups=3, audit_groups=2, **settings)
+    keys = stage_keys(TASK, config)
+    store = ArtifactStore(tmp_path / "artifacts")
+    rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
+    with store.write(inputs.NAME, keys[inputs.NAME], {}) as out:
+        write_inputs_jsonl(rows, out / inputs.FILE)
+    with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
+        (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
+    policy = ScriptedPolicy(tmp_path / "train", answers)
+    ctx = StageContext(TASK, config, store, keys, policy, judge, None, tmp_path, Console(record=True, width=300))
+
+    async def judged_baseline() -> list[TrajectoryGroup]:
+        items = [[await policy.answer(TASK.system_prompt, t, config) for _ in range(2)] for t in VAL]
+        return [await ctx.score(TrajectoryGroup(answers)) for answers in items]
+
+    with store.write(baseline.NAME, keys[baseline.NAME], {}) as out:
+        evaluation.save(out, asyncio.run(judged_baseline()))
+    policy.answered.clear()
+    return ctx
+
+
+def test_preflight_audits_the_judge_and_measures_the_signal_on_step_one_s_groups(tmp_path):
+    ctx = context(tmp_path, FunctionJudge(words), ["Paris", "It is Paris", "Paris, France", "Lyon"])
+    summary = asyncio.run(preflight.run(ctx))
+    audit, signal = summary["audit"], summary["learnability"]
+    assert audit["verdict"] == "reliable" and audit["groups"] == 2 and audit["rejudge_gap"] == 0
+    assert signal == {
+        "groups": 3,
+        "group_sizes": [4],
+        "groups_with_signal": 3,
+        "signal_share": 1.0,
+        "mean_reward": pytest.approx((1 + 1 / 3 + 1 / 2 + 1) / 4),
+        "success_rate": 0.75,
+    }
+    assert summary["inputs_check"] == {"checked": 0, "why": "the judge is a program"}
+    assert summary["problems"] == [] and summary["lines"][0].startswith("judge reliable")
+    # the base model answered: step 1's two inputs and one more, group_size times each
+    assert ctx.policy.served == [0] and {name for _, name in ctx.policy.answered} == {"step-0"}
+    assert [text for text, _ in ctx.policy.answered[::4]] == TRAIN[:3]
+    # step 1's groups are where the train stage reads its scored groups: it answers nothing again
+    step_one = sorted(p.name for p in (ctx.policy.run_dir / "steps" / "0001").iterdir())
+    assert step_one == ["group_00.json", "group_01.json"]
+    before = len(ctx.policy.answered)
+    texts = train.step_inputs(TRAIN, 1, 2)
+    saved = [ctx.policy.run_dir / "steps" / "0001" / f"group_{i:02d}.json" for i in range(2)]
+    reused = asyncio.run(train.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
+    assert len(ctx.policy.answered) == before and [len(g) for g in reused] == [4, 4]
+    assert sorted(t.reward for t in reused[0].trajectories) == [1 / 3, 1 / 2, 1.0, 1.0]
+    # the figures and the sample are in the stage's own artifact
+    assert preflight.load(ctx) == json.loads(json.dumps(summary))
+    sample = (ctx.artifact(preflight.NAME) / preflight.SAMPLE).read_text().splitlines()
+    assert [len(TrajectoryGroup.model_validate_json(line)) for line in sample] == [4, 4, 4]
+
+
+def test_after_training_the_check_reads_step_one_s_groups_and_writes_nothing_beside_them(tmp_path):
+    ctx = context(tmp_path, FunctionJudge(words), ["Paris", "It is Paris"])
+    asyncio.run(preflight.run(ctx))
+    checkpoint = ctx.policy.run_dir / "checkpoints" / "0001"
+    checkpoint.mkdir(parents=True)
+    for name in ("adapter_model.safetensors", "metrics.json"):  # what makes a checkpoint complete
+        (checkpoint / name).write_text("{}")
+    assert train.steps_done(ctx) == 1
+    (ctx.policy.run_dir / "steps" / "0001" / "group_01.json").unlink()  # as if lost
+    ctx.policy.answered.clear()
+    summary = asyncio.run(preflight.run(ctx))
+    assert summary["learnability"]["groups"] == 3
+    # group 0 read back; group 1 and the extra group answered by the base model again, and not saved
+    assert [text for text, _ in ctx.policy.answered[::4]] == [TRAIN[1], TRAIN[2]]
+    assert {name for _, name in ctx.policy.answered} == {"step-0"}
+    assert sorted(p.name for p in (ctx.policy.run_dir / "steps" / "0001").iterdir()) == ["group_00.json"]
+
+
+def test_groups_that_tie_warn_before_training_and_strict_stops_there(tmp_path):
+    never = FunctionJudge(lambda messages: 0.0)  # an all-or-nothing criterion the base model never meets
+    ctx = context(tmp_path, never, ["Paris", "It is Paris"])
+    summary = asyncio.run(preflight.run(ctx))
+    assert summary["learnability"]["groups_with_signal"] == 0
+    assert summary["audit"]["verdict"] == "uninformative"
+    learn = next(line for line in summary["lines"] if line.startswith("learnability"))
+    assert "0 of 3 groups of 4" in learn and "a larger --group-size (now 4)" in learn
+    assert "a rubric with partial credit" in learn and learn in summary["problems"]
+    preflight.gate(ctx, summary)  # warn: printed, the run goes on
+    printed = ctx.console.export_text()
+    assert "warning: learnability: 0 of 3 groups" in printed and "warning: judge uninformative" in printed
+    strict = dataclasses.replace(ctx, config=ctx.config.model_copy(update={"preflight": "strict"}))
+    with pytest.raises(AutoRLError) as stopped:
+        preflight.gate(strict, summary)
+    assert "stopped before training (--preflight strict" in str(stopped.value) and "\n" not in str(stopped.value)
+
+
+def test_preflight_off_asks_nothing(tmp_path):
+    ctx = context(tmp_path, FunctionJudge(words), ["Paris"], preflight="off")
+    assert asyncio.run(preflight.run(ctx)) == {"off": True}
+    assert ctx.policy.answered == [] and ctx.policy.served == []
+    assert preflight.load(ctx) == {"off": True}
+    preflight.gate(ctx, {"off": True})
+    assert "preflight off" in ctx.console.export_text()
+
+
+def history(*steps: tuple[float, float, float]) -> list[dict]:
+    """(reward, kl_to_base, base_logprob) per step."""
+    return [
+        {"step": i, "reward": r, "kl_to_base": kl, "base_logprob": lp} for i, (r, kl, lp) in enumerate(steps, start=1)
+    ]
+
+
+def test_the_sentinel_warns_when_the_policy_moves_far_while_the_reward_rises():
+    assert sentinel.training_warning(history((0.2, 0.0, -1.5))) is None  # step 1 alone
+    assert sentinel.training_warning(history((0.2, 0.0, -1.5), (0.5, 0.1, -1.7))) is None  # near the base
+    assert sentinel.training_warning(history((0.5, 0.0, -1.5), (0.3, 2.0, -4.0))) is None  # the reward fell
+    warning = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, sentinel.KL_FAR, -1.6)))
+    assert warning.startswith("step 3: the training reward rose (0.200 at step 1, 0.650 lately)")
+    assert "KL to the base model 0.50 nats/token" in warning
+    drop = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.9, 0.1, -1.5 - sentinel.LOGPROB_DROP_FAR)))
+    assert "1.00 nats/token less likely than its own" in drop
+    console = Console(record=True, width=300)
+    sentinel.warn_or_stop(console, warning, "warn")
+    assert "warning: step 3" in console.export_text()
+    with pytest.raises(AutoRLError, match="stopped \\(--preflight strict"):
+        sentinel.warn_or_stop(console, warning, "strict")
+
+
+def checks(verdict: str = "reliable", floor: float = 0.0) -> dict:
+    audit = {
+        "judge": "words", "groups": 2, "answers": 4, "attempts": 0, "rejudge_gap": floor, "answer_spread": 0.4,
+        "reliability": 1.0, "rank_agreement": 1.0, "position_effect": 0.0, "duplicate_gap": 0.0, "verdict": verdict,
+    }  # fmt: skip
+    lines = [f"judge {verdict}: scripted", "learnability: 3 of 3 groups differ", "inputs: not checked (a program)"]
+    return {"audit": audit, "learnability": {}, "inputs_check": {"checked": 0}, "lines": lines, "problems": []}
+
+
+def evaluated(latest: float, drift_latest: dict) -> dict:
+    variants = {
+        "base": {"mean": 0.3, "ci_low": 0.2, "ci_high": 0.4, "inputs": 6, "step": 0},
+        "latest": {"mean": latest, "ci_low": latest - 0.1, "ci_high": latest + 0.1, "inputs": 6, "step": 20},
+    }
+    drift = {"base": {"base_logprob": -1.2, "kl_to_base": 0.001}, "latest": drift_latest}
+    return {"val_inputs": 6, "variants": variants, "drift": drift}
+
+
+def test_the_report_puts_the_verdict_the_noise_floor_and_the_sentinel_beside_every_gain():
+    near = report._gain_section(checks(floor=0.0), evaluated(0.8, {"base_logprob": -1.4, "kl_to_base": 0.05}))
+    text = "\n".join(near)
+    assert "| latest | +0.500 | 0.000: outside | -1.400 (-0.200) | 0.050 |" in text
+    assert "Judge verdict: judge reliable: scripted." in text and "Warning" not in text
+    gamed = "\n".join(
+        report._gain_section(checks(floor=0.0), evaluated(0.9, {"base_logprob": -4.0, "kl_to_base": 1.8}))
+    )
+    assert "**Warning:** latest's validation reward is +0.600 over the base model's" in gamed
+    assert "2.80 nats/token less likely" in gamed and "KL to the base model 1.80" in gamed
+    noisy = "\n".join(report._gain_section(checks("noise", floor=0.3), evaluated(0.5, {"base_logprob": -1.2})))
+    assert "0.300: inside" in noisy and "inside the judge's own noise (0.300): it says nothing" in noisy
+    assert "Judge verdict: judge noise" in noisy
+    off = "\n".join(report._gain_section({"off": True}, evaluated(0.5, {})))
+    assert "not measured" in off and "checks before training were off" in off
+    section = "\n".join(report._preflight_section(checks()))
+    assert "| score change when asked again (the noise floor) | 0.000 |" in section
+    assert "learnability: 3 of 3 groups differ" in section and "inputs: not checked" in section
