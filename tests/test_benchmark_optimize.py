@@ -223,6 +223,20 @@ def test_a_ruler_judge_scores_each_answer_beside_a_reference_answer_of_the_origi
             "inputs, each answer judged by RULER beside a reference answer)",  # the run's judge: embedded RULER
         ),
         (
+            [
+                "--variants",
+                "base+optimized",
+                "--optimizer-budget",
+                "20",
+                "--judge",
+                "JUDGE",
+                "--reflection-model",
+                "m@http://127.0.0.1:9/v1",
+            ],
+            "--optimizer-budget 20 is too small for gepa on the 8 train inputs of run 'r': it needs at least 24 model "
+            "calls (the original prompt answers 4 inputs, then one reflection step)",
+        ),
+        (
             ["--variants", "base+optimized", "--optimizer-budget", "11", "--judge", "JUDGE"],
             "--optimizer-budget 11 is too small for bootstrap on the 8 train inputs of run 'r': it needs at least 12 "
             "model calls (the variant answers the 4 pool inputs, then the original prompt and one candidate answer 4 "

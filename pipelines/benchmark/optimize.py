@@ -240,7 +240,7 @@ def make_plan(settings: OptimizerSettings, train: list[str], relative: bool, run
 
     metric_calls = next((m for m in range(budget, -1, -1) if total(m) <= budget), 0)
     if metric_calls < size + 2 * MINIBATCH:
-        need = next(b for b in range(budget, 100 * budget + 1000) if total(size + 2 * MINIBATCH) <= b)
+        need = total(size + 2 * MINIBATCH)
         raise AutoRLError(
             f"--optimizer-budget {budget} is too small for gepa on the {len(order)} train inputs of run {run!r}: it "
             f"needs at least {need} model calls (the original prompt answers {size} inputs, then one reflection step)"
