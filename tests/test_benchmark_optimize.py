@@ -117,6 +117,31 @@ def test_an_optimizer_that_finds_nothing_better_keeps_the_original_prompt_and_sa
     assert pd.read_csv(out / "results.csv").loc[0, "made_by"] == "bootstrap (kept the original)"
 
 
+def test_bootstrap_tries_a_pool_input_again_when_its_first_answer_is_no_demonstration(home):
+    """A model whose good answers are rare (right on every second try of an input): one try per pool input finds
+    no demonstration; the tries the budget leaves room for find some, and they help."""
+    tries: dict[str, int] = {}
+
+    def right_on_second_tries(body: dict) -> dict:
+        text = body["messages"][-1]["content"]
+        tries[text] = tries.get(text, 0) + 1
+        return completion(body, "42" if demonstrated(body) or tries[text] % 2 == 0 else "I am not sure.")
+
+    out = home / "bench"
+    server = ChatCompletionServer(right_on_second_tries)
+    try:
+        variant = f"fake@{server.base_url}+optimized"
+        args = ["--variants", variant, "--judge", f"{home / 'judges.py'}:is_42", "--out", str(out)]
+        result = benchmark(home, *args, "--optimizer-budget", "40")
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert all(demonstrated(r) for r in requests_for(server, VAL))
+    assert pd.read_csv(out / "results.csv").loc[0, "mean"] == 1.0
+    assert max(tries[t] for t in TRAIN) >= 2  # a pool input was asked again
+    assert "up to 3 tries per pool input" in (out / "results.md").read_text()
+
+
 def test_gepa_rewrites_the_instructions_with_the_reflection_model(home):
     """gepa: the reflection model reads the judged answers and proposes instructions; the model answers right
     under them, so they are kept and answer the held-out inputs. Reflection calls count in the cost."""

@@ -19,6 +19,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autorl import gather_trajectory_groups
 from autorl.agents.rollout import Complete, RolloutConfig, Turn, openai_completion
@@ -30,8 +31,10 @@ from pipelines.context import Policy, task_rollout
 from ruler.endpoint import LiteLLMTarget, import_litellm
 from ruler.retry import describe
 
-from .optimize import PromptOptimizer, Rollout
 from .variants import RunView, Variant
+
+if TYPE_CHECKING:  # answers' cache keys depend on the prompt they are made with, not on the optimizer's code
+    from .optimize import PromptOptimizer, Rollout
 
 STAGE = "benchmark_answers"
 FILE = "answers.jsonl"

@@ -5,9 +5,10 @@ benchmarked run's train inputs (never the held-out ones), the run's judge as the
 `--optimizer-budget` model calls:
 
 - `bootstrap`: `dspy.BootstrapFewShotWithRandomSearch`. The variant answers pool inputs with its own
-  prompt; answers the judge scores at least `DEMO_SCORE` become demonstrations; DSPy's random search
-  scores candidate sets of 1 to `MAX_DEMOS` of them, and the prompt without any, on the selection
-  inputs. It needs no model besides the variant's, so it works with the embedded model alone.
+  prompt (up to `MAX_ROUNDS` fresh tries each, as the budget allows, until one passes); answers the
+  judge scores at least `DEMO_SCORE` become demonstrations; DSPy's random search scores candidate sets
+  of 1 to `MAX_DEMOS` of them, and the prompt without any, on the selection inputs. It needs no model
+  besides the variant's, so it works with the embedded model alone.
 - `gepa`: `dspy.GEPA`. The reflection model (`--reflection-model`) reads answers with the judge's
   explanations and rewrites the instructions (the system prompt); GEPA keeps the candidates that are
   best on some selection input and tries again from them.
@@ -81,6 +82,12 @@ DEMO_SCORE = 0.5
 """The judge's score an answer needs to become a demonstration (judges score 0 to 1)."""
 MAX_CANDIDATES = 18
 """Most candidate prompts bootstrap scores: the original, DSPy's unshuffled set and 16 random ones."""
+MAX_ROUNDS = 3
+"""Most tries bootstrap gives each pool input for an answer good enough to show (DSPy's `max_rounds`): as
+many as leave room for `ROUNDS_LEAVE` candidates. A small model's good answers are rare, so one try each
+may find none."""
+ROUNDS_LEAVE = 4
+"""Candidates (the original included) that extra tries may not crowd out of the budget."""
 MINIBATCH = 3
 """Inputs of one GEPA reflection step (GEPA's default)."""
 REFLECTION_MAX_TOKENS = 4000
@@ -205,6 +212,8 @@ class Plan:
     """bootstrap: candidate prompts scored, the original included."""
     metric_calls: int
     """gepa: its `max_metric_calls` (answers judged)."""
+    rounds: int = 1
+    """bootstrap: tries per pool input for a demonstration."""
 
 
 def make_plan(settings: OptimizerSettings, train: list[str], relative: bool, run: str) -> Plan:
@@ -222,8 +231,12 @@ def make_plan(settings: OptimizerSettings, train: list[str], relative: bool, run
     per_answer, references = 1 + relative, relative * len(order)
     budget = settings.budget
     if settings.optimizer == "bootstrap":
-        fixed = references + per_answer * len(pool)  # the variant answers each pool input once
-        candidates = (budget - fixed) // (per_answer * size)
+
+        def candidates_with(rounds: int) -> int:  # each pool input answered up to `rounds` times
+            return (budget - references - per_answer * len(pool) * rounds) // (per_answer * size)
+
+        rounds = next((r for r in range(MAX_ROUNDS, 1, -1) if candidates_with(r) >= ROUNDS_LEAVE), 1)
+        candidates, fixed = candidates_with(rounds), references + per_answer * len(pool)
         if candidates < 2:
             raise AutoRLError(
                 f"--optimizer-budget {budget} is too small for bootstrap on the {len(order)} train inputs of run "
@@ -231,7 +244,7 @@ def make_plan(settings: OptimizerSettings, train: list[str], relative: bool, run
                 f"{len(pool)} pool inputs, then the original prompt and one candidate answer {size} inputs"
                 + (", each answer judged by RULER beside a reference answer)" if relative else ")")
             )
-        return Plan(selection, pool, min(candidates, MAX_CANDIDATES), 0)
+        return Plan(selection, pool, min(candidates, MAX_CANDIDATES), 0, rounds)
     overshoot = 2 * MINIBATCH + size  # GEPA checks its budget between steps; a step judges at most this many
 
     def total(metric_calls: int) -> int:
@@ -289,7 +302,7 @@ class PromptOptimizer:
     def describe(self) -> str:
         """The optimizer's settings, for the results' header."""
         what = (
-            f"{self.plan.candidates} candidate prompts"
+            f"up to {self.plan.rounds} tries per pool input for a demonstration, {self.plan.candidates} candidate prompts"
             if self.settings.optimizer == "bootstrap"
             else f"at most {self.plan.metric_calls} judged answers, reflection model `{self.settings.reflection_model}`"
         )
@@ -354,10 +367,10 @@ class AgentProgram(dspy.Module):
 
 
 class AgentLM(dspy.BaseLM):
-    """The variant's model as DSPy's LM: `converse(system prompt, earlier turns, input)` answers through the
-    agent loop and returns the conversation from the input on."""
+    """The variant's model as DSPy's LM: `converse(system prompt, earlier turns, input, tag)` answers through
+    the agent loop and returns the conversation from the input on (the same request and tag: the same answer)."""
 
-    def __init__(self, converse: Callable[[str, list[dict[str, Any]], str], list[dict[str, Any]]]):
+    def __init__(self, converse: Callable[[str, list[dict[str, Any]], str, str], list[dict[str, Any]]]):
         super().__init__(model="autorl-agent-loop")
         self.converse = converse
 
@@ -372,7 +385,8 @@ class AgentLoopAdapter(dspy.Adapter):
         self, lm: AgentLM, lm_kwargs: dict, signature: type[dspy.Signature], demos: list, inputs: dict
     ) -> list[dict[str, Any]]:
         earlier = [message for demo in demos for message in demo.get("conversation") or []]
-        conversation = lm.converse(signature.instructions, earlier, inputs["input"])
+        draw = lm.kwargs.get("rollout_id")  # bootstrap's later rounds ask for a fresh answer
+        conversation = lm.converse(signature.instructions, earlier, inputs["input"], f"draw {draw}" if draw else "")
         return [{"answer": last_answer(conversation), "conversation": conversation}]
 
 
@@ -489,6 +503,7 @@ class _Session:
             max_bootstrapped_demos=MAX_DEMOS,
             max_labeled_demos=0,  # the inputs have no reference answers: demonstrations come from the variant
             num_candidate_programs=random_sets,
+            max_rounds=self.owner.plan.rounds,
             num_threads=THREADS,
         )
         seeds = {-3, -1, *range(random_sets)}  # -3: the original prompt; -2 (labeled demos only) has none here
