@@ -94,14 +94,11 @@ def test_bootstrap_tunes_the_prompt_the_held_out_answers_use_it_and_a_rerun_reus
         server.close()
 
 
-def test_an_optimizer_that_finds_nothing_better_keeps_the_original_prompt_and_says_so(home):
-    """A model that demonstrations do not help: every candidate ties the original, which is kept."""
-
-    def ignores_demonstrations(body: dict) -> dict:
-        return completion(body, "42" if body["messages"][-1]["content"].startswith("Easy") else "No idea.")
-
+def tune_alone(home: Path, answer) -> tuple[ChatCompletionServer, object, Path]:
+    """`autorl benchmark` of one +optimized variant whose model answers with `answer`, judged by `is_42`
+    (budget 40); the server (closed, its requests kept), the command's result and the output directory."""
     out = home / "bench"
-    server = ChatCompletionServer(ignores_demonstrations)
+    server = ChatCompletionServer(answer)
     try:
         variant = f"fake@{server.base_url}+optimized"
         args = ["--variants", variant, "--judge", f"{home / 'judges.py'}:is_42", "--out", str(out)]
@@ -109,6 +106,16 @@ def test_an_optimizer_that_finds_nothing_better_keeps_the_original_prompt_and_sa
     finally:
         server.close()
     assert result.exit_code == 0, result.output
+    return server, result, out
+
+
+def test_an_optimizer_that_finds_nothing_better_keeps_the_original_prompt_and_says_so(home):
+    """A model that demonstrations do not help: every candidate ties the original, which is kept."""
+
+    def ignores_demonstrations(body: dict) -> dict:
+        return completion(body, "42" if body["messages"][-1]["content"].startswith("Easy") else "No idea.")
+
+    server, result, out = tune_alone(home, ignores_demonstrations)
     assert "found no prompt better than the original" in result.output
     assert any(demonstrated(r) for r in requests_for(server, TRAIN))  # candidates with demonstrations were tried
     assert not any(demonstrated(r) for r in requests_for(server, VAL))  # the held-out inputs get the original
@@ -127,15 +134,7 @@ def test_bootstrap_tries_a_pool_input_again_when_its_first_answer_is_no_demonstr
         tries[text] = tries.get(text, 0) + 1
         return completion(body, "42" if demonstrated(body) or tries[text] % 2 == 0 else "I am not sure.")
 
-    out = home / "bench"
-    server = ChatCompletionServer(right_on_second_tries)
-    try:
-        variant = f"fake@{server.base_url}+optimized"
-        args = ["--variants", variant, "--judge", f"{home / 'judges.py'}:is_42", "--out", str(out)]
-        result = benchmark(home, *args, "--optimizer-budget", "40")
-    finally:
-        server.close()
-    assert result.exit_code == 0, result.output
+    server, _, out = tune_alone(home, right_on_second_tries)
     assert all(demonstrated(r) for r in requests_for(server, VAL))
     assert pd.read_csv(out / "results.csv").loc[0, "mean"] == 1.0
     assert max(tries[t] for t in TRAIN) >= 2  # a pool input was asked again
