@@ -279,6 +279,8 @@ BENCHMARK_FLAGS = field_flags(
     {
         "variants": {"metavar": "VARIANT"}, "out": {"metavar": "DIR"}, "inputs": {"metavar": "FILE"}, "judge": {},
         "samples": {}, "max_tokens": {}, "home": {"envvar": "AUTORL_HOME"},
+        "optimizer": {"rich_help_panel": "+optimized variants"}, "optimizer_budget": {"rich_help_panel": "+optimized variants"},
+        "reflection_model": {"rich_help_panel": "+optimized variants"},
     },
 )  # fmt: skip
 """The `benchmark` command's options: BenchmarkConfig's fields."""
@@ -294,9 +296,11 @@ def benchmark_command(
 ) -> None:
     """Compare agent variants on the same held-out inputs: mean score with 95% CI, win rates, a bar chart.
 
-    Every variant answers every input; a RULER judge scores each input's answers side by side. Answers
-    and judge results are cached: a rerun makes no model call. A variant whose model cannot be reached
-    is reported as failed and the others finish.
+    Every variant answers every input; a RULER judge scores each input's answers side by side. A
+    VARIANT+optimized first has its prompt tuned on the run's train inputs by a DSPy optimizer (--optimizer),
+    the judge as the metric. Each variant's cost (model calls and seconds to make it) is in the table.
+    Answers, tuned prompts and judge results are cached: a rerun makes no model call. A variant whose
+    model cannot be reached is reported as failed and the others finish.
     """
     from pipelines.benchmark.head_to_head import check_finished, run_benchmark
     from pipelines.benchmark.scoreboard import RESULTS, markdown_table

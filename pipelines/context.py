@@ -85,12 +85,20 @@ class Policy:
                 self._toolbox = await Toolbox.open(self.task, log_dir=self._log_dir)
         return self._toolbox
 
-    async def answer(self, system_prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
-        """One rollout of the policy (the newest LoRA, or the model served as `name`) with the task's tools."""
+    async def answer(
+        self,
+        system_prompt: str,
+        text: str,
+        config: RunConfig,
+        name: str | None = None,
+        demos: list[dict] | None = None,
+    ) -> Trajectory:
+        """One rollout of the policy (the newest LoRA, or the model served as `name`) with the task's tools,
+        after the earlier turns `demos` if any."""
         await self.start()
         self._calls["policy"] += 1
         complete = openai_completion(self._client, name or self.model.get_inference_name(), config.rollout)
-        return await task_rollout(complete, system_prompt, text, self.task, await self.toolbox())
+        return await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
 
     async def base_logprobs(self, trajectories: list[Trajectory]) -> list[tuple[Sequence, list[float | None] | None]]:
         """Each trajectory as the trainer tokenizes it, and each of its tokens' logprob under the base model
@@ -121,12 +129,18 @@ class Policy:
 
 
 async def task_rollout(
-    complete: Complete, system_prompt: str, text: str, task: TaskSpec, toolbox: Toolbox | None
+    complete: Complete,
+    system_prompt: str,
+    text: str,
+    task: TaskSpec,
+    toolbox: Toolbox | None,
+    demos: list[dict] | None = None,
 ) -> Trajectory:
-    """One answer to the input `text` by the model behind `complete`, with the task's tools and turns."""
+    """One answer to the input `text` by the model behind `complete`, with the task's tools and turns, after
+    the earlier turns `demos` (demonstrations) if any."""
     turns = task.max_turns if toolbox is not None else 1
     return await agent_rollout(
-        complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text}
+        complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text}, demos=demos
     )
 
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from autorl.errors import AutoRLError
 from pipelines.artifacts import ArtifactStore
 from pipelines.benchmark.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
-from pipelines.benchmark.variants import RunView, parse_variants, read_input_texts, resolve
+from pipelines.benchmark.variants import Cost, RunView, parse_variants, read_input_texts, resolve
 from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.stats import mean_ci
@@ -27,13 +27,15 @@ VAL = ["What is 6 x 7?", "What is 2 + 2?", "Name a prime number."]
 PROMPT = "Answer with the number only."
 
 
-def make_run(home: Path, name: str = "r", rewards: tuple[float, ...] = (0.6, 0.4)) -> None:
-    """A finished run as the pipeline records it: run.json with stage keys, the inputs and system prompt
-    artifacts, and one checkpoint (LoRA file + metrics) and history line per training reward."""
+def make_run(
+    home: Path, name: str = "r", rewards: tuple[float, ...] = (0.6, 0.4), train: tuple[str, ...] = ("Train me.",)
+) -> None:
+    """A finished run as the pipeline records it: run.json with stage keys, the inputs (`train`, then `VAL`)
+    and system prompt artifacts, and one checkpoint (LoRA file + metrics) and history line per training reward."""
     keys = {"inputs": f"inputs-{name}", "system_prompt": f"prompt-{name}", "train": f"train-{name}"}
     store = ArtifactStore(home / "artifacts")
     with store.write("inputs", keys["inputs"], {}) as out:
-        rows = [("Train me.", "train"), *((text, "val") for text in VAL)]
+        rows = [*((text, "train") for text in train), *((text, "val") for text in VAL)]
         (out / "inputs.jsonl").write_text(
             "".join(
                 json.dumps(
@@ -127,8 +129,14 @@ def test_results_table_averages_answers_per_input_and_flags_failed_variants():
     assert "Connection error" in table.loc["down", "error"]
     wins = win_rates(per_input_scores(frame, ["a", "b", "down"]))
     assert wins.loc["a", "b"] == 1.0 and wins.loc["b", "a"] == 0.0
-    markdown = markdown_table(results_table(frame, outcomes))
-    assert "| down | — | — | — | 0 | yes | APIConnectionError: Connection error. |" in markdown
+    costs = {"b": Cost(96, 41.5, "bootstrap (tuned)"), "down": Cost(None, None, "20 training steps")}
+    table = results_table(frame, outcomes, costs).set_index("variant")
+    assert list(table["cost_calls"].fillna(-1)) == [0, 96, -1] and table.loc["b", "cost_s"] == 41.5
+    assert np.isnan(table.loc["down", "cost_s"]) and table.loc["down", "made_by"] == "20 training steps"
+    markdown = markdown_table(results_table(frame, outcomes, costs))
+    assert (
+        "| down | — | — | — | 0 | — | — | 20 training steps | yes | APIConnectionError: Connection error. |" in markdown
+    )
 
 
 # variant names
@@ -235,7 +243,7 @@ def test_a_down_endpoint_fails_alone_and_a_rerun_asks_no_model(home):
         assert wins.loc[fake, f"{fake}+prompt={terse}"] == 0.5 and np.isnan(wins.loc[fake, down])
         assert (out / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         markdown = (out / "results.md").read_text()
-        assert f"| {down} | — | — | 0 | yes | APIConnectionError" in markdown and "## Win rates" in markdown
+        assert f"| {down} | — | — | 0 | 0 | 0 |  | yes | APIConnectionError" in markdown and "## Win rates" in markdown
 
         again = benchmark(home, *args)  # answers and scores come from the artifact store
         assert again.exit_code == 0, again.output

@@ -106,6 +106,10 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     assert (run_dir / "checkpoints" / "0002" / "adapter_model.safetensors").is_file()
     assert steps_in_history(run_dir) == [1, 2]
     assert "step 2/2" in output
+    steps = (run_dir / "checkpoints").resolve().parent / "steps"  # in the training directory
+    for step in ("0001", "0002"):  # what each step took, for the benchmark's cost column
+        cost = json.loads((steps / step / "cost.json").read_text())
+        assert cost["seconds"] > 0 and cost["model_calls"]["policy"] == 2  # one group of 2 (SMALL)
     assert not wait_gone(children, 10), "vLLM processes outlived the run"
 
     # judged stages record what the judge did and which inputs their figures rest on
@@ -172,6 +176,8 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
     first = benchmark()
     results = pd.read_csv(tmp_path / "results.csv")
     assert list(results["variant"]) == ["base", "first@latest"] and not results["failed"].any(), first
+    assert results.loc[0, "cost_calls"] == 0 and results.loc[1, "cost_calls"] >= 4  # 2 steps of 2 rollouts, judged
+    assert results.loc[1, "made_by"] == "2 training steps" and results.loc[1, "cost_s"] > 0
     assert (results["n"] >= 1).all() and results["mean"].between(0, 1).all(), first
     written = {p.name for p in tmp_path.iterdir()}
     assert {"results.md", "results.csv", "winrates.csv", "scores.csv", "scores.png"} <= written

@@ -106,16 +106,20 @@ async def agent_rollout(
     toolbox: Toolbox | None = None,
     max_turns: int = 1,
     metadata: dict[str, Any] | None = None,
+    demos: list[dict[str, Any]] | None = None,
 ) -> Trajectory:
     """One rollout: the model answers `user_input`, calling the toolbox's tools for up to `max_turns` turns.
 
-    The trajectory holds every message (the model's turns as returned by `complete`, each tool result
-    as a `tool` message) and the tools offered. Metrics: `turns`, `tool_calls`, `tool_errors` (results
-    that report a problem), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens).
+    `demos` are earlier turns (demonstrations: user, assistant and tool messages) shown between the
+    system prompt and the input. The trajectory holds every message (the model's turns as returned by
+    `complete`, each tool result as a `tool` message) and the tools offered. Metrics: `turns`,
+    `tool_calls`, `tool_errors` (results that report a problem), `completion_tokens` (all turns) and
+    `truncated` (a turn cut by max_tokens).
     """
     tools = toolbox.openai_tools() if toolbox is not None else None
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt},
+        *(demos or []),
         {"role": "user", "content": user_input},
     ]
     items: list[MessageOrChoice] = list(messages)

@@ -6,7 +6,9 @@ LoRA requested by its own name under adapter serving); runs are served one after
 servers at once. API models answer through their endpoint meanwhile.
 Answers are cached in the artifact store, one artifact `benchmark_answers/<key>/` per variant and
 input, keyed by what they depend on: the model (for a checkpoint, the hash of its LoRA weights), the
-system prompt, the input, the number of samples and the sampling settings.
+system prompt and any earlier turns, the input, the number of samples and the sampling settings.
+A `+optimized` variant's prompt is tuned (`pipelines.benchmark.optimize`, cached too) right before it
+answers, on the server that serves its model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autorl import gather_trajectory_groups
 from autorl.agents.rollout import Complete, RolloutConfig, Turn, openai_completion
@@ -30,6 +33,9 @@ from ruler.retry import describe
 
 from .variants import RunView, Variant
 
+if TYPE_CHECKING:  # answers' cache keys depend on the prompt they are made with, not on the optimizer's code
+    from .optimize import PromptOptimizer, Rollout
+
 STAGE = "benchmark_answers"
 FILE = "answers.jsonl"
 
@@ -37,8 +43,8 @@ FILE = "answers.jsonl"
 @dataclass
 class Questions:
     """What every variant answers and how: the inputs, answers per input, sampling settings, the artifact store
-    that caches answers, the model-call counter, and the benchmarked run's policy, whose task's tools (opened
-    on first use) every variant answers with."""
+    that caches answers, the model-call counter, the benchmarked run's policy, whose task's tools (opened
+    on first use) every variant answers with, and the optimizer of `+optimized` variants' prompts."""
 
     texts: list[str]
     samples: int
@@ -46,6 +52,7 @@ class Questions:
     store: ArtifactStore
     calls: Counter
     tools: Policy
+    optimizer: PromptOptimizer | None = None
 
 
 @dataclass
@@ -60,6 +67,7 @@ def answer_key(variant: Variant, text: str, samples: int, rollout: RolloutConfig
     config = {
         "variant": variant.identity,
         "system_prompt": variant.system_prompt,
+        "demos": variant.demos,
         "input": text,
         "samples": samples,
         "rollout": rollout.model_dump(),
@@ -110,16 +118,23 @@ async def answer_all(variants: list[Variant], questions: Questions) -> dict[str,
 
 
 class _VariantWork:
-    """Answers of one variant: cached ones loaded, missing ones asked for and cached as each input finishes."""
+    """Answers of one variant: cached ones loaded, missing ones asked for and cached as each input finishes;
+    for a `+optimized` variant whose prompt is not cached yet, every input is missing until it is tuned."""
 
     def __init__(self, variant: Variant, questions: Questions):
         self.variant, self.questions = variant, questions
-        store = questions.store
-        self.keys = {
-            text: answer_key(variant, text, questions.samples, questions.rollout, questions.tools.task)
-            for text in questions.texts
-        }
         self.answers = Answers()
+        self.keys: dict[str, str] = {}
+        self.tune = variant.optimize and not questions.optimizer.apply_cached(variant)
+        if self.tune:
+            self.missing = list(questions.texts)
+        else:
+            self._load()
+
+    def _load(self) -> None:
+        """The answer keys of the variant's prompt; cached answers loaded, the other inputs missing."""
+        store, q = self.questions.store, self.questions
+        self.keys = {text: answer_key(self.variant, text, q.samples, q.rollout, q.tools.task) for text in q.texts}
         self.missing = []
         for text, key in self.keys.items():
             if store.exists(STAGE, key):
@@ -135,18 +150,29 @@ class _VariantWork:
     async def run(self) -> Answers:
         if self.missing:
             try:
-                respond, close = await self._responder()
+                rollout, close = await self._responder()
             except Exception as exc:
                 self.fail_missing(describe(exc))
             else:
                 try:
-                    await self._ask(respond)
+                    if self.tune:
+                        await self._tune(rollout)
+                    await self._ask(lambda text: rollout(self.variant.system_prompt, self.variant.demos, text))
+                except Exception as exc:  # the optimizer failed (its judge, say): this variant fails alone
+                    self.fail_missing(describe(exc))
                 finally:
                     await close()
         for trajectories in self.answers.by_input.values():
             for trajectory in trajectories:
                 trajectory.metadata["variant"] = self.variant.label
         return self.answers
+
+    async def _tune(self, rollout: Rollout) -> None:
+        toolbox = await self.questions.tools.toolbox()
+        tools = toolbox.openai_tools() if toolbox is not None else None
+        await self.questions.optimizer.optimize(self.variant, rollout, tools, self.questions.calls)
+        self.tune = False
+        self._load()
 
     async def _ask(self, respond: Callable[[str], Awaitable[Trajectory]]) -> None:
         def keep(group: TrajectoryGroup) -> TrajectoryGroup:
@@ -168,8 +194,9 @@ class _VariantWork:
             groups, pbar_desc=f"answers {self.variant.label}", max_exceptions=math.inf, after_each=keep
         )
 
-    async def _responder(self) -> tuple[Callable[[str], Awaitable[Trajectory]], Callable[[], Awaitable[None]]]:
-        """A function answering one input, and one releasing what it holds."""
+    async def _responder(self) -> tuple[Rollout, Callable[[], Awaitable[None]]]:
+        """A function answering one input with a given system prompt and earlier turns, and one releasing
+        what it holds."""
         v, q, rollout = self.variant, self.questions, self.questions.rollout
 
         async def nothing() -> None:
@@ -178,7 +205,7 @@ class _VariantWork:
         if v.run is not None:
             name = await v.run.policy.serve_step(v.step)
             config = v.run.config.model_copy(update={"rollout": rollout})
-            return (lambda text: v.run.policy.answer(v.system_prompt, text, config, name)), nothing
+            return (lambda system, demos, text: v.run.policy.answer(system, text, config, name, demos)), nothing
         target = v.api.target()
         if target.api_base:  # an OpenAI-compatible server: the client the policy is asked with
             endpoint = Model(name=target.name, inference_base_url=target.api_base, inference_api_key=target.api_key)
@@ -187,9 +214,9 @@ class _VariantWork:
         else:
             complete, close = litellm_completion(target, rollout), nothing
 
-        async def respond(text: str) -> Trajectory:
+        async def respond(system_prompt: str, demos: list[dict], text: str) -> Trajectory:
             q.calls["policy"] += 1
-            return await task_rollout(complete, v.system_prompt, text, q.tools.task, await q.tools.toolbox())
+            return await task_rollout(complete, system_prompt, text, q.tools.task, await q.tools.toolbox(), demos)
 
         return respond, close
 

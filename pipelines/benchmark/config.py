@@ -7,6 +7,7 @@ loading the benchmark itself.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,12 +24,14 @@ class BenchmarkConfig(BaseModel):
     """The benchmarked run: its base model, system prompt, validation inputs and judge are the defaults."""
     variants: list[str] = Field(default_factory=list)
     """The variants: base, RUN@latest, RUN@best, RUN@NNNN, provider/model or name@http://host:port/v1, each
-    optionally with +prompt=FILE for another system prompt; unset: base and RUN@latest. What each name means:
+    optionally with +prompt=FILE for another system prompt, then optionally +optimized for its prompt tuned
+    on the run's train inputs (--optimizer); unset: base and RUN@latest. What each name means:
     `pipelines.benchmark.variants`."""
     home: Path = DEFAULT_HOME
     """Where runs and the artifact cache live."""
     out: Path | None = None
-    """Directory for results.md, results.csv, winrates.csv, scores.csv and scores.png; unset: HOME/runs/RUN/benchmark."""
+    """Directory for results.md, results.csv, winrates.csv, scores.csv, scores.png (and prompts.json with +optimized
+    variants); unset: HOME/runs/RUN/benchmark."""
     inputs: Path | None = None
     """JSONL file whose rows' `input` fields are the inputs; unset: the run's validation split."""
     judge: str | None = None
@@ -37,6 +40,17 @@ class BenchmarkConfig(BaseModel):
     """Answers per variant and input (their scores are averaged per input)."""
     max_tokens: int | None = Field(None, ge=1)
     """Completion token cap per answer; unset: the run's."""
+    optimizer: Literal["bootstrap", "gepa"] | None = None
+    """How a +optimized variant's prompt is tuned on the run's train inputs, the judge as the metric: bootstrap
+    (DSPy's BootstrapFewShotWithRandomSearch: demonstrations from the variant's own best-judged answers) or gepa
+    (DSPy's GEPA: the reflection model rewrites the instructions); unset: gepa with --reflection-model, else
+    bootstrap. How: `pipelines.benchmark.optimize`."""
+    optimizer_budget: int = Field(100, ge=1)
+    """Most model calls the optimizer makes per +optimized variant (the variant's answers, the judge's and the
+    reflection model's calls)."""
+    reflection_model: str | None = None
+    """The model GEPA reflects with (provider/model, name@URL or embedded): it reads judged answers and writes
+    new instructions."""
 
     @field_validator("run")
     @classmethod

@@ -28,9 +28,10 @@ from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 
-from . import scoreboard
+from . import optimize, scoreboard
 from .answers import Answers, Questions, answer_all
 from .config import BenchmarkConfig
+from .optimize import OptimizerSettings, PromptOptimizer
 from .variants import RunView, Variant, parse_variants, read_input_texts, resolve
 
 STAGE = "benchmark_judge"
@@ -49,7 +50,8 @@ class BenchmarkResult:
 
 
 async def run_benchmark(config: BenchmarkConfig, console: Console | None = None) -> BenchmarkResult:
-    """Answer, judge and tabulate; writes results.md/.csv, winrates.csv, scores.csv and scores.png into `out`."""
+    """Answer, judge and tabulate; writes results.md/.csv, winrates.csv, scores.csv, scores.png and, with
+    optimized variants, prompts.json into `out`."""
     console = console or Console(stderr=True)
     calls: Counter = Counter()
     main = RunView(config.home, config.run, calls)
@@ -68,11 +70,32 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     if config.max_tokens is not None:
         rollout = rollout.model_copy(update={"max_tokens": config.max_tokens})
     store = ArtifactStore(config.home / "artifacts")
+    task = (main.record.get("task") or {}).get("description")  # the judge is told the benchmarked run's task
+    rubric = main.rubric or DEFAULT_RUBRIC
+    optimizer = None
+    if any(v.optimize for v in variants):  # settings and budget are checked before anything starts
+        held_out = set(texts)
+        train = [t for t in main.train_inputs() if t not in held_out]
+        settings = OptimizerSettings.from_config(config, main.config.seed)
+        identity = judge_identity(judge, judge_spec)
+        optimizer = PromptOptimizer(
+            settings,
+            train,
+            judge,
+            identity,
+            rubric,
+            task,
+            rollout,
+            main.task.agent_settings(),
+            store,
+            console,
+            main.name,
+        )
     console.print(
         f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})"
     )
     try:
-        questions = Questions(texts, config.samples, rollout, store, calls, main.policy)
+        questions = Questions(texts, config.samples, rollout, store, calls, main.policy, optimizer)
         answers = await answer_all(variants, questions)
         for label, got in answers.items():
             if got.errors:
@@ -84,14 +107,14 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
                 f"[yellow]{single} inputs have a single answer; RULER compares answers, so they go unscored "
                 "(pass --samples 2)[/yellow]"
             )
-        task = (main.record.get("task") or {}).get("description")  # the judge is told the benchmarked run's task
-        scored = await judge_groups(groups, judge, judge_spec, main.rubric or DEFAULT_RUBRIC, store, calls, task)
+        scored = await judge_groups(groups, judge, judge_spec, rubric, store, calls, task)
     finally:
         for run in runs.values():
             await run.policy.aclose()
     frame = evaluation.scores_frame(scored)
-    results = scoreboard.results_table(frame, {v.label: _outcome(answers[v.label], len(texts)) for v in variants})
-    wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, [v.label for v in variants]))
+    outcomes = {v.label: _outcome(answers[v.label], len(texts)) for v in variants}
+    results = scoreboard.results_table(frame, outcomes, {v.label: v.cost for v in variants})
+    wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, labels))
     out = config.out or config.home / "runs" / config.run / "benchmark"
     about = (
         f"{len(texts)} inputs ({source}), {config.samples} answer(s) per variant and input, judge `{redact_text(judge_spec)}` "
@@ -100,8 +123,13 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
             if isinstance(judge, RulerJudge)
             else "(per answer)."
         )
+        + (f" {optimizer.describe()}" if optimizer is not None else "")
     )
-    scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame)
+    tuned = {v.label: (v.optimized, optimizer.paths[v.label]) for v in variants if v.optimized is not None}
+    prompts = [optimize.markdown(label, result, path) for label, (result, path) in tuned.items()]
+    scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame, prompts)
+    if tuned:
+        optimize.write_prompts(out / optimize.PROMPTS, tuned)
     return BenchmarkResult(results, wins, frame, out, sum(calls.values()))
 
 

@@ -1,4 +1,5 @@
-"""The results of a variant benchmark: score table with bootstrap CIs, win rates, bar chart, and their files."""
+"""The results of a variant benchmark: score table with bootstrap CIs and each variant's cost, win rates, bar
+chart, and their files."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pandas as pd
 
 from pipelines.evaluation import summarize
 
+from .variants import Cost
+
 RESULTS, WINRATES, SCORES, CHART = "results", "winrates.csv", "scores.csv", "scores.png"
-COLUMNS = ["variant", "mean", "ci_low", "ci_high", "n", "failed", "error"]
+COLUMNS = ["variant", "mean", "ci_low", "ci_high", "n", "cost_calls", "cost_s", "made_by", "failed", "error"]
 TIE = 1e-9
 """Per-input scores closer than this count as a tie."""
 
@@ -56,13 +59,16 @@ def win_rates(scores: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def results_table(frame: pd.DataFrame, outcomes: dict[str, Outcome]) -> pd.DataFrame:
+def results_table(
+    frame: pd.DataFrame, outcomes: dict[str, Outcome], costs: dict[str, Cost] | None = None
+) -> pd.DataFrame:
     """One row per variant, in `outcomes`' order: mean score over inputs (each input's answers averaged
-    first), its 95% bootstrap CI, inputs scored, whether the variant failed (no answer at all), and the
-    first error."""
+    first), its 95% bootstrap CI, inputs scored, what making it cost (`costs`; none given: 0), whether the
+    variant failed (no answer at all), and the first error."""
     summary = summarize(frame)
     rows = []
     for variant, outcome in outcomes.items():
+        cost = (costs or {}).get(variant, Cost())
         s = summary.get(variant, {})
         failed = outcome.answered == 0
         if failed:
@@ -78,17 +84,23 @@ def results_table(frame: pd.DataFrame, outcomes: dict[str, Outcome]) -> pd.DataF
                 "ci_low": s.get("ci_low", np.nan),
                 "ci_high": s.get("ci_high", np.nan),
                 "n": int(s.get("inputs", 0)),
+                "cost_calls": cost.calls,
+                "cost_s": np.nan if cost.seconds is None else cost.seconds,
+                "made_by": cost.made_by,
                 "failed": failed,
                 "error": error,
             }
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return table.astype({"cost_calls": "Int64"})  # a whole number, or missing where it was not recorded
 
 
 def markdown_table(frame: pd.DataFrame, index: bool = False) -> str:
     """A GitHub markdown table; numbers with 3 decimals, NaN as an em dash."""
 
     def cell(value: object) -> str:
+        if value is pd.NA or value is None:
+            return "—"
         if isinstance(value, bool | np.bool_):
             return "yes" if value else ""
         if isinstance(value, float | np.floating):
@@ -124,20 +136,38 @@ def plot(results: pd.DataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def write(out: Path, title: str, about: str, results: pd.DataFrame, wins: pd.DataFrame, scores: pd.DataFrame) -> None:
-    """results.md, results.csv, winrates.csv, scores.csv (every judged answer) and scores.png into `out`."""
+def write(
+    out: Path,
+    title: str,
+    about: str,
+    results: pd.DataFrame,
+    wins: pd.DataFrame,
+    scores: pd.DataFrame,
+    prompts: list[str] | None = None,
+) -> None:
+    """results.md, results.csv, winrates.csv, scores.csv (every judged answer) and scores.png into `out`;
+    `prompts` are results.md's sections on optimized prompts."""
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / f"{RESULTS}.csv", index=False)
     wins.to_csv(out / WINRATES)
     scores.to_csv(out / SCORES, index=False)
     plot(results, out / CHART, title.replace("`", ""))
-    shown = results.assign(**{"95% CI": [_interval(r.ci_low, r.ci_high) for r in results.itertuples()]})
+    shown = results.assign(
+        **{
+            "95% CI": [_interval(r.ci_low, r.ci_high) for r in results.itertuples()],
+            "cost (s)": [_seconds(r.cost_s) for r in results.itertuples()],
+        }
+    ).rename(columns={"cost_calls": "cost (calls)", "made_by": "made by"})
+    columns = ["variant", "mean", "95% CI", "n", "cost (calls)", "cost (s)", "made by", "failed", "error"]
     lines = [
         f"# {title}",
         "",
         about,
         "",
-        markdown_table(shown[["variant", "mean", "95% CI", "n", "failed", "error"]]),
+        markdown_table(shown[columns]),
+        "",
+        "Cost: the model calls and seconds it took to make a variant (a checkpoint's training steps, an optimized",
+        "prompt's optimizer, both for an optimized checkpoint); answering these inputs is not counted.",
         "",
         f"![mean score per variant]({CHART})",
         "",
@@ -148,7 +178,13 @@ def write(out: Path, title: str, about: str, results: pd.DataFrame, wins: pd.Dat
         "",
         markdown_table(wins, index=True),
     ]
+    if prompts:
+        lines += ["", "## Optimized prompts", "", *"\n\n".join(prompts).splitlines()]
     (out / f"{RESULTS}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _seconds(value: float) -> str:
+    return "—" if np.isnan(value) else f"{value:.0f}"
 
 
 def _interval(low: float, high: float) -> str:

@@ -9,6 +9,12 @@ A variant is written as one of
     name@http://host:port/v1    model `name` on any OpenAI-compatible server (it is sent no key)
 optionally followed by `+prompt=FILE`: the same model with the system prompt in FILE. Otherwise a
 checkpoint answers with its own run's system prompt, and `base` and API models with the benchmarked run's.
+Any of these may end in `+optimized`: the same model with that prompt tuned on the benchmarked run's train
+inputs (`pipelines.benchmark.optimize`).
+
+Each variant has a cost (`Cost`): what making it took, in model calls and seconds. A plain variant costs 0,
+a checkpoint its training steps (the train stage records each step's, `train.training_cost`), an optimized
+prompt the optimizer's calls, on top of its model's.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +43,10 @@ from ruler.errors import ModelSpecError
 from ruler.retry import describe
 
 PROMPT_SUFFIX = "+prompt="
+OPTIMIZED_SUFFIX = "+optimized"
 FORMS = (
     "base, RUN@latest, RUN@best, RUN@NNNN, provider/model (LiteLLM) or name@http://host:port/v1, "
-    f"each optionally followed by {PROMPT_SUFFIX}FILE"
+    f"each optionally followed by {PROMPT_SUFFIX}FILE, then optionally {OPTIMIZED_SUFFIX}"
 )
 _CHECKPOINT = re.compile(r"^(?P<run>[^@/\s]+)@(?P<which>[^@/\s]+)$")
 
@@ -94,6 +101,13 @@ class RunView:
             raise AutoRLError(f"run {self.name!r} has no validation inputs; pass --inputs FILE")
         return texts
 
+    def train_inputs(self) -> list[str]:
+        """The run's train split (what `+optimized` variants are tuned on)."""
+        try:
+            return inputs.load(self, "train")
+        except (KeyError, FileNotFoundError):
+            raise AutoRLError(f"run {self.name!r} has no inputs yet (its inputs stage has not run)") from None
+
     @property
     def rubric(self) -> str | None:
         return (self.record.get("task") or {}).get("rubric") or None
@@ -117,6 +131,25 @@ def _with_secrets(task: TaskSpec, task_file: str | None, name: str) -> TaskSpec:
     return task.model_copy(update={"mcp_servers": servers})
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What making a variant took."""
+
+    calls: int | None = 0
+    """Model calls (training: rollouts and judge calls; an optimizer: answers, judge and reflection calls);
+    None where they were not recorded."""
+    seconds: float | None = 0.0
+    """Wall-clock seconds; None where they were not recorded."""
+    made_by: str = ""
+    """How it was made: training steps, an optimizer; empty for a plain variant."""
+
+    def plus(self, other: Cost) -> Cost:
+        """Both costs: a variant made on top of another (an optimized prompt for a checkpoint)."""
+        calls = None if self.calls is None or other.calls is None else self.calls + other.calls
+        seconds = None if self.seconds is None or other.seconds is None else self.seconds + other.seconds
+        return Cost(calls, seconds, " + ".join(filter(None, [self.made_by, other.made_by])))
+
+
 @dataclass
 class Variant:
     """One resolved variant: what answers, with which system prompt."""
@@ -132,6 +165,13 @@ class Variant:
     """For a run's variant: the checkpoint step (0: the base model)."""
     api: ModelEndpoint | None = None
     """For an API model: the model, and its endpoint when it is `name@URL`."""
+    optimize: bool = False
+    """Whether its prompt is tuned first (`+optimized`); once tuned, `system_prompt` and `demos` are the tuned ones."""
+    demos: list[dict[str, Any]] = field(default_factory=list)
+    """Earlier turns shown before each input (an optimized prompt's demonstrations)."""
+    optimized: Any = None
+    """The `optimize.OptimizedPrompt` it answers with, once tuned."""
+    cost: Cost = field(default_factory=Cost)
 
 
 def parse_variants(text: str) -> list[str]:
@@ -155,7 +195,15 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
 
     Raises an `AutoRLError` naming the variant and what exists when it resolves to nothing.
     """
-    spec, _, prompt_file = label.partition(PROMPT_SUFFIX)
+    body = label.removesuffix(OPTIMIZED_SUFFIX)
+    if not body or body.endswith("+"):
+        raise AutoRLError(
+            f"variant {label!r}: {OPTIMIZED_SUFFIX} tunes a variant's system prompt, and names none; put a variant "
+            f"before it: {FORMS}"
+        )
+    if OPTIMIZED_SUFFIX in body:
+        raise AutoRLError(f"variant {label!r}: {OPTIMIZED_SUFFIX} goes once, at the end")
+    spec, _, prompt_file = body.partition(PROMPT_SUFFIX)
     if spec == "base":
         variant = Variant(label, main.system_prompt(), {"base_model": main.config.model, "lora": None}, main, 0)
     elif "/" in spec:  # provider/model, or name@http://host:port/v1
@@ -172,11 +220,14 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         step = _checkpoint_step(run, match["which"], label)
         lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
-        variant = Variant(label, run.system_prompt(), identity, run, step)
+        calls, seconds = train.training_cost(run, step) or (None, None)
+        cost = Cost(calls, seconds, f"{step} training steps")
+        variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)
     else:
         raise AutoRLError(f"variant {label!r} resolves to nothing; use {FORMS}")
     if prompt_file:
         variant.system_prompt = _read_prompt(Path(prompt_file), label)
+    variant.optimize = body != label
     return variant
 
 

@@ -2,16 +2,19 @@
 
 Per step: the policy answers the step's training inputs `group_size` times each, the judge scores
 each group as soon as its answers are in (each scored group is saved at once), then one GRPO update
-writes checkpoint NNNN and its history line, and the checkpoints that `keep_checkpoints` leaves out are
-deleted (the newest stays, and so does the best by training reward when it is kept: the one `best_step`
-names). The stage's artifact directory is the training
-directory itself (checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written
-when the asked-for steps exist, and a later run asking for more steps continues it. A killed run
-resumes after the newest checkpoint and reuses the scored groups of the step it was in.
+writes checkpoint NNNN, its history line and what the step took (`STEP_COST`), and the checkpoints that
+`keep_checkpoints` leaves out are deleted (the newest stays, and so does the best by training reward when it
+is kept: the one `best_step` names). The stage's artifact directory is the training directory itself
+(checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written when the asked-for
+steps exist, and a later run asking for more steps continues it. A killed run resumes after the newest
+checkpoint and reuses the scored groups of the step it was in.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,10 @@ from . import inputs, system_prompt
 
 NAME = "train"
 UPSTREAM = ("inputs", "system_prompt")
+STEP_COST = "cost.json"
+"""Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update, in the
+process that finished it) and `model_calls` by kind (policy, judge); `autorl benchmark`'s cost column
+adds them up."""
 
 
 def step_config(config: RunConfig) -> TrainConfig:
@@ -90,6 +97,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
+        started, calls_before = time.monotonic(), Counter(ctx.calls)
         texts = step_inputs(train_inputs, step, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
         groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{config.steps}")
@@ -102,6 +110,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
+        cost = {"seconds": round(time.monotonic() - started, 2), "model_calls": dict(ctx.calls - calls_before)}
+        atomic_text(step_dir / STEP_COST, canonical_json(cost))
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
@@ -178,6 +188,20 @@ BEST_METRIC = "train/reward"
 def best_step(ctx: RunArtifacts) -> int:
     """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
     return best_by(read_history(ctx.policy.run_dir)[: ctx.config.steps], "reward")
+
+
+def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
+    """Model calls and seconds that training up to checkpoint `step` took (its steps' `STEP_COST` records);
+    None when a step has no record (a run trained before autorl wrote them)."""
+    calls, seconds = 0, 0.0
+    for number in range(1, step + 1):
+        path = ctx.policy.run_dir / "steps" / checkpoint_name(number) / STEP_COST
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        calls += sum(record["model_calls"].values())
+        seconds += record["seconds"]
+    return calls, seconds
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:
