@@ -133,7 +133,7 @@ def test_art_s_module_paths_resolve_to_autorl_s_objects():
 
 
 def test_rewards_take_arts_argument_order_and_litellm_params(tmp_path):
-    judge = FakeOpenAIServer(lambda body: scores_json(_1=0.2, _2=0.9))
+    judge = FakeOpenAIServer(lambda body: [scores_json(_1=0.2, _2=0.9)])
     try:
         group = art.TrajectoryGroup(
             art.Trajectory(
@@ -164,7 +164,7 @@ def test_rewards_take_arts_argument_order_and_litellm_params(tmp_path):
 def test_litellm_completion_params_reach_the_model_through_litellm():
     from ruler.endpoint import import_litellm
 
-    server = FakeOpenAIServer(lambda body: "pong")
+    server = FakeOpenAIServer(lambda body: ["pong"])
     try:
         api = art.Model(name="gpt-x", inference_base_url=server.base_url, inference_api_key="k")
         assert api.litellm_completion_params() == {

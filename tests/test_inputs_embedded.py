@@ -24,4 +24,5 @@ def test_embedded_model_writes_a_system_prompt_and_split_unique_inputs():
     assert not set(result.train) & set(result.val)
     assert {row.generator for row in result.inputs} == {"embedded:smollm2-135m"}
     assert result.stats.calls >= 2  # a request holds 4 candidates
-    assert len(result.calls) == result.stats.calls + 1 and all(c.completion_tokens > 0 for c in result.calls)
+    # the inputs' requests and the system prompt's (asked again when its answer is unusable)
+    assert len(result.calls) >= result.stats.calls + 1 and all(c.completion_tokens > 0 for c in result.calls)

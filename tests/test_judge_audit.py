@@ -80,13 +80,17 @@ def at_random(request: dict) -> dict:
     return completion({tid: round(rng.random(), 3) for tid in answers_in(request)})
 
 
-def audited(answer, tmp_path, scores=None) -> tuple[ruler.JudgeAudit, ChatCompletionServer]:
-    server = ChatCompletionServer(answer)
+def audited(answer, tmp_path, scores=None, server=None) -> tuple[ruler.JudgeAudit, ChatCompletionServer]:
+    """The audit of a judge on `server` (left running), or on a new one answering with `answer` (closed)."""
+    given = server is not None
+    server = server or ChatCompletionServer(answer)
+    server.requests.clear()
     try:
         judge = RulerJudge(JudgeModel(model="scripted", base_url=server.base_url), cache_dir=tmp_path / "cache")
         audit = asyncio.run(ruler.audit_judge(judge, groups(), rubric=ruler.DEFAULT_RUBRIC, task="t", scores=scores))
     finally:
-        server.close()
+        if not given:
+            server.close()
     return audit, server
 
 
@@ -123,10 +127,15 @@ def test_a_judge_that_scores_at_random_is_noise(tmp_path):
 
 def test_given_scores_save_a_request_per_group_and_a_rerun_is_answered_from_the_cache(tmp_path):
     scores = [[min(1.0, len(m[-1]["content"]) / 40) for m in group] for group in groups()]
-    first, server = audited(by_content, tmp_path, scores=scores)
-    assert first.verdict == "reliable" and len(server.requests) == 8 == first.attempts  # two per group
-    again, server = audited(by_content, tmp_path, scores=scores)  # a new server, the same cache directory
-    assert server.requests == [] and again.attempts == 0
+    server = ChatCompletionServer(by_content)
+    try:
+        first, _ = audited(by_content, tmp_path, scores=scores, server=server)
+        assert first.verdict == "reliable" and len(server.requests) == 8 == first.attempts  # two per group
+        # the same judge (its cache is keyed on its address) asked again: every answer from the cache
+        again, _ = audited(by_content, tmp_path, scores=scores, server=server)
+        assert server.requests == [] and again.attempts == 0
+    finally:
+        server.close()
     assert again == first.__class__(**{**first.as_dict(), "attempts": 0})
 
 

@@ -40,8 +40,12 @@ def _foreground_signals() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+_started: list[subprocess.Popen] = []
+"""Every run a test started: one a failed assertion leaves running is killed with its test (`_no_run_outlives`)."""
+
+
 def autorl(home: Path, name: str, *args: str, task: str = TASK) -> subprocess.Popen:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "run", task, "--home", str(home), "--name", name, *SMALL, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -49,6 +53,22 @@ def autorl(home: Path, name: str, *args: str, task: str = TASK) -> subprocess.Po
         preexec_fn=_foreground_signals,
         env=ENV,
     )
+    _started.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives():
+    """Kill what a test's runs left alive (its vLLM servers die with it): a run left training would slow every
+    later test on a 2-core machine until they time out."""
+    yield
+    while _started:
+        process = _started.pop()
+        if process.poll() is None:
+            children = descendants(process.pid)
+            process.kill()
+            process.communicate(timeout=60)
+            wait_gone(children, 60)
 
 
 def finish(process: subprocess.Popen, timeout_s: float = 600) -> str:
@@ -259,10 +279,11 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
 @pytest.mark.timeout(600)  # ~230 s on CI: the generator's server start
 def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_once(home):
     """SIGTERM (what schedulers and containers send) stops a run as Ctrl-C does, also while the input
-    generator's worker threads wait on model calls that take minutes on CPU."""
+    generator's worker threads wait on model calls."""
     from autorl.serving.embedded import cache_dir
 
-    process = autorl(home, "terminated", "--steps", "1", "--seed", "7", "--no-wandb")  # a new inputs stage
+    # a new inputs stage, long enough to be stopped in (4 inputs a request, ~6 s a request on 2 cores)
+    process = autorl(home, "terminated", "--steps", "1", "--seed", "7", "--no-wandb", "--inputs", "400")
     generator_log = cache_dir() / "logs" / f"embedded-vllm-{process.pid}.log"
 
     def generating() -> bool:  # vLLM logs its throughput every 10 s while requests run

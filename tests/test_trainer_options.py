@@ -176,6 +176,7 @@ class ServingStandIn:
     "holds" the step served last (as merged serving does)."""
 
     base_url = "http://127.0.0.1:1/v1"
+    api_key = "stand-in-key"
 
     def __init__(self):
         self.held: set[int] = set()
