@@ -343,3 +343,20 @@ def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached
     ctx = SimpleNamespace(config=config, policy=SimpleNamespace(run_dir=tmp_path), has_artifact=lambda s: s in cached)
     assert servers_needed(TaskSpec(description="t"), config, set(), ctx) == needed
     assert servers_needed(TaskSpec(description="t"), config, {"inputs"}, ctx) >= {"embedded"}  # --force inputs
+
+
+def test_a_steps_cost_counts_its_groups_made_earlier_by_the_preflight_stage(tmp_path):
+    from collections import Counter
+
+    from autorl.trajectories import TrajectoryGroup
+    from pipelines.stages.train import GROUP_COST, group_cost, step_cost
+
+    saved = tmp_path / "group_00.json"
+    made = {"seconds": 7.5, "model_calls": {"policy": 4, "judge": 2}}
+    saved.write_text(TrajectoryGroup([], metadata={GROUP_COST: made}).model_dump_json())
+    assert group_cost(saved) == made
+    (tmp_path / "old.json").write_text(TrajectoryGroup([]).model_dump_json())
+    assert group_cost(tmp_path / "old.json") is None  # saved before groups recorded their cost
+    cost = step_cost(3.0, Counter(policy=4, judge=1), [made, {"seconds": 5.0, "model_calls": {"policy": 4}}])
+    assert cost == {"seconds": 10.5, "model_calls": {"policy": 12, "judge": 3}}  # the longest earlier group's time
+    assert step_cost(2.0, Counter(), []) == {"seconds": 2.0, "model_calls": {}}

@@ -9,16 +9,20 @@ reports medians; it writes `benchmarks/perf/results/<name>.json` with a `ratios`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import os
 import platform
 import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -144,6 +148,22 @@ def commit() -> dict:
         "sha": git("rev-parse", "HEAD") or None,
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
     }
+
+
+@contextlib.contextmanager
+def baseline_checkout(rev: str | None) -> Iterator[dict[str, Path]]:
+    """The checkouts an A/B benchmark runs: `{"baseline REV": <REV in a temporary git worktree>, "this checkout":
+    ROOT}`, or only this checkout when `rev` is None; the worktree is removed afterwards."""
+    if rev is None:
+        yield {"this checkout": ROOT}
+        return
+    worktree = Path(tempfile.mkdtemp(prefix="autorl-baseline-"))
+    try:
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), rev], cwd=ROOT, check=True)
+        yield {f"baseline {rev}": worktree, "this checkout": ROOT}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+        shutil.rmtree(worktree, ignore_errors=True)
 
 
 def write_result(name: str, result: dict, started: float | None = None) -> Path:

@@ -1,14 +1,17 @@
-"""The README's run command as a new user meets it: each stage's time, model calls, judge retries, servers.
+"""The README's run command as a new user meets it, on an older commit and on this checkout, side by side.
 
-    python benchmarks/perf/perf_first_run.py [--repeats N] [--keep HOME]
+    python benchmarks/perf/perf_first_run.py --baseline REV [--repeats 2] [--keep DIR]
 
 Runs `autorl run TASK --steps 2 --group-size 4` (the README's command) in a fresh home each time, as a
-subprocess, and reads what the run recorded in its `run.json`: per stage the seconds, the model calls and
-what the judge did (groups, retries, failures, answers shortened to fit its context), and the vLLM servers
-the run started. The converted embedded model in the user cache (`~/.cache/autorl`) and vLLM's compile
-cache are reused, as on a user's second run; delete them to time a first install.
+subprocess: alternately the commit `--baseline` (checked out in a temporary git worktree, run from there
+with its own CLI module) and this checkout, `--repeats` times each. Reads what each run recorded in its
+`run.json`: per stage the seconds, the model calls and what the judge did (groups, retries, failures,
+answers shortened), the vLLM servers started. The converted embedded model in the user cache
+(`~/.cache/autorl`) and the compile caches are shared by both, as on a user's second run; delete them to
+time a first install. Without `--baseline` only this checkout runs.
 
-Prints a table per run and the median (min-max) over runs; writes `benchmarks/perf/results/first_run.json`.
+Prints a table per run and, per commit, the median (min-max) of the wall time, each stage, server starts
+and model calls, and the ratio of the medians; writes `benchmarks/perf/results/first_run.json`.
 """
 
 from __future__ import annotations
@@ -22,36 +25,45 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import summary, write_result
-
-from pipelines.config import STAGES
+from _common import baseline_checkout, commit, print_table, ratio_entry, summary, write_result
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 COMMAND = ["run", TASK, "--steps", "2", "--group-size", "4"]
+STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
+"""Every stage either commit may have (a stage a commit lacks is left out of its figures)."""
 JUDGING = ("groups", "retries", "failed", "shortened")
 
 
-def one_run(home: Path) -> dict:
-    """Run the README command in `home`; its figures from run.json, and the wall time of the command."""
+def cli_module(checkout: Path) -> str:
+    """The module of a checkout's `autorl` command: pipelines.cli since the layout of issue 23, autorl.cli before."""
+    return "pipelines.cli" if (checkout / "pipelines" / "cli.py").is_file() else "autorl.cli"
+
+
+def one_run(checkout: Path, home: Path) -> dict:
+    """Run the README command from `checkout` in `home`; its figures from run.json, and the command's wall time."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *COMMAND, "--home", str(home)],
+        [sys.executable, "-m", cli_module(checkout), *COMMAND, "--home", str(home)],
+        cwd=checkout,
         capture_output=True,
         text=True,
         env={**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")},
     )
     wall = time.monotonic() - started
     if done.returncode != 0:
-        raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise SystemExit(f"the run from {checkout} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     record = json.loads(next((home / "runs").glob("*/run.json")).read_text())
     stages = {}
     for stage in STAGES:
+        if stage not in record["stages"]:
+            continue
         entry = record["stages"][stage]
         judging = entry["summary"].get("judging", {})
         stages[stage] = {
             "seconds": entry["seconds"],
             "model_calls": entry["model_calls"],
             **{f"judge_{kind}": judging.get(kind, 0) for kind in JUDGING},
+            **({"calls": {k: v["summary"] for k, v in entry["calls"].items()}} if "calls" in entry else {}),
         }
     groups = sum(s["judge_groups"] for s in stages.values())
     retries = sum(s["judge_retries"] for s in stages.values())
@@ -59,17 +71,19 @@ def one_run(home: Path) -> dict:
     return {
         "wall_s": round(wall, 1),
         "stages": stages,
-        "model_calls": record["model_calls"],
+        "model_calls": sum(record["model_calls"].values()),
+        "model_calls_by_kind": record["model_calls"],
         "server_starts": record["server_starts"],
         "judge_retries_per_group": round(retries / groups, 3) if groups else None,
         "val_inputs": evaluate["val_inputs"],
         "val_inputs_scored": {variant: s["inputs"] for variant, s in evaluate["variants"].items()},
+        "stderr_tail": done.stderr[-4000:],
     }
 
 
-def print_run(number: int, run: dict) -> None:
+def print_run(label: str, run: dict) -> None:
     print(
-        f"\nrun {number}: {run['wall_s']:.0f} s, {run['server_starts']} vLLM server starts, model calls {run['model_calls']}"
+        f"\n{label}: {run['wall_s']:.0f} s, {run['server_starts']} vLLM server starts, model calls {run['model_calls']}"
     )
     header = ("stage", "seconds", "model calls", *(f"judge {kind}" for kind in JUDGING))
     rows = [header] + [
@@ -83,32 +97,59 @@ def print_run(number: int, run: dict) -> None:
     print(f"judge retries per group: {run['judge_retries_per_group']}; validation inputs scored: {scored}")
 
 
+def figures(runs: list[dict]) -> dict:
+    """Median, min, max of each figure over `runs`."""
+    result = {
+        "wall_s": summary([r["wall_s"] for r in runs]),
+        "server_starts": summary([r["server_starts"] for r in runs]),
+        "model_calls": summary([r["model_calls"] for r in runs]),
+        "judge_retries_per_group": summary([r["judge_retries_per_group"] or 0.0 for r in runs]),
+    }
+    for stage in STAGES:
+        if all(stage in r["stages"] for r in runs):
+            result[f"{stage}_s"] = summary([r["stages"][stage]["seconds"] for r in runs])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1, help="Runs, each in a fresh home.")
+    parser.add_argument("--baseline", help="The commit to compare with (e.g. the one before a change).")
+    parser.add_argument("--repeats", type=int, default=2, help="Runs per commit, alternating, each in a fresh home.")
     parser.add_argument("--keep", type=Path, help="Keep the homes under this directory (default: deleted).")
     args = parser.parse_args()
     started = time.monotonic()
-    runs = []
-    for number in range(1, args.repeats + 1):
-        if args.keep:
-            home = args.keep / f"home{number}"
-            runs.append(one_run(home))
-        else:
-            with tempfile.TemporaryDirectory(prefix="autorl-first-run-") as tmp:
-                runs.append(one_run(Path(tmp)))
-        print_run(number, runs[-1])
-    figures = {
-        "wall_s": summary([r["wall_s"] for r in runs]),
-        "server_starts": summary([r["server_starts"] for r in runs]),
-        "judge_retries_per_group": summary([r["judge_retries_per_group"] or 0.0 for r in runs]),
-        **{f"{stage}_s": summary([r["stages"][stage]["seconds"] for r in runs]) for stage in STAGES},
+    with baseline_checkout(args.baseline) as checkouts:
+        runs: dict[str, list[dict]] = {label: [] for label in checkouts}
+        for number in range(1, args.repeats + 1):
+            for label, checkout in checkouts.items():  # alternating: each pair under the same machine state
+                home = (args.keep / f"{label.replace(' ', '-')}-{number}") if args.keep else None
+                with tempfile.TemporaryDirectory(prefix="autorl-first-run-") as tmp:
+                    runs[label].append(one_run(checkout, home or Path(tmp)))
+                print_run(f"{label}, run {number}", runs[label][-1])
+    per_commit = {label: figures(r) for label, r in runs.items()}
+    print("\nmedian (min-max) over runs:")
+    for label, values in per_commit.items():
+        print(f"  {label}:")
+        for name, s in values.items():
+            print(f"    {name}: {s['median']:g} ({s['min']:g}-{s['max']:g})")
+    rows = []
+    if args.baseline:
+        old, new = per_commit[f"baseline {args.baseline}"], per_commit["this checkout"]
+        conditions = f"the README command, fresh homes, {args.repeats} runs each, alternating"
+        rows = [
+            ratio_entry(f"first run wall time, this checkout vs {args.baseline}", new["wall_s"]["median"],
+                        old["wall_s"]["median"], "s", 2.5, False, conditions),
+        ]  # fmt: skip
+        print_table(rows)
+    result = {
+        "command": ["autorl", *COMMAND],
+        "baseline": args.baseline,
+        "this_checkout": commit(),
+        "figures": per_commit,
+        "ratios": rows,
+        "runs": runs,
     }
-    if args.repeats > 1:
-        print("\nmedian (min-max) over runs:")
-        for name, s in figures.items():
-            print(f"  {name}: {s['median']:g} ({s['min']:g}-{s['max']:g})")
-    path = write_result("first_run", {"command": ["autorl", *COMMAND], "figures": figures, "runs": runs}, started)
+    path = write_result("first_run", result, started)
     print(f"\nwrote {path}")
 
 

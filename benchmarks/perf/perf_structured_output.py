@@ -1,18 +1,22 @@
-"""What structured output costs the embedded generator on CPU: one input-writing request with the generator's
-JSON schema, with a simpler schema, as plain JSON mode, and with no schema, on the same server.
+"""What structured output costs the embedded model on CPU: the judge's and the old generator's requests, each
+with its JSON schema, with a simpler schema, as plain JSON mode and with no schema, on servers with vLLM's
+structured-output backends (xgrammar, guidance) and with compact JSON.
 
-    python benchmarks/perf/perf_structured_output.py [--repeats 3] [--concurrency 1]
+    python benchmarks/perf/perf_structured_output.py [--repeats 3] [--servers default,guidance,compact]
 
-The request is the one autorl's input generator sent before issue 25 (DSPy's JSON adapter over the
-`WriteInputs` signature, five inputs asked for), sampled with the same seed and temperature under each
-response format:
-- `bounded`: the generator's schema, an array of exactly 5 strings of 8-400 characters (strict);
-- `simple`: an array of strings, no bounds;
-- `json_object`: any JSON object;
-- `none`: no response format.
-Per format: seconds per request (the first request of a format also compiles its grammar, reported
-apart), completion tokens, tokens/s, and whether the reply parses as the generator needs it. Prints the
-ratio of each format's tokens/s to `bounded`'s, writes benchmarks/perf/results/structured_output.json.
+Two requests, each sampled with the same seeds and temperature under each response format:
+- `generator`: the request autorl's input generator sent before issue 25 (DSPy's JSON adapter over the
+  `WriteInputs` signature, five inputs asked for); `bounded` is its schema, an array of exactly 5 strings
+  of 8-400 characters (strict), `simple` an array of strings without bounds;
+- `judge`: RULER's request for a group of 4 answers (ruler.prompt.build_judge_prompt); `bounded` is
+  RULER's schema (ruler.scores.response_format: one object per id, explanation at most 120 characters, a
+  score in [0, 1]), `simple` the same keys without bounds;
+and for both `json_object` (any JSON object) and `none` (no response format). Server variants: `default`
+(vLLM's choice of backend), `guidance` (`--structured-outputs-config.backend guidance`), `compact`
+(xgrammar with `disable_any_whitespace`: no whitespace between JSON tokens). Per server, request and format: seconds
+per request (the first request of a format also compiles its grammar, reported apart), completion
+tokens (at most `MAX_TOKENS`), tokens/s, and whether the reply parses. Prints each one's tokens/s against the default server's
+`bounded` for the same request; writes benchmarks/perf/results/structured_output.json.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +31,13 @@ from pathlib import Path
 import httpx
 from _common import print_table, ratio_entry, summary, write_result
 
+from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer
+from ruler.prompt import build_judge_prompt
+from ruler.rubric import DEFAULT_RUBRIC
+from ruler.scores import InvalidAnswer, parse_verdicts
+from ruler.scores import response_format as ruler_response_format
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 FORMATS = ("bounded", "simple", "json_object", "none")
@@ -65,11 +73,54 @@ def messages() -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def response_format(name: str) -> dict | None:
+MAX_TOKENS = 128
+"""Tokens per request: the rate is what is measured (a reply cut by the cap does not parse, and is counted so)."""
+SERVERS = {
+    "default": [],
+    "guidance": ["--structured-outputs-config.backend", "guidance"],
+    # vLLM refuses disable_any_whitespace unless the backend is named
+    "compact": [
+        "--structured-outputs-config.backend",
+        "xgrammar",
+        "--structured-outputs-config.disable_any_whitespace",
+        "true",
+    ],
+}
+
+
+def judge_request() -> tuple[list[dict], list[str]]:
+    """RULER's messages for a group of four answers to one refund request, and the group's ids."""
+    question = [
+        {"role": "system", "content": "You reply to customers, politely, in two sentences."},
+        {"role": "user", "content": "Hi, the kettle I bought last week stopped working. Can I get my money back?"},
+    ]
+    answers = [
+        "I am sorry to hear that. Please send it back and we will refund you in full.",
+        "No refunds.",
+        "Thank you for telling us; we have started your refund, which arrives within five days.",
+        "Kettles are great for tea.",
+    ]
+    prompt = build_judge_prompt(
+        [[*question, {"role": "assistant", "content": a}] for a in answers], DEFAULT_RUBRIC, task=TASK
+    )
+    return prompt.messages, prompt.ids
+
+
+def response_format(request: str, name: str) -> dict | None:
     if name == "none":
         return None
     if name == "json_object":
         return {"type": "json_object"}
+    if request == "judge":
+        bounded = ruler_response_format(judge_request()[1])
+        if name == "bounded":
+            return bounded
+        entry = {"type": "object", "properties": {"explanation": {"type": "string"}, "score": {"type": "number"}}}
+        schema = {
+            "type": "object",
+            "properties": {"scores": {"type": "object", "properties": dict.fromkeys(judge_request()[1], entry)}},
+        }
+        return {"type": "json_schema", "json_schema": {"name": "ruler_scores", "schema": schema}}
     items = {"type": "string", "minLength": 8, "maxLength": 400} if name == "bounded" else ITEM
     array = {"type": "array", "items": items, **({"minItems": 5, "maxItems": 5} if name == "bounded" else {})}
     schema = {
@@ -81,8 +132,14 @@ def response_format(name: str) -> dict | None:
     return {"type": "json_schema", "json_schema": {"name": "inputs", "schema": schema, "strict": name == "bounded"}}
 
 
-def parses(text: str) -> bool:
-    """Whether the reply holds a list of strings under new_inputs, as the generator reads it."""
+def parses(request: str, text: str) -> bool:
+    """Whether the reply is what its reader needs: RULER's verdicts, or a list of strings under new_inputs."""
+    if request == "judge":
+        try:
+            parse_verdicts(text, judge_request()[1])
+        except InvalidAnswer:
+            return False
+        return True
     start, end = text.find("{"), text.rfind("}")
     try:
         value = json.loads(text[start : end + 1])
@@ -92,74 +149,76 @@ def parses(text: str) -> bool:
     return isinstance(inputs, list) and bool(inputs) and all(isinstance(i, str) for i in inputs)
 
 
-async def one(client: httpx.AsyncClient, url: str, fmt: str, seed: int) -> dict:
+async def one(client: httpx.AsyncClient, url: str, request: str, fmt: str, seed: int) -> dict:
     body = {
         "model": DEFAULT_BASE_MODEL,
-        "messages": messages(),
+        "messages": messages() if request == "generator" else judge_request()[0],
         "temperature": 0.7,
-        "max_tokens": 1200,
+        "max_tokens": MAX_TOKENS,
         "seed": seed,
-        **({"response_format": f} if (f := response_format(fmt)) else {}),
+        **({"response_format": f} if (f := response_format(request, fmt)) else {}),
     }
     started = time.monotonic()
     reply = (await client.post(f"{url}/chat/completions", json=body, timeout=1800)).json()
     seconds = time.monotonic() - started
     tokens = reply["usage"]["completion_tokens"]
-    return {"seconds": seconds, "tokens": tokens, "parses": parses(reply["choices"][0]["message"]["content"])}
+    text = reply["choices"][0]["message"]["content"]
+    return {"seconds": seconds, "tokens": tokens, "parses": parses(request, text)}
 
 
-async def measure(url: str, repeats: int, concurrency: int) -> dict:
+async def measure(url: str, repeats: int) -> dict:
     results: dict = {}
     async with httpx.AsyncClient() as client:
-        for fmt in FORMATS:  # the first request of a format compiles its grammar: timed apart
-            first = await one(client, url, fmt, seed=10_000)
-            runs = []
-            for rep in range(repeats):
-                batch = await asyncio.gather(
-                    *(one(client, url, fmt, seed=rep * concurrency + i) for i in range(concurrency))
-                )
-                runs += batch
-            rates = [r["tokens"] / r["seconds"] for r in runs]
-            results[fmt] = {
-                "first_request_s": round(first["seconds"], 2),
-                "seconds": summary([r["seconds"] for r in runs]),
-                "completion_tokens": summary([r["tokens"] for r in runs]),
-                "tokens_per_s": summary(rates),
-                "parsed": sum(r["parses"] for r in runs) / len(runs),
-            }
-            print(fmt, json.dumps(results[fmt]), flush=True)
+        for request in ("judge", "generator"):
+            for fmt in FORMATS:  # the first request of a format compiles its grammar: timed apart
+                first = await one(client, url, request, fmt, seed=10_000)
+                runs = [await one(client, url, request, fmt, seed=rep) for rep in range(repeats)]
+                rates = [r["tokens"] / r["seconds"] for r in runs]
+                results[f"{request}/{fmt}"] = {
+                    "first_request_s": round(first["seconds"], 2),
+                    "seconds": summary([r["seconds"] for r in runs]),
+                    "completion_tokens": summary([r["tokens"] for r in runs]),
+                    "tokens_per_s": summary(rates),
+                    "parsed": sum(r["parses"] for r in [first, *runs]) / (len(runs) + 1),
+                }
+                print(request, fmt, json.dumps(results[f"{request}/{fmt}"]), flush=True)
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--servers", default=",".join(SERVERS), help="Server variants, comma-separated.")
     args = parser.parse_args()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = VLLMServer(resolve_base_model(DEFAULT_BASE_MODEL), DEFAULT_BASE_MODEL, Path(tmp) / "vllm.log")
-        with server:
-            results = asyncio.run(measure(server.base_url, args.repeats, args.concurrency))
-    conditions = f"embedded model, one vLLM server, {args.concurrency} request(s) at a time, temperature 0.7"
+    results: dict = {}
+    for variant in args.servers.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = ServerConfig(extra_args=SERVERS[variant])
+            server = VLLMServer(
+                resolve_base_model(DEFAULT_BASE_MODEL), DEFAULT_BASE_MODEL, Path(tmp) / "vllm.log", config
+            )
+            with server:
+                print(f"== server {variant}", flush=True)
+                results[variant] = asyncio.run(measure(server.base_url, args.repeats))
+    conditions = "embedded model, one request at a time, temperature 0.7, seeds 0..repeats-1"
+    base = results.get("default", next(iter(results.values())))
     rows = [
         ratio_entry(
-            f"generator tokens/s, {fmt} vs bounded schema",
-            statistics.median(results[fmt]["tokens_per_s"]["samples"]),
-            statistics.median(results["bounded"]["tokens_per_s"]["samples"]),
+            f"{key} tokens/s on the {variant} server vs {key.split('/')[0]}/bounded on default",
+            figures["tokens_per_s"]["median"],
+            base[f"{key.split('/')[0]}/bounded"]["tokens_per_s"]["median"],
             "tok/s",
             None,
             True,
             conditions,
         )
-        for fmt in FORMATS[1:]
+        for variant, per_key in results.items()
+        for key, figures in per_key.items()
+        if not (variant == "default" and key.endswith("/bounded"))
     ]
     print_table(rows)
-    path = write_result(
-        "structured_output",
-        {"repeats": args.repeats, "concurrency": args.concurrency, "formats": results, "ratios": rows},
-        started,
-    )
+    path = write_result("structured_output", {"repeats": args.repeats, "servers": results, "ratios": rows}, started)
     print(f"wrote {path}")
 
 

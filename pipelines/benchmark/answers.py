@@ -53,6 +53,9 @@ class Questions:
     calls: Counter
     tools: Policy
     optimizer: PromptOptimizer | None = None
+    embedded_judge: bool = False
+    """The judge is the embedded model: its server starts with the first policy server that answers (new
+    answers are judged), at the same time instead of after the answers."""
 
 
 @dataclass
@@ -100,7 +103,7 @@ async def answer_all(variants: list[Variant], questions: Questions) -> dict[str,
             work = [_VariantWork(v, questions) for v in group]
             if any(w.missing for w in work):
                 try:
-                    await run.policy.start()
+                    await run.policy.start(with_embedded=questions.embedded_judge)
                 except Exception as exc:  # the server did not start: all of this run's variants fail
                     for w in work:
                         w.fail_missing(describe(exc))

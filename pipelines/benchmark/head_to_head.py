@@ -27,6 +27,7 @@ from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
+from ruler.endpoint import EMBEDDED
 
 from . import optimize, scoreboard
 from .answers import Answers, Questions, answer_all
@@ -95,7 +96,9 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
         f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})"
     )
     try:
-        questions = Questions(texts, config.samples, rollout, store, calls, main.policy, optimizer)
+        questions = Questions(
+            texts, config.samples, rollout, store, calls, main.policy, optimizer, embedded_judge=judge_spec == EMBEDDED
+        )
         answers = await answer_all(variants, questions)
         for label, got in answers.items():
             if got.errors:

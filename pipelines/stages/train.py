@@ -39,9 +39,12 @@ from . import inputs, system_prompt
 NAME = "train"
 UPSTREAM = ("inputs", "system_prompt")
 STEP_COST = "cost.json"
-"""Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update, in the
-process that finished it) and `model_calls` by kind (policy, judge); `autorl benchmark`'s cost column
-adds them up."""
+"""Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
+`model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
+cost column adds them up."""
+GROUP_COST = "cost"
+"""The metadata key of a saved group's own cost: `seconds` from the start of its answers to its judging's end,
+and `model_calls` (policy: its answers, judge: the requests that scored it)."""
 
 
 def step_config(config: RunConfig) -> TrainConfig:
@@ -100,6 +103,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         started, calls_before = time.monotonic(), Counter(ctx.calls)
         texts = step_inputs(train_inputs, step, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
+        made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
         groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{config.steps}")
         if not groups:
             ctx.console.print(
@@ -110,7 +114,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
-        cost = {"seconds": round(time.monotonic() - started, 2), "model_calls": dict(ctx.calls - calls_before)}
+        cost = step_cost(time.monotonic() - started, ctx.calls - calls_before, made_earlier)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
@@ -142,8 +146,9 @@ async def judged_groups(
     """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
     `name`), each group judged as soon as its answers are in; the groups the judge scored, in order.
 
-    A group with a path in `saved` is written there (atomically) once scored, and read from there
-    instead of answered again when the file exists: scored before a crash, or by the preflight stage.
+    A group with a path in `saved` is written there (atomically) once scored, with what it took in its
+    metadata (`GROUP_COST`), and read from there instead of answered again when the file exists: scored
+    before a crash, or by the preflight stage.
     """
     config = ctx.config
     groups = []
@@ -153,17 +158,38 @@ async def judged_groups(
         else:
             answers = (ctx.policy.answer(prompt, text, config, name) for _ in range(config.group_size))
             groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
+    started = time.monotonic()
 
     async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
         if "save" not in group.metadata:
             return group
         scored = await ctx.score(group)
         if scored is not None and (path := scored.metadata.pop("save")):
+            attempts = int(scored.trajectories[0].metrics.get("ruler_attempts", 0)) if scored.trajectories else 0
+            scored.metadata[GROUP_COST] = {
+                "seconds": round(time.monotonic() - started, 2),  # its answers and its judging, from the start
+                "model_calls": {"policy": config.group_size, "judge": attempts},
+            }
             atomic_text(Path(path), scored.model_dump_json())
         return scored
 
     await ctx.policy.start()
     return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=score_and_save)
+
+
+def group_cost(path: Path) -> dict[str, Any] | None:
+    """What a saved group took (`GROUP_COST` in its metadata; None for a group saved before autorl recorded it)."""
+    return json.loads(path.read_text()).get("metadata", {}).get(GROUP_COST)
+
+
+def step_cost(seconds: float, calls: Counter, made_earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a step took (`STEP_COST`): its own seconds and model calls, plus those of its groups made earlier (by
+    the preflight stage, or before a crash): their calls added, the longest of their times (made together)."""
+    total = Counter(calls)
+    for cost in made_earlier:
+        total.update(cost["model_calls"])
+    earlier_s = max((cost["seconds"] for cost in made_earlier), default=0.0)
+    return {"seconds": round(seconds + earlier_s, 2), "model_calls": {k: v for k, v in total.items() if v}}
 
 
 def check_unscored_steps(history: list[dict], limit: int) -> None:
