@@ -189,8 +189,8 @@ class LocalBackend(ModelBackend):
 
     How a trained LoRA reaches the server follows `ServerConfig.lora_serving`. Adapter serving (the
     default on CUDA): each checkpoint is a vLLM LoRA served as `<name>@NNNN`, the base model under its
-    own name. Merged serving (the default on CPU, 3x the rollout tokens/s there): the server holds one
-    checkpoint's weights at a time, served as `<name>`; `serve_checkpoint` swaps them in.
+    own name. Merged serving (the default on CPU, faster rollouts there: see `ServerConfig.lora_serving`):
+    the server holds one checkpoint's weights at a time, served as `<name>`; `serve_checkpoint` swaps them in.
     """
 
     def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):

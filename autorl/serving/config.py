@@ -71,7 +71,8 @@ class ServerConfig(BaseModel):
     loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
     the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
     server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
-    requests, for one merge + reload of 1-2 s per checkpoint (benchmarks/perf/perf_rollout.py). The
+    requests, for one merge + reload of 1-2 s per checkpoint (not re-measured since 90aca7b: `python
+    benchmarks/perf/perf_rollout.py`). The
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
@@ -79,8 +80,8 @@ class ServerConfig(BaseModel):
     """On CPU, run the model inside vLLM's engine process (`--distributed-executor-backend uni` with
     VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to
     all cores but one while the engine process busy-waits for it on the last core. In-process, the
-    model's threads use every core: on 2 cores 1.1-1.3x the tokens/s of LoRA requests and 1.5-1.6x with
-    merged weights, same greedy outputs (benchmarks/perf/perf_rollout.py). No effect on a CUDA machine, or
+    model's threads use every core, which was faster on 2 cores with the same greedy outputs (a measurement
+    whose result was not kept; no benchmark compares the two executors now). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
 
     def with_overrides(self, overrides: dict[str, Any]) -> ServerConfig:

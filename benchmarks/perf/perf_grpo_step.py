@@ -7,36 +7,48 @@ temperature 1, top_p 1, top_k off; the same reward function, cheap and determini
 judge does not dominate: the share of the letter "e" in the completion (ours through
 `ruler.ruler_score_group` with a `FunctionJudge`, TRL as a reward function); the same objective
 (clipped ratio with epsilon 0.2 / 0.28, no KL, group-std-scaled advantages, token-level mean =
-TRL's `loss_type="dapo"`), AdamW at the same learning rate, grad-norm clip 1.0, the same precision
-of the frozen base weights (`--dtype`, default: what our `TrainerConfig(dtype="auto")` picks on this
-machine; TRL gets `model_init_kwargs.dtype` and `bf16` to match), no gradient checkpointing on either
-side (TRL's GRPOConfig turns it on by default; it trades time for memory). Our trainer runs with
-its defaults (`TrainConfig()` micro-batches, prompt sharing).
+TRL's `loss_type="dapo"`), AdamW at the same learning rate, grad-norm clip 1.0, no gradient
+checkpointing on either side (TRL's GRPOConfig turns it on by default; it trades time for memory).
+Our trainer runs with its defaults (`TrainConfig()` micro-batches, prompt sharing).
+
+The dtype policy, the same on both sides: the frozen base weights in `--dtype` (default: what our
+`TrainerConfig(dtype="auto")` picks on this machine, bfloat16 on a CPU with avx512_bf16 or amx_bf16,
+else float32; TRL gets it as `model_init_kwargs.dtype`), the LoRA weights and their AdamW state in
+float32, no autocast (TRL's `bf16` flag, which turns on CPU autocast for the whole forward, is off;
+our trainer uses none). Where each side generates differs by design: ours samples from vLLM, which
+serves bfloat16 weights on CPU; TRL samples with HF generate on its training model, in `--dtype`.
 
 Ours, one step: 8 rollouts through `model.openai_client()` (vLLM, `LocalBackend`), the judge, then
-`model.train()` (GRPO update, checkpoint write, the new LoRA served), twice: with the LoRA merged
-into the served weights (`ServerConfig(lora_serving="merged")`, the CPU default) and as a vLLM LoRA
-adapter (`lora_serving="adapter"`, the CUDA default). TRL, one step: everything between its
-`on_step_begin` and `on_step_end` callbacks (HF generate, reward, loss, backward, optimizer). They
-alternate step by step in this process (TRL step k, then each of our step k, run from TRL's
-step-end callback); the first step of each is a warm-up; medians of the rest. Each of our steps
-also reports the trainer's `sampler_logprob_gap` (mean |trainer - rollout logprob|), so the two
-serving modes' fidelity to the trained policy is compared too.
+`model.train()` (GRPO update, checkpoint write, the new LoRA served), with the LoRA merged into the
+served weights (`ServerConfig(lora_serving="merged")`, the CPU default) and, unless `--no-adapter`, as
+a vLLM LoRA adapter (`lora_serving="adapter"`, the CUDA default). TRL, one step: everything between its
+`on_step_begin` and `on_step_end` callbacks (HF generate, reward, loss, backward, optimizer).
+
+Each side runs alone: TRL in a process of its own (this script with `--trl-only`) while this process
+holds no server and no model; then each of our serving modes with only its own server alive, started
+and stopped in turn. A side runs one warm-up step (excluded) and then `--steps` (at least 5) measured
+steps; `--rounds` repeats the whole set, every other round in reverse order so that a drift of the
+machine's speed favours no side. Reported: medians and [min, max] of the measured steps of all rounds,
+and the fixed costs a run pays once (our server start, TRL's trainer init) with the steps after which
+ours breaks even including them. Each of our steps also reports the trainer's `sampler_logprob_gap`
+(mean |trainer - rollout logprob|), so the two serving modes' fidelity to the trained policy is compared.
 
 Also measured: our trainer's update alone on the last step's groups, interleaved: the old defaults
 (fp32 base weights, no prompt sharing, micro-batch 4), then each trainer speed option added in turn
 (bf16 base weights, prompt sharing, micro-batch 8 = today's defaults).
 
     pip install -e ".[bench]"           # TRL, a benchmark-only dependency
-    python benchmarks/perf/perf_grpo_step.py  # ~6-8 min on 2 cores; writes benchmarks/perf/results/grpo_step.json
+    python benchmarks/perf/perf_grpo_step.py  # writes benchmarks/perf/results/grpo_step.json
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import logging
+import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -165,7 +177,8 @@ def trl_trainer(model_dir: Path, output_dir: Path, dtype: str, steps: int, callb
         loss_type="dapo",
         scale_rewards="group",
         gradient_checkpointing=False,
-        bf16=dtype == "bfloat16",
+        bf16=False,  # no autocast: base weights in `dtype`, the LoRA in float32, as our trainer does
+        fp16=False,
         model_init_kwargs={"dtype": getattr(torch, dtype)},
         use_cpu=True,
         max_steps=steps,
@@ -227,90 +240,151 @@ def trainer_ablation(
     return times
 
 
+MIN_STEPS = 5
+"""Measured steps per side at the least, after the warm-up."""
+
+
+def trl_alone(model_dir: Path, dtype: str, steps: int, out: Path) -> None:
+    """`--trl-only`: TRL's warm-up step and `steps` measured ones, in this process and nothing else; writes
+    their times and the trainer's init time to `out` (JSON)."""
+    from transformers import TrainerCallback
+
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
+            times.append(time.perf_counter() - self.t0)
+            print(f"TRL step {len(times)}/{steps + 1}: {times[-1]:.1f}s", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="autorl-perf-trl-") as tmp:
+        t = time.monotonic()
+        trainer = trl_trainer(model_dir, Path(tmp), dtype, steps + 1, StepTimer())
+        init_s = time.monotonic() - t
+        trainer.train()
+    out.write_text(json.dumps({"init_s": init_s, "steps_s": times}))
+
+
+def run_trl(dtype: str, steps: int) -> dict:
+    """TRL's steps in a process of its own (this script, `--trl-only`), while this one holds no server."""
+    with tempfile.TemporaryDirectory(prefix="autorl-perf-trl-") as tmp:
+        out = Path(tmp) / "trl.json"
+        command = [sys.executable, __file__, "--trl-only", str(out), "--steps", str(steps), "--dtype", dtype]
+        subprocess.run(command, check=True)
+        return json.loads(out.read_text())
+
+
+def run_ours(loop: Loop, home: Path, mode: str, dtype: str, steps: int) -> tuple[Ours, float]:
+    """Our warm-up step and `steps` measured ones with `mode` serving, its server the only one alive (started
+    here, stopped before returning); the side (its steps) and the server's start time."""
+    from autorl.serving.config import ServerConfig
+
+    backend = art.LocalBackend(home, server=ServerConfig(lora_serving=mode))
+    model = art.TrainableModel(name="perf", project="bench", trainer=art.TrainerConfig(dtype=dtype))
+    try:
+        t = time.monotonic()
+        loop.run(model.register(backend))
+        start_s = time.monotonic() - t
+        side = Ours(model)
+        for _ in range(steps + 1):
+            loop.run(side.step())
+            s = side.steps[-1]
+            print(
+                f"ours, {mode} serving, step {len(side.steps)}/{steps + 1}: {s['total_s']:.1f}s (rollouts "
+                f"{s['rollouts_s']:.1f}s, train+serve {s['train_and_serve_s']:.1f}s)",
+                flush=True,
+            )
+        loop.run(side.client.close())
+    finally:
+        backend.close()
+    return side, start_s
+
+
+def break_even_steps(ours_fixed: float, ours_step: float, trl_fixed: float, trl_step: float) -> int | None:
+    """The steps after which a run of ours, its fixed costs included, has taken no longer than TRL's; None: never
+    (our step is not faster)."""
+    if ours_step >= trl_step:
+        return None
+    return max(1, math.ceil((ours_fixed - trl_fixed) / (trl_step - ours_step)))
+
+
 def main() -> None:
     from autorl.training.trainer import training_dtype
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3, help="measured steps per side, after one warm-up step")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=MIN_STEPS,
+        help=f"measured steps per side and round (>= {MIN_STEPS}), after a warm-up",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of all sides, every other one in reverse order")
     parser.add_argument(
         "--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="base-weight precision, both sides"
     )
     parser.add_argument("--ablation-reps", type=int, default=3, help="repetitions of the trainer-only ablation")
     parser.add_argument("--no-adapter", action="store_true", help="measure only the default (merged) serving on CPU")
+    parser.add_argument(
+        "--trl-only",
+        type=Path,
+        metavar="PATH",
+        help="internal: run TRL's steps alone here and write their times to PATH",
+    )
     args = parser.parse_args()
+    if args.steps < MIN_STEPS:
+        parser.error(f"--steps must be at least {MIN_STEPS}: a median of fewer steps is no figure")
     started = time.monotonic()
 
     import torch
-    from transformers import TrainerCallback
-
-    from autorl.serving.config import ServerConfig
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     dtype = str(training_dtype(args.dtype, torch.device("cpu"))).removeprefix("torch.")
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
+    if args.trl_only:
+        trl_alone(model_dir, dtype, args.steps, args.trl_only)
+        return
     home = Path(tempfile.mkdtemp(prefix="autorl-perf-grpo-"))
-    loop = Loop()
     modes = ["merged"] + ([] if args.no_adapter else ["adapter"])
-    backends = {mode: art.LocalBackend(home / mode, server=ServerConfig(lora_serving=mode)) for mode in modes}
-    models = {
-        mode: art.TrainableModel(name="perf", project="bench", trainer=art.TrainerConfig(dtype=dtype)) for mode in modes
-    }
-    trl_steps: list[float] = []
-    sides: dict[str, Side] = {}
-
-    class Interleave(TrainerCallback):
-        """Times each TRL step; after it, runs one step of each of ours."""
-
-        def on_step_begin(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args_: object, state: object, control: object, **kwargs: Any) -> None:
-            trl_steps.append(time.perf_counter() - self.t0)
-            line = f"step {len(trl_steps)}/{args.steps + 1}: TRL {trl_steps[-1]:.1f}s"
-            for name, side in sides.items():
-                loop.run(side.step())
-                s = side.steps[-1]
-                line += (
-                    f" | {name} {s['total_s']:.1f}s (rollouts {s['rollouts_s']:.1f}s, "
-                    f"train+serve {s['train_and_serve_s']:.1f}s)"
-                )
-            print(line, flush=True)
-
+    names = {mode: f"ours, {mode} serving" for mode in modes}
+    trl_runs: list[dict] = []
+    ours_runs: dict[str, list[tuple[Ours, float]]] = {mode: [] for mode in modes}
+    loop = Loop()
     try:
-        t = time.monotonic()
-
-        async def start_servers() -> None:
-            await asyncio.gather(*(models[mode].register(backends[mode]) for mode in modes))
-
-        loop.run(start_servers())
-        server_start_s = time.monotonic() - t
-        for mode in modes:
-            sides[f"ours, {mode} serving"] = Ours(models[mode])
-        t = time.monotonic()
-        trl = trl_trainer(model_dir, home / "trl", dtype, args.steps + 1, Interleave())
-        trl_init_s = time.monotonic() - t
-        trl.train()
-        del trl
-        for side in sides.values():
-            loop.run(side.client.close())
-        for backend in backends.values():
-            backend.close()
-        ablation = trainer_ablation(model_dir, home, sides["ours, merged serving"].last_groups, args.ablation_reps)
+        for round_ in range(args.rounds):
+            order = ["trl", *modes] if round_ % 2 == 0 else [*reversed(modes), "trl"]
+            for what in order:
+                if what == "trl":
+                    trl_runs.append(run_trl(dtype, args.steps))
+                else:
+                    ours_runs[what].append(run_ours(loop, home / f"round-{round_}" / what, what, dtype, args.steps))
     finally:
-        for backend in backends.values():
-            backend.close()
         loop.close()
+    last_groups = ours_runs["merged"][-1][0].last_groups
+    ablation = trainer_ablation(model_dir, home, last_groups, args.ablation_reps)
 
-    trl_total = statistics.median(trl_steps[1:])
+    trl_steps = [t for run in trl_runs for t in run["steps_s"][1:]]
+    trl_step = statistics.median(trl_steps)
+    trl_fixed = statistics.median(run["init_s"] + run["steps_s"][0] - trl_step for run in trl_runs)
     conditions = (
-        f"G={GROUP_SIZE}, {COMPLETION_TOKENS} completion tokens, SmolLM2-135M, LoRA r8 on 7 projections, "
-        f"{dtype} base weights both sides, median of {args.steps} steps after a warm-up, "
-        f"torch {torch.get_num_threads()} threads"
+        f"G={GROUP_SIZE}, {COMPLETION_TOKENS} completion tokens, SmolLM2-135M, LoRA r8 on 7 projections (float32), "
+        f"{dtype} base weights both sides, no autocast; each side alone (TRL in its own process); median of "
+        f"{args.steps} steps x {args.rounds} rounds after a warm-up per round; torch {torch.get_num_threads()} threads"
     )
-    ratios = []
-    for name, side in sides.items():
-        ours_total = statistics.median(s["total_s"] for s in side.steps[1:])
-        ratios.append(ratio_entry(f"GRPO step, {name} vs TRL GRPOTrainer", ours_total, trl_total, "s/step", 2.0,
+    ratios, ours_steps, fixed_costs = [], {}, {}
+    for mode, runs in ours_runs.items():
+        steps = [s for side, _ in runs for s in side.steps[1:]]
+        ours_step = statistics.median(s["total_s"] for s in steps)
+        ours_fixed = statistics.median(start + side.steps[0]["total_s"] - ours_step for side, start in runs)
+        ours_steps[names[mode]] = {key: summary([s[key] for s in steps]) for key in steps[0]}
+        fixed_costs[names[mode]] = {
+            "server_start_s": summary([start for _, start in runs]),
+            "warmup_step_s": summary([side.steps[0]["total_s"] for side, _ in runs]),
+            "fixed_s": round(ours_fixed, 1),
+            "break_even_steps_vs_trl": break_even_steps(ours_fixed, ours_step, trl_fixed, trl_step),
+        }
+        ratios.append(ratio_entry(f"GRPO step, {names[mode]} vs TRL GRPOTrainer", ours_step, trl_step, "s/step", 2.0,
                                   False, conditions))  # fmt: skip
     before = statistics.median(next(iter(ablation.values())))
     for name, times in list(ablation.items())[1:]:
@@ -318,29 +392,33 @@ def main() -> None:
                                   statistics.median(times), before, "s/update", None, False,
                                   f"the {GROUP_SIZE} sequences of the last step, median of {args.ablation_reps}"))  # fmt: skip
     result = {
-        "benchmark": "one GRPO step (G=8 rollouts, judge, train): ours vs TRL GRPOTrainer on CPU",
+        "benchmark": "one GRPO step (G=8 rollouts, judge, train): ours vs TRL GRPOTrainer on CPU, each side alone",
         "settings": {
-            **vars(args),
+            **{k: v for k, v in vars(args).items() if k != "trl_only"},
             "dtype_resolved": dtype,
+            "dtype_policy": f"base weights {dtype}, LoRA and AdamW state float32, no autocast, both sides",
             "group_size": GROUP_SIZE,
             "completion_tokens": COMPLETION_TOKENS,
             "learning_rate": LEARNING_RATE,
             "reward": "share of the letter 'e' in the completion",
         },
-        "trl_step_s": summary(trl_steps[1:]),
-        "trl_warmup_step_s": round(trl_steps[0], 2),
-        "ours_step_s": {
-            name: {key: summary([s[key] for s in side.steps[1:]]) for key in side.steps[0]}
-            for name, side in sides.items()
+        "trl_step_s": summary(trl_steps),
+        "trl_fixed_costs": {
+            "init_s": summary([run["init_s"] for run in trl_runs]),
+            "warmup_step_s": summary([run["steps_s"][0] for run in trl_runs]),
+            "fixed_s": round(trl_fixed, 1),
         },
-        "ours_warmup_step_s": {name: round(side.steps[0]["total_s"], 2) for name, side in sides.items()},
-        "setup_s": {"vllm_servers_start": round(server_start_s, 1), "trl_init": round(trl_init_s, 1)},
+        "ours_step_s": ours_steps,
+        "ours_fixed_costs": fixed_costs,
         "trainer_update_s": {name: summary(times) for name, times in ablation.items()},
         "ratios": ratios,
     }
     path = write_result("grpo_step", result, started)
     print()
     print_table(ratios)
+    for name, costs in fixed_costs.items():
+        print(f"{name}: fixed {costs['fixed_s']}s vs TRL's {trl_fixed:.1f}s; breaks even after "
+              f"{costs['break_even_steps_vs_trl'] or 'no number of'} steps")  # fmt: skip
     print(f"wrote {path} ({time.monotonic() - started:.0f}s)")
 
 

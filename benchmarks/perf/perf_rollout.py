@@ -1,28 +1,35 @@
-"""Rollout throughput: our inference path with the current LoRA against Hugging Face `generate`.
+"""Rollout throughput: our inference path with the current LoRA against Hugging Face `generate`, like for like.
 
 Setup (once): a `LocalBackend` with `ServerConfig(lora_serving="adapter")` serves the embedded model
 (SmolLM2-135M-Instruct) with vLLM; one GRPO step on 8 rollouts (reward: share of the letter "e", a
 cheap deterministic stand-in for a judge) writes checkpoint 0001, which the backend serves as the
 LoRA `perf@0001`. A second vLLM server runs with `ServerConfig(lora_serving="merged")` (the CPU
-default) and serves the same checkpoint merged into the base weights (`VLLMServer.load_merged`). The baseline is `transformers` `generate` on the same PEFT model
-(base weights + the checkpoint's LoRA via `PeftModel.from_pretrained`), batched, twice: in fp32 (the
-weights as stored and as our trainer uses them) and in bf16 (the precision vLLM serves in on CPU).
+default) and serves the same checkpoint merged into the base weights (`VLLMServer.load_merged`). The
+baseline is `transformers` `generate` on the same checkpoint, batched, each way ours serves it:
+unmerged (base weights + the LoRA via `PeftModel.from_pretrained`) and merged (`merge_and_unload`, the
+merge done in float32 and the result cast, as `load_merged` writes it), each in every `--hf-dtypes`
+dtype (bf16: the precision vLLM serves in on CPU; fp32: the weights as stored and as our trainer uses them).
 
 Measured, interleaved, `--reps` times (order rotated each repetition), median reported:
-    ours, adapter : the OpenAI client of `model.openai_client()` requesting `perf@0001` (vLLM LoRA path)
-    ours, merged  : an OpenAI client requesting the merged server's model (vLLM plain path)
-    HF generate   : batches of the concurrency's size, fp32 and bf16
+    ours, adapter     : the OpenAI client of `model.openai_client()` requesting `perf@0001` (vLLM LoRA path)
+    ours, merged      : an OpenAI client requesting the merged server's model (vLLM plain path)
+    HF, adapter DTYPE : generate on the PEFT model, LoRA unmerged; batches of the concurrency's size
+    HF, merged DTYPE  : generate on the merged model
 at 8 and 32 concurrent requests (8: `--requests-8` prompts, 32: `--requests-32`), every prompt a
 system prompt + a distinct user question, chat template applied by both sides; sampling at
 temperature 1, top_p 1, top_k off, seeded; exactly `--tokens` completion tokens per request on both
 sides (vLLM `ignore_eos`, HF `min_new_tokens`) so both do the same work. Our requests also ask for
-logprobs, as training rollouts do; HF returns none. Tokens/s = completion tokens / wall time. The
-goal (>= 2.5x) is checked against the faster of the two HF runs.
+logprobs, as training rollouts do; HF returns none. Tokens/s = completion tokens / wall time. Both
+vLLM servers stay up (idle) while the others run; the CPU they take meanwhile is recorded.
+
+Ratios compare like with like only: ours with the adapter against HF with the adapter, ours merged
+against HF merged (each against the faster HF dtype, where the goal of >= 2.5x is checked, and against
+each dtype); and ours merged against ours with the adapter.
 
 Also measured: what loading a new checkpoint costs in each mode (LoRA load vs merge + reload), and
 the rollout tokens per step above which merged serving pays for its reload.
 
-    python benchmarks/perf/perf_rollout.py  # ~7-9 min on 2 cores; writes benchmarks/perf/results/rollout.json
+    python benchmarks/perf/perf_rollout.py  # writes benchmarks/perf/results/rollout.json
 """
 
 from __future__ import annotations
@@ -132,19 +139,43 @@ def hf_tokens_per_s(
     return generated / (time.perf_counter() - started)
 
 
+DTYPE_LABELS = {"bfloat16": "bf16", "float32": "fp32"}
+
+
+def hf_model(model_dir: Path, checkpoint: Path, *, merged: bool, dtype: str) -> PreTrainedModel:
+    """The HF baseline's model: the base weights with the checkpoint's LoRA, unmerged (a PEFT model, its LoRA
+    in float32 as PEFT keeps it) or merged (merged in float32, then cast to `dtype`, as `load_merged` does)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if merged else getattr(torch, dtype))
+    model = PeftModel.from_pretrained(base, checkpoint)
+    if merged:
+        model = model.merge_and_unload().to(getattr(torch, dtype))
+    return model.eval()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each interleaved measurement")
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request")
     parser.add_argument("--requests-8", type=int, default=8, help="requests measured at concurrency 8")
     parser.add_argument("--requests-32", type=int, default=32, help="requests measured at concurrency 32")
+    parser.add_argument(
+        "--hf-dtypes",
+        type=lambda text: [d.strip() for d in text.split(",")],
+        default=["bfloat16", "float32"],
+        help="dtypes of the HF baselines, comma-separated (bfloat16, float32)",
+    )
     args = parser.parse_args()
+    if unknown := set(args.hf_dtypes) - DTYPE_LABELS.keys():
+        parser.error(f"--hf-dtypes: unknown {', '.join(sorted(unknown))}; choose from {', '.join(DTYPE_LABELS)}")
     started = time.monotonic()
 
     import torch
     from openai import AsyncOpenAI
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
     home = Path(tempfile.mkdtemp(prefix="autorl-perf-rollout-"))
@@ -186,10 +217,9 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         tokenizer.padding_side = "left"
         hf = {
-            dtype: PeftModel.from_pretrained(
-                AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)), checkpoint
-            ).eval()
-            for dtype in ("float32", "bfloat16")
+            (way, dtype): hf_model(model_dir, checkpoint, merged=way == "merged", dtype=dtype)
+            for way in ("adapter", "merged")
+            for dtype in args.hf_dtypes
         }
         ours = model.openai_client()
         merged_client = AsyncOpenAI(base_url=merged.base_url, api_key=merged.api_key)
@@ -203,12 +233,12 @@ def main() -> None:
             "ours_merged": lambda prompts, c, n=args.tokens: loop.run(
                 vllm_tokens_per_s(merged_client, merged.served_name, prompts, c, n)
             ),
-            "hf_generate_fp32": lambda prompts, c, n=args.tokens: hf_tokens_per_s(
-                hf["float32"], tokenizer, prompts, c, n, seed=0
-            ),
-            "hf_generate_bf16": lambda prompts, c, n=args.tokens: hf_tokens_per_s(
-                hf["bfloat16"], tokenizer, prompts, c, n, seed=0
-            ),
+            **{
+                f"hf_{way}_{DTYPE_LABELS[dtype]}": lambda prompts, c, n=args.tokens, m=hf[way, dtype]: hf_tokens_per_s(
+                    m, tokenizer, prompts, c, n, seed=0
+                )
+                for way, dtype in hf
+            },
         }
         for run in runners.values():  # warm-up: first calls pay one-time costs (HF's is large)
             run(PROMPTS[:8], 8, 8)
@@ -243,15 +273,17 @@ def main() -> None:
         f"HF on {torch.get_num_threads()} threads"
     )
     ratios = []
+    labels = {"adapter": "LoRA request (adapter)", "merged": "merged LoRA"}
     for c in (8, 32):
-        hf_best = max(med["hf_generate_fp32"][c], med["hf_generate_bf16"][c])
-        hf_which = "bf16" if med["hf_generate_bf16"][c] >= med["hf_generate_fp32"][c] else "fp32"
-        for ours_name, label in (("ours_adapter", "LoRA request (adapter)"), ("ours_merged", "merged LoRA")):
-            ratios.append(ratio_entry(f"rollout c={c}, {label} vs HF generate (best: {hf_which})",
-                                      med[ours_name][c], hf_best, "tok/s", 2.5, True, conditions.format(c=c)))  # fmt: skip
-            for dtype in ("fp32", "bf16"):
-                ratios.append(ratio_entry(f"rollout c={c}, {label} vs HF generate {dtype}",
-                                          med[ours_name][c], med[f"hf_generate_{dtype}"][c], "tok/s", None, True,
+        for way, label in labels.items():  # like for like: ours and HF serve the checkpoint the same way
+            hf_rates = {DTYPE_LABELS[d]: med[f"hf_{way}_{DTYPE_LABELS[d]}"][c] for d in args.hf_dtypes}
+            best = max(hf_rates, key=hf_rates.__getitem__)
+            ratios.append(ratio_entry(f"rollout c={c}, {label} vs HF generate {way} (best: {best})",
+                                      med[f"ours_{way}"][c], hf_rates[best], "tok/s", 2.5, True,
+                                      conditions.format(c=c)))  # fmt: skip
+            for dtype, rate in hf_rates.items():
+                ratios.append(ratio_entry(f"rollout c={c}, {label} vs HF generate {way} {dtype}",
+                                          med[f"ours_{way}"][c], rate, "tok/s", None, True,
                                           conditions.format(c=c)))  # fmt: skip
     for c in (8, 32):
         ratios.append(ratio_entry(f"rollout c={c}, merged vs LoRA request",
@@ -266,7 +298,8 @@ def main() -> None:
         for c in (8, 32)
     }
     result = {
-        "benchmark": "rollout throughput: our vLLM path with the current LoRA vs HF generate on the same PEFT model",
+        "benchmark": "rollout throughput: our vLLM path with the current LoRA vs HF generate on the same checkpoint, "
+        "each served the same way (adapter vs unmerged PEFT, merged vs merged)",
         "settings": vars(args),
         "tokens_per_s": {name: {str(c): summary(v) for c, v in per.items()} for name, per in results.items()},
         "setup_s": {k: round(v, 2) for k, v in setup.items()},

@@ -1,0 +1,261 @@
+"""Which results in `benchmarks/perf/results/` are stale: a file of the code they measure changed since.
+
+    python benchmarks/perf/stale.py            # the table
+    python benchmarks/perf/stale.py --check    # also: exit 1 when the README quotes a stale result
+
+`MEASURES` (below, the one place) names for every result the script that writes it and the code it measures
+(files, or folders ending in "/"). The commit a result measured is its `commit` field (written by
+`_common.write_result`: `{sha, dirty}`). A result measured on a clean checkout measured that commit. A
+result without the field, or measured on uncommitted changes, is taken to have measured the commit that
+committed it (the one that last changed the file's content, a pure rename not counting), and any change
+to its code committed between the measurement (`measured_at`, or the recorded sha) and that commit counts
+as a change since: nobody knows whether it was measured. A result git knows nothing of (never committed,
+no usable `commit` field) is "unknown", which counts as stale.
+
+Stale = a measured file differs between the measured commit and HEAD (a pure rename does not count), or
+changed in that window. Uncommitted edits are not looked at: commit, then check.
+
+The README quotes a result when a paragraph (text between blank lines) names its file, `results/NAME.json`;
+a paragraph that also says "not re-measured since" marks its figures as not current, and is not a quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PERF = Path(__file__).resolve().parent
+ROOT = PERF.parents[1]
+NOT_CURRENT = "not re-measured since"
+"""What a README paragraph says when the figures it gives are from a stale result."""
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What a result measures: the script that writes it and the code whose change makes it stale."""
+
+    script: str
+    code: tuple[str, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.script, *self.code)
+
+
+SERVING = ("autorl/serving/",)
+LOCAL_BACKEND = (
+    "autorl/backends/base.py",
+    "autorl/backends/local.py",
+    "autorl/backends/transport.py",
+    "autorl/model.py",
+)
+TRAINING = ("autorl/training/", "autorl/config.py", "autorl/trajectories.py")
+CLUSTER = ("autorl/backends/cluster/",)
+LEARNING = ("benchmarks/perf/learning_tasks/",)
+EVERYTHING = ("autorl/", "ruler/", "pipelines/")
+"""A whole `autorl run`: every layer."""
+
+MEASURES: dict[str, Measures] = {
+    "rollout": Measures("benchmarks/perf/perf_rollout.py", (*SERVING, *LOCAL_BACKEND, "autorl/agents/rollout.py")),
+    "grpo_step": Measures(
+        "benchmarks/perf/perf_grpo_step.py",
+        (*SERVING, *LOCAL_BACKEND, *TRAINING, "autorl/backends/run_dir.py", "ruler/"),
+    ),
+    "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
+    "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
+    "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
+    "generator": Measures("benchmarks/perf/perf_generator.py", ("autorl/inputs/", *SERVING, "ruler/endpoint.py")),
+    "replicas": Measures(
+        "benchmarks/perf/perf_replicas.py",
+        ("benchmarks/perf/perf_grpo_step.py", *CLUSTER, *SERVING, *LOCAL_BACKEND, *TRAINING),
+    ),
+    "judge_replicas": Measures("benchmarks/perf/perf_judge_replicas.py", (*CLUSTER, *SERVING, "ruler/")),
+    "replica_simulation": Measures("benchmarks/perf/replica_simulation.py", ("autorl/backends/cluster/routing.py",)),
+    "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
+    "structured_output": Measures(
+        "benchmarks/perf/perf_structured_output.py", (*SERVING, "autorl/inputs/generation.py")
+    ),
+    "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
+    "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
+    "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
+    "prompt_vs_rl": Measures(
+        "benchmarks/perf/prompt_vs_rl.py", ("benchmarks/perf/learning.py", *LEARNING, *EVERYTHING)
+    ),
+    "gpu_check": Measures("benchmarks/perf/gpu_check.py", (*SERVING, *LOCAL_BACKEND, *TRAINING, *LEARNING)),
+}
+"""Result name (`results/NAME.json`) -> what it measures; `tests/test_stale.py` checks that every results file
+and every script that writes one has an entry."""
+
+
+@dataclass(frozen=True)
+class Status:
+    """One result's row: the commit it measured (None: unknown), how that was decided, and what changed since."""
+
+    name: str
+    sha: str | None
+    basis: str
+    """"recorded" (the result's `commit`), "git log" (the commit that committed it), "git log, dirty" (that
+    commit, the result having been measured on uncommitted changes to its recorded one), or why it is unknown."""
+    date: str
+    cpu: str
+    changed: tuple[str, ...]
+    since: str | None
+    """The oldest commit after the measurement that changed a measured file (None if none or unknown)."""
+
+    @property
+    def stale(self) -> bool:
+        return self.sha is None or bool(self.changed)
+
+
+def git(root: Path, *args: str) -> str | None:
+    """`git ARGS` in `root`: its stdout, or None when git fails (an unknown commit, not a repository)."""
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _measured(path: str, measures: Measures) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in measures.paths)
+
+
+def committed_with(root: Path, result: Path) -> str | None:
+    """The commit that last changed `result`'s content (a pure rename, R100, does not count); None if never committed."""
+    log = git(root, "log", "--follow", "--name-status", "--format=commit %H", "--", str(result.relative_to(root)))
+    sha = None
+    for line in (log or "").splitlines():
+        if line.startswith("commit "):
+            sha = line.split()[1]
+        elif line and sha and not line.startswith("R100"):
+            return sha
+    return None
+
+
+def changed_files(root: Path, base: str, measures: Measures) -> list[str]:
+    """Measured files that differ between `base` and HEAD, pure renames left out."""
+    diff = git(root, "diff", "--name-status", "-M", base, "HEAD") or ""
+    changed = []
+    for line in diff.splitlines():
+        status, *paths = line.split("\t")
+        if status == "R100":
+            continue
+        changed += [p for p in paths[-1:] if _measured(p, measures)]
+    return changed
+
+
+def window_files(root: Path, revisions: list[str], measures: Measures) -> tuple[list[str], str | None]:
+    """Measured files changed by the commits `revisions` (a rev-list range), and the oldest such commit."""
+    log = git(root, "log", "--reverse", "--format=commit %H", "--name-only", *revisions, "--", *measures.paths) or ""
+    files, first = [], None
+    for line in log.splitlines():
+        if line.startswith("commit "):
+            first = first or line.split()[1]
+        elif line and _measured(line, measures):
+            files.append(line)
+    return files, first
+
+
+def status(root: Path, name: str, measures: Measures, results: Path) -> Status:
+    """Whether `results/NAME.json` is stale against HEAD of the repository at `root`."""
+    path = results / f"{name}.json"
+    record = json.loads(path.read_text())
+    machine = record.get("machine") or {}
+    cpu = machine.get("cpu", "?") + (" (AMX)" if (machine.get("cpu_flags") or {}).get("amx_bf16") else "")
+    measured_at = record.get("measured_at")
+    recorded = record.get("commit") or {}
+    sha = recorded.get("sha")
+    if sha and git(root, "cat-file", "-e", f"{sha}^{{commit}}") is None:
+        sha = None  # a commit this repository does not have (rebased away, another clone)
+    committed = committed_with(root, path)
+    window: list[str] = []
+    if sha and not recorded.get("dirty"):
+        base, basis = sha, "recorded"
+    elif committed and sha and git(root, "merge-base", "--is-ancestor", sha, committed) is not None:
+        base, basis = committed, "git log, dirty"
+        window = [f"{sha}..{committed}^"] if committed != sha else []
+    elif committed and not sha:
+        base, basis = committed, "git log"
+        first_parent = git(root, "rev-parse", "--verify", "--quiet", f"{committed}^")
+        if measured_at and first_parent:
+            window = [f"--since={measured_at}", first_parent]
+    else:
+        unknown = "measured on uncommitted changes" if sha else "never committed, no commit recorded"
+        return Status(name, None, unknown, (measured_at or "")[:10], cpu, (), None)
+    changed = changed_files(root, base, measures)
+    since = None
+    if changed:
+        commits = git(root, "log", "--reverse", "--format=%H", f"{base}..HEAD", "--", *changed) or ""
+        since = next(iter(commits.split()), None)
+    if window:
+        earlier, first = window_files(root, window, measures)
+        changed = [*dict.fromkeys([*earlier, *changed])]
+        since = first or since
+    date = measured_at or git(root, "log", "-1", "--format=%cI", base) or ""
+    return Status(name, base, basis, date[:10], cpu, tuple(changed), since)
+
+
+def statuses(root: Path = ROOT, measures: dict[str, Measures] = MEASURES) -> list[Status]:
+    """A `Status` per results file of `root`'s `benchmarks/perf/results/` (an unmapped one raises KeyError)."""
+    results = root / "benchmarks" / "perf" / "results"
+    return [status(root, p.stem, measures[p.stem], results) for p in sorted(results.glob("*.json"))]
+
+
+def quoted(readme: str) -> set[str]:
+    """The results the README quotes: named as `results/NAME.json` in a paragraph that does not say `NOT_CURRENT`."""
+    names: set[str] = set()
+    for paragraph in re.split(r"\n\s*\n", readme):
+        if NOT_CURRENT not in " ".join(paragraph.lower().split()):
+            names.update(re.findall(r"results/([A-Za-z0-9_]+)\.json", paragraph))
+    return names
+
+
+def print_statuses(rows: list[Status], quotes: set[str]) -> None:
+    header = ("result", "measured commit", "date", "machine CPU", "stale", "first changed file", "in README")
+    table = [header]
+    for row in rows:
+        if row.sha is None:
+            stale = f"yes ({row.basis})"
+        elif row.changed:
+            more = f" (+{len(row.changed) - 1} more)" if len(row.changed) > 1 else ""
+            stale = "yes"
+            first = f"{row.changed[0]}{more}, since {row.since[:9] if row.since else '?'}"
+        else:
+            stale, first = "no", "-"
+        if row.sha is None:
+            first = "-"
+        commit = "unknown" if row.sha is None else f"{row.sha[:9]} ({row.basis})"
+        table.append((row.name, commit, row.date, row.cpu, stale, first, "quoted" if row.name in quotes else "-"))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for i, cells in enumerate(table):
+        print("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip())
+        if i == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT, measures: dict[str, Measures] = MEASURES) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when the README quotes a stale result")
+    args = parser.parse_args(argv)
+    rows = statuses(root, measures)
+    readme = root / "README.md"
+    quotes = quoted(readme.read_text()) if readme.exists() else set()
+    print_statuses(rows, quotes)
+    bad = [row.name for row in rows if row.stale and row.name in quotes]
+    if args.check and bad:
+        print(
+            f"stale results quoted in README.md: {', '.join(bad)}; re-run their scripts, or say "
+            f'"{NOT_CURRENT} <commit>" in the paragraphs that quote them',
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

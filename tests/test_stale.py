@@ -1,0 +1,143 @@
+"""benchmarks/perf/stale.py: which benchmark results are older than the code they measure, on a real git repository."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks.perf import stale
+from benchmarks.perf.stale import MEASURES, Measures
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP = {"x": Measures("benchmarks/perf/perf_x.py", ("autorl/serving/", "autorl/agents/rollout.py"))}
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository with a benchmark script, measured code, unrelated code and a README."""
+    for name, value in [("NAME", "t"), ("EMAIL", "t@example.invalid")]:
+        monkeypatch.setenv(f"GIT_AUTHOR_{name}", value)
+        monkeypatch.setenv(f"GIT_COMMITTER_{name}", value)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    git(tmp_path, "init", "-q", "-b", "main")
+    write(tmp_path, "benchmarks/perf/perf_x.py", "print('measure')\n")
+    write(tmp_path, "autorl/serving/server.py", "SPEED = 1\n")
+    write(tmp_path, "autorl/agents/rollout.py", "TURNS = 1\n")
+    write(tmp_path, "autorl/other.py", "OTHER = 1\n")
+    write(tmp_path, "README.md", "# x\n")
+    commit(tmp_path, "code", "2026-01-01T10:00:00+00:00")
+    return tmp_path
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write(root: Path, path: str, text: str) -> None:
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(text)
+
+
+def commit(root: Path, message: str, date: str) -> str:
+    """Commit everything at `date` (author and committer), returning the sha."""
+    git(root, "add", "-A")
+    env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    subprocess.run(["git", "commit", "-q", "-m", message], cwd=root, check=True, env=env)
+    return git(root, "rev-parse", "HEAD")
+
+
+def result(root: Path, measured_at: str, commit_field: dict | None = None) -> None:
+    record = {"ratios": [], "machine": {"cpu": "Test CPU", "cpu_flags": {"amx_bf16": True}}, "measured_at": measured_at}
+    if commit_field is not None:
+        record["commit"] = commit_field
+    write(root, "benchmarks/perf/results/x.json", json.dumps(record))
+
+
+def test_a_change_to_measured_code_makes_a_result_stale_and_an_unrelated_change_does_not(repo):
+    result(repo, "2026-01-01T10:30:00+00:00")  # no `commit` field: the commit that committed it decides
+    measured = commit(repo, "result", "2026-01-01T11:00:00+00:00")
+    (fresh,) = stale.statuses(repo, MAP)
+    assert (fresh.sha, fresh.basis, fresh.stale, fresh.cpu) == (measured, "git log", False, "Test CPU (AMX)")
+
+    write(repo, "autorl/other.py", "OTHER = 2\n")
+    write(repo, "README.md", "# x, edited\n")
+    commit(repo, "unrelated", "2026-01-02T10:00:00+00:00")
+    git(repo, "mv", "autorl/serving/server.py", "autorl/serving/main.py")  # a pure rename
+    commit(repo, "rename", "2026-01-02T11:00:00+00:00")
+    assert not stale.statuses(repo, MAP)[0].stale
+
+    write(repo, "autorl/agents/rollout.py", "TURNS = 2\n")
+    change = commit(repo, "more turns", "2026-01-03T10:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.stale, row.changed, row.since) == (True, ("autorl/agents/rollout.py",), change)
+
+
+def test_a_recorded_commit_is_the_one_measured(repo):
+    measured = git(repo, "rev-parse", "HEAD")
+    write(repo, "autorl/serving/server.py", "SPEED = 2\n")
+    commit(repo, "changed after the measurement", "2026-01-01T12:00:00+00:00")
+    result(repo, "2026-01-01T11:00:00+00:00", {"sha": measured, "dirty": False})
+    commit(repo, "result", "2026-01-01T13:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.sha, row.basis, row.changed) == (measured, "recorded", ("autorl/serving/server.py",))
+
+
+def test_a_change_committed_between_measurement_and_result_counts(repo):
+    """Without a recorded commit, code committed after `measured_at` but before the result was not measured."""
+    write(repo, "autorl/agents/rollout.py", "TURNS = 2\n")
+    between = commit(repo, "after the measurement", "2026-01-01T12:00:00+00:00")
+    result(repo, "2026-01-01T11:00:00+00:00")
+    commit(repo, "result", "2026-01-01T13:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.stale, row.changed, row.since) == (True, ("autorl/agents/rollout.py",), between)
+
+
+def test_measured_dirty_takes_the_commit_that_committed_it(repo):
+    """Measured on uncommitted changes: the code committed with the result is taken as measured."""
+    sha = git(repo, "rev-parse", "HEAD")
+    write(repo, "autorl/serving/server.py", "SPEED = 2\n")
+    result(repo, "2026-01-01T11:00:00+00:00", {"sha": sha, "dirty": True})
+    with_result = commit(repo, "the change and its measurement", "2026-01-01T12:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.sha, row.basis, row.stale) == (with_result, "git log, dirty", False)
+
+
+def test_an_uncommitted_result_without_a_commit_is_unknown_and_stale(repo):
+    result(repo, "2026-01-01T11:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.sha, row.stale) == (None, True)
+
+
+def test_check_fails_only_when_the_readme_quotes_a_stale_result(repo, capsys):
+    result(repo, "2026-01-01T10:30:00+00:00")
+    commit(repo, "result", "2026-01-01T11:00:00+00:00")
+    write(repo, "README.md", "Rollouts: 5 tok/s (`benchmarks/perf/results/x.json`).\n")
+    commit(repo, "quoted", "2026-01-01T12:00:00+00:00")
+    assert stale.main(["--check"], repo, MAP) == 0
+
+    write(repo, "autorl/serving/server.py", "SPEED = 2\n")
+    commit(repo, "faster", "2026-01-02T10:00:00+00:00")
+    assert stale.main([], repo, MAP) == 0  # without --check: the table only
+    assert stale.main(["--check"], repo, MAP) == 1
+    assert "stale results quoted in README.md: x" in capsys.readouterr().err
+
+    write(repo, "README.md", "Rollouts: 5 tok/s (not re-measured\nsince abc; `benchmarks/perf/results/x.json`).\n")
+    commit(repo, "marked", "2026-01-02T11:00:00+00:00")
+    assert stale.main(["--check"], repo, MAP) == 0
+
+
+def test_every_result_and_every_script_that_writes_one_has_an_entry():
+    perf = ROOT / "benchmarks" / "perf"
+    assert {p.stem for p in (perf / "results").glob("*.json")} <= MEASURES.keys()
+    writers = {
+        f"benchmarks/perf/{p.name}"
+        for p in perf.glob("*.py")
+        if p.name != "_common.py" and (p.name.startswith("perf_") or re.search(r"\bwrite_result\(", p.read_text()))
+    }
+    assert writers <= {m.script for m in MEASURES.values()}
+    missing = [path for m in MEASURES.values() for path in m.paths if not (ROOT / path).exists()]
+    assert not missing, f"paths in stale.MEASURES that do not exist: {missing}"
