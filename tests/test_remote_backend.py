@@ -7,6 +7,7 @@ token's sources. The same with `autorl serve` and vLLM on the embedded model: te
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import secrets
@@ -27,7 +28,7 @@ from typer.testing import CliRunner
 import autorl as art
 from autorl.atomic import private_dir
 from autorl.backends.local import LocalPlacement
-from autorl.backends.remote import CLIENT_HEADER, RemoteBackend, TrainRequest
+from autorl.backends.remote import CLIENT_HEADER, GZIP_OVER_BYTES, RemoteBackend, TrainRequest
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.config import TrainerConfig
 from autorl.errors import AutoRLError
@@ -35,7 +36,7 @@ from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
 from pipelines.cli import app as cli
-from pipelines.server.app import STEP_IDS_FILE, Refused, ServedModels, make_app
+from pipelines.server.app import INFLATED_PER_BYTE, STEP_IDS_FILE, Refused, ServedModels, make_app
 from pipelines.server.config import MODELS_DIR, ServeConfig, resolve_token
 
 TOKEN = secrets.token_urlsafe(32)
@@ -381,3 +382,26 @@ def test_remote_backend_needs_a_url_and_a_token_and_answers_to_arts_names(monkey
     backend = art.ServerlessBackend(base_url="http://gpu-box:7999/v1")  # ART's keywords
     assert isinstance(backend, art.Backend) and backend.url == "http://gpu-box:7999"
     assert TOKEN not in repr(backend)
+
+
+def test_large_bodies_travel_gzipped_and_one_inflating_past_the_limit_is_refused(served, tiny_model, tokenizer):
+    backend = RemoteBackend(served.url, api_key=TOKEN)
+    model = trainable(tiny_model)
+    many = groups(tokenizer, prompts=40)  # over GZIP_OVER_BYTES as JSON
+    json_bytes = len(TrainRequest(groups=many, config=LR, step_id="x" * 32).model_dump_json())
+    assert json_bytes > GZIP_OVER_BYTES
+
+    async def train():
+        await model.register(backend)
+        before = backend.bytes_sent
+        metrics = await model.train(many, config=LR)
+        return metrics, backend.bytes_sent - before
+
+    metrics, sent = asyncio.run(train())
+    assert metrics["groups"] == 40 and sent < json_bytes / 3
+    bomb = gzip.compress(b" " * (MAX_BODY * INFLATED_PER_BYTE + 1))  # small on the wire
+    assert len(bomb) < MAX_BODY
+    response = call("POST", f"{served.url}/models", content=bomb, headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 413 and "inflates past" in response.json()["error"]
+    response = call("POST", f"{served.url}/models", content=b"not gzip", headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 400 and "gzip" in response.json()["error"]
