@@ -76,7 +76,7 @@ class Serve:
                 self.process.kill()
 
 
-@pytest.mark.timeout(400)  # ~100 s on 2 cores: two vLLM starts (the restart's), two steps
+@pytest.mark.timeout(450)  # 213 s measured on a loaded 2-core machine (vLLM starts of 63-67 s): two starts, two steps
 def test_an_art_program_trains_through_autorl_serve_which_is_killed_mid_step_and_restarted(tmp_path):
     token = secrets.token_urlsafe(32)
     server = Serve(tmp_path, free_port(), token)
