@@ -22,6 +22,8 @@ _EXPORTS = {
     "ClusterConfig": "backends.cluster.config",
     "LocalBackend": "backends.local",
     "Messages": "types",
+    "RemoteBackend": "backends.remote",
+    "ServerlessBackend": "backends.remote",
     "MessagesAndChoices": "types",
     "Model": "model",
     "ServerConfig": "serving.config",

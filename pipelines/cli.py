@@ -25,6 +25,7 @@ from ruler.errors import RulerError
 from .benchmark.config import BenchmarkConfig
 from .cli_options import FieldFlag, command_signature, field_flags, flag_for, given_values
 from .config import DEFAULT_HOME, RunConfig
+from .server.config import ServeConfig
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -320,6 +321,39 @@ benchmark_command.__signature__ = command_signature(  # type: ignore[attr-define
     *list(inspect.signature(benchmark_command, eval_str=True).parameters.values())[:2], flags=BENCHMARK_FLAGS
 )
 app.command("benchmark")(benchmark_command)
+
+
+SERVE_FLAGS = field_flags(
+    ServeConfig,
+    {
+        "host": {}, "port": {}, "home": {"envvar": "AUTORL_HOME"}, "token_file": {"metavar": "FILE"},
+        "max_body_mb": {}, "lease_s": {}, "server.lora_serving": {}, "server.max_lora_rank": {},
+        "server.max_model_len": {}, "server.kv_cache_bytes": {},
+    },
+)  # fmt: skip
+"""The `serve` command's options: ServeConfig's fields and some of its vLLM servers' (ServerConfig)."""
+
+
+def serve_command(ctx: typer.Context, **values: Any) -> None:
+    """Train and serve models for programs on other machines: `autorl.RemoteBackend(URL, api_key=TOKEN)`.
+
+    Clients register models, send trajectory groups to train and reach each model at URL/v1 (OpenAI-compatible:
+    NAME is its newest checkpoint, NAME@NNNN an earlier one where the serving allows). Every request but /health
+    needs the token (Authorization: Bearer ...). Binds loopback unless --host says otherwise; put TLS in front
+    (a reverse proxy) on a network you do not trust. A restarted server resumes every model from its newest
+    checkpoint.
+    """
+    from pipelines.server import serve
+
+    with user_errors(SERVE_FLAGS, "stopped"):
+        config = ServeConfig(**given_values(ctx, SERVE_FLAGS, values))
+        serve(config, announce=lambda line: err.print(line, highlight=False, markup=False))
+
+
+serve_command.__signature__ = command_signature(  # type: ignore[attr-defined]
+    *list(inspect.signature(serve_command, eval_str=True).parameters.values())[:1], flags=SERVE_FLAGS
+)
+app.command("serve")(serve_command)
 
 
 if __name__ == "__main__":

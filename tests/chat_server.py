@@ -11,16 +11,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ChatCompletionServer:
     """`POST /v1/chat/completions` answered with `answer(request body)`, a chat completion as JSON; every
-    request body is kept in `requests`."""
+    request body is kept in `requests`, its headers in `headers`."""
 
     def __init__(self, answer: Callable[[dict], dict]):
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append(body)
+                server.headers.append(dict(self.headers))
                 data = json.dumps(answer(body)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

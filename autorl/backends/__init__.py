@@ -1,5 +1,6 @@
 """Where a `TrainableModel` is served and trained: the `Backend` interface (base.py) and its implementations,
-`LocalBackend` (this machine, local.py) and `ClusterBackend` (a Ray cluster, cluster/). `make_backend` picks
+`LocalBackend` (this machine, local.py), `ClusterBackend` (a Ray cluster, cluster/) and `RemoteBackend` (a client
+of `autorl serve` on another machine, remote.py). `make_backend` picks
 one from the configs. Nothing is imported here, so `autorl.backends.cluster.config` loads without the
 server's process code or Ray."""
 

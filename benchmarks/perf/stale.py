@@ -69,6 +69,9 @@ MEASURES: dict[str, Measures] = {
     "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
+    "remote": Measures(
+        "benchmarks/perf/perf_remote.py", ("autorl/backends/remote.py", "pipelines/server/", *LOCAL_BACKEND, *TRAINING)
+    ),
     "generator": Measures("benchmarks/perf/perf_generator.py", ("autorl/inputs/", *SERVING, "ruler/endpoint.py")),
     "replicas": Measures(
         "benchmarks/perf/perf_replicas.py",

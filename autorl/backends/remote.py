@@ -1,0 +1,363 @@
+"""`RemoteBackend`: models served and trained by `autorl serve` on another machine, reached over HTTP.
+
+ART's split: the user's program (the client, any machine with Python) makes its rollouts through the
+server's OpenAI-compatible `/v1` and sends trajectory groups to train; the server (`pipelines.server`, on the
+GPU machine) runs a `LocalBackend` (vLLM and the trainer). An ART program switches by changing its backend
+line only: `RemoteBackend("http://gpu-box:7999", api_key=...)` for `LocalBackend()` (ART's name for it,
+`ServerlessBackend(api_key=..., base_url=...)`, is this class too).
+
+The wire format lives here, beside the client, so the server (which imports autorl, never the reverse)
+answers exactly what the client sends: JSON bodies of the request models below, answers as JSON, errors
+as `{"error": "<one line>"}` with a 4xx status. Every path but /health needs the server's token
+(`Authorization: Bearer ...`, as OpenAI clients send their key).
+
+Faults: a request that cannot reach the server, or that it answers 5xx, is sent again with exponential
+backoff (a server restarting resumes its models from their newest checkpoints), then ends in one
+`AutoRLError` line naming the URL. A training step carries an id chosen here (`TrainRequest.step_id`), so a
+step whose answer was lost (a cut connection, a server killed after the step) is answered from the server's
+record when sent again instead of being trained twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import io
+import logging
+import os
+import re
+import tarfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import TrainConfig, TrainerConfig
+from ..errors import AutoRLError
+from ..serving.auth import bearer
+from ..training.checkpoints import checkpoint_name
+from ..trajectories import TrajectoryGroup
+from .transport import GatedTransport, InferenceGate
+
+if TYPE_CHECKING:
+    from ..model import Model, TrainableModel
+
+log = logging.getLogger("autorl")
+
+DEFAULT_PORT = 7999
+"""`autorl serve`'s port unless told otherwise (ART's server's)."""
+URL_ENV = "AUTORL_URL"
+"""The server's URL when `RemoteBackend` is given none."""
+TOKEN_ENV = "AUTORL_TOKEN"
+"""The server's token: what `autorl serve` accepts, and what `RemoteBackend` sends when given no `api_key`."""
+CLIENT_HEADER = "X-AutoRL-Client"
+"""The id of one `RemoteBackend` (random, per instance): a model is trained by one client at a time."""
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+"""A model's or project's name on a server: a directory name (no '/', no leading '.', no '@')."""
+GZIP_OVER_BYTES = 64 * 1024
+"""Request bodies larger than this are sent gzip-compressed (trajectories' logprobs shrink about 5x)."""
+REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
+"""A training step on a CPU, or one waiting for the server to start the model's vLLM, takes minutes."""
+
+
+class RegisterRequest(BaseModel):
+    """`POST /models`: serve a model (its newest checkpoint, if it has one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    project: str = "default"
+    base_model: str
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    server: dict[str, Any] = Field(default_factory=dict)
+    report_metrics: list[str] | None = None
+
+
+class Registered(BaseModel):
+    """The answer to `POST /models` and `POST /models/NAME/serve`."""
+
+    step: int
+    inference_name: str
+    """The name to request in chat completions: `name@NNNN` (`name` alone is the newest checkpoint)."""
+
+
+class TrainRequest(BaseModel):
+    """`POST /models/NAME/train`: one GRPO step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    groups: list[TrajectoryGroup]
+    config: TrainConfig = Field(default_factory=TrainConfig)
+    step_id: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    """Chosen by the client, the same on every try of one step: a step the server finished is answered
+    from its record instead of trained again."""
+
+
+class Trained(BaseModel):
+    """The answer to `POST /models/NAME/train`."""
+
+    metrics: dict[str, Any]
+    """The step's metrics, with `step` (as `LocalBackend.train` returns them)."""
+    inference_name: str
+
+
+class LogRequest(BaseModel):
+    """`POST /models/NAME/log`: an evaluation batch (`Model.log`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = "default"
+    trainable: bool = True
+    report_metrics: list[str] | None = None
+    groups: list[TrajectoryGroup] = Field(default_factory=list)
+    split: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    metrics: dict[str, float] = Field(default_factory=dict)
+    step: int | None = Field(None, ge=0)
+
+
+class DeleteRequest(BaseModel):
+    """`POST /models/NAME/delete_checkpoints`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    best_checkpoint_metric: str = "val/reward"
+    keep: str = "latest,best"
+
+
+class ServeRequest(BaseModel):
+    """`POST /models/NAME/serve`: serve checkpoint `step` (`Backend.serve_checkpoint`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0)
+
+
+def check_name(name: str, what: str = "model name") -> str:
+    """`name` if a server takes it (`NAME`), else one `AutoRLError` line."""
+    if not NAME.fullmatch(name):
+        raise AutoRLError(f"{what} {name!r}: use letters, digits, '.', '_' and '-' (no '/', no leading '.', no '@')")
+    return name
+
+
+def error_line(response: httpx.Response) -> str:
+    """What a server's error answer says, in one line."""
+    try:
+        text = str(response.json().get("error") or response.json())
+    except (ValueError, AttributeError):
+        text = response.text
+    return " ".join(text.split())[:500] or response.reason_phrase
+
+
+class RemoteBackend:
+    """A `Backend` whose models are served and trained by `autorl serve` at `url`.
+
+    url: the server's address (`http://host:7999`); None: `base_url`, else the `AUTORL_URL` variable.
+    api_key: the server's token; None: the `AUTORL_TOKEN` variable. Sent with every request (and as the
+        API key of the models' OpenAI clients), never logged.
+    base_url: ART's keyword for `url` (`ServerlessBackend(api_key=..., base_url=...)`).
+    retries: times a request that could not reach the server (or got a 5xx) is sent again, waiting
+        `backoff_s`, then twice as long each time (6 tries after the first: about 30 s in all, long enough
+        for a server to restart).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        retries: int = 6,
+        backoff_s: float = 0.5,
+    ):
+        url = url or base_url or os.environ.get(URL_ENV)
+        if not url:
+            raise AutoRLError(
+                f"RemoteBackend needs the server's URL: pass url= (http://host:{DEFAULT_PORT}) or set {URL_ENV}"
+            )
+        if not url.startswith(("http://", "https://")):
+            raise AutoRLError(f"RemoteBackend url {url!r}: expected http://host:port or https://host")
+        self.url = url.rstrip("/").removesuffix("/v1")
+        api_key = api_key if api_key is not None else os.environ.get(TOKEN_ENV)
+        if not api_key:
+            raise AutoRLError(
+                f"RemoteBackend needs the server's token: pass api_key= or set {TOKEN_ENV} "
+                "(`autorl serve` wrote it to HOME/serve/token unless given one)"
+            )
+        self.api_key = api_key
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.client_id = uuid.uuid4().hex
+        """This client's id (`CLIENT_HEADER`): the server lets one client at a time train a model."""
+        self._gate = InferenceGate()  # never closed here: the server holds requests back while it trains
+        self._trained: set[str] = set()
+        self.bytes_sent = 0
+        """Request body bytes sent (after compression), for measurements."""
+
+    def __repr__(self) -> str:
+        return f"RemoteBackend({self.url!r})"  # never the key
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {**bearer(self.api_key), CLIENT_HEADER: self.client_id}
+
+    async def request(self, method: str, path: str, body: BaseModel | None = None, *, idempotent: bool = True) -> Any:
+        """Send a request to the server and return its JSON answer. A connection that fails, or a 5xx, is tried
+        again with backoff (`idempotent=False`: only a connection that was never made, so nothing is recorded
+        twice); then, like a 4xx, it is one `AutoRLError` line naming the URL."""
+        headers = dict(self.headers)
+        content = None
+        if body is not None:
+            content = body.model_dump_json().encode()
+            headers["Content-Type"] = "application/json"
+            if len(content) > GZIP_OVER_BYTES:
+                content = gzip.compress(content, compresslevel=1)
+                headers["Content-Encoding"] = "gzip"
+        response = await self._send(method, path, content, headers, idempotent)
+        return response.json()
+
+    async def _send(
+        self, method: str, path: str, content: bytes | None, headers: dict[str, str], idempotent: bool
+    ) -> httpx.Response:
+        where = f"{self.url}{path}"
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                wait = self.backoff_s * 2 ** (attempt - 1)
+                log.warning(
+                    "autorl server %s: %s; trying again in %.1f s (%d of %d)", where, last, wait, attempt, self.retries
+                )
+                await asyncio.sleep(wait)
+            try:
+                async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:  # per call: any event loop may call
+                    response = await client.request(method, where, content=content, headers=headers)
+                    self.bytes_sent += len(content or b"")
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if idempotent or isinstance(exc, httpx.ConnectError):
+                    continue
+                break
+            if response.status_code < 400:
+                return response
+            if response.status_code >= 500 and (idempotent or response.status_code == 503):
+                last = f"HTTP {response.status_code}: {error_line(response)}"
+                continue
+            raise AutoRLError(f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})")
+        raise AutoRLError(f"autorl server {where} failed after {attempt + 1} tries ({last})")
+
+    async def register(self, model: TrainableModel) -> None:
+        """Serve `model` on the server (its newest checkpoint there, if it has one); its OpenAI clients then
+        reach the server's `/v1` with the token."""
+        request = RegisterRequest(
+            name=check_name(model.name),
+            project=check_name(model.project, "project"),
+            base_model=model.base_model,
+            trainer=model.trainer,
+            server=model.server,
+            report_metrics=model.report_metrics,
+        )
+        answer = Registered.model_validate(await self.request("POST", "/models", request))
+        model.inference_base_url = f"{self.url}/v1"
+        model.inference_api_key = self.api_key
+        model.inference_model_name = answer.inference_name
+
+    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step on the server; sent again (same step id) until the server answers it, so a step is
+        trained once however often the connection fails."""
+        request = TrainRequest(groups=groups, config=config, step_id=uuid.uuid4().hex)
+        answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
+        self._trained.add(model.name)
+        model.inference_model_name = answer.inference_name
+        return answer.metrics
+
+    async def get_step(self, model: TrainableModel) -> int:
+        return int((await self.request("GET", f"/models/{model.name}/step"))["step"])
+
+    async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
+        """The name to request checkpoint `step` under (0: the base model). With merged serving (the server's
+        default on CPU) only the newest checkpoint is servable: another step is one error line."""
+        answer = await self.request("POST", f"/models/{model.name}/serve", ServeRequest(step=step))
+        return Registered.model_validate(answer).inference_name
+
+    async def log(
+        self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
+    ) -> dict[str, float]:
+        from ..model import TrainableModel
+
+        request = LogRequest(
+            project=check_name(model.project, "project"),
+            trainable=isinstance(model, TrainableModel),
+            report_metrics=model.report_metrics,
+            groups=groups,
+            split=split,
+            metrics=metrics,
+            step=step,
+        )
+        return await self.request("POST", f"/models/{check_name(model.name)}/log", request, idempotent=False)
+
+    async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
+        request = DeleteRequest(best_checkpoint_metric=best_checkpoint_metric, keep=keep)
+        return list((await self.request("POST", f"/models/{model.name}/delete_checkpoints", request))["deleted"])
+
+    async def list_checkpoints(self, model: TrainableModel) -> list[int]:
+        """The steps of the model's complete checkpoints on the server, oldest first."""
+        return list((await self.request("GET", f"/models/{model.name}/checkpoints"))["steps"])
+
+    async def download_checkpoint(
+        self, model: TrainableModel, step: int | None = None, path: str | os.PathLike = "."
+    ) -> Path:
+        """Fetch checkpoint `step` (None: the newest) from the server: its PEFT files go to `path/NNNN/`,
+        which is returned (load it with `peft.PeftModel.from_pretrained(base, that_path)`)."""
+        if step is None:
+            step = await self.get_step(model)
+        if step < 1:
+            raise AutoRLError(f"model {model.name!r} has no checkpoint on {self.url} yet (it is at step 0)")
+        response = await self._send("GET", f"/models/{model.name}/checkpoints/{step}", None, self.headers, True)
+        target = Path(path) / checkpoint_name(step)
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
+            archive.extractall(target, filter="data")  # no paths outside target, no links out, no devices
+        return target
+
+    async def recover(self, model: TrainableModel) -> bool:
+        """Wait for the server to answer its health check again (it restarts, or its network came back),
+        with the requests' backoff; whether it does."""
+        for attempt in range(self.retries + 1):
+            try:
+                async with httpx.AsyncClient(timeout=httpx.Timeout(10)) as client:
+                    if (await client.get(f"{self.url}/health")).status_code == 200:
+                        return True
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(self.backoff_s * 2**attempt)
+        return False
+
+    def transport(self, model: TrainableModel) -> httpx.AsyncBaseTransport:
+        """Plain HTTP to the server's `/v1`; a request cut off or refused (the server restarting) is sent again
+        once the server answers its health check."""
+
+        async def recover() -> bool:
+            return await self.recover(model)
+
+        return GatedTransport(self._gate, recover)
+
+    def close(self) -> None:
+        """Let other clients train the models this one trained (the server frees them by itself after a while
+        too). Nothing on the server stops."""
+        for name in sorted(self._trained):
+            with contextlib.suppress(httpx.HTTPError):  # else the server frees the model when its lease ends
+                httpx.post(f"{self.url}/models/{name}/release", headers=self.headers, timeout=10)
+        self._trained.clear()
+
+    async def __aenter__(self) -> RemoteBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+ServerlessBackend = RemoteBackend
+"""ART's name for its client of a remote training service (`art.ServerlessBackend(api_key=..., base_url=...)`):
+here a client of `autorl serve`."""

@@ -1,0 +1,512 @@
+"""The HTTP app of `autorl serve`: a `LocalBackend`'s models, trained and served for `autorl.RemoteBackend` clients.
+
+Paths (every one but /health needs the token; bodies are `autorl.backends.remote`'s request models):
+
+    GET  /health                               the server runs
+    POST /models                               register (serve) a model; its newest checkpoint if it has one
+    GET  /models/NAME/step                     the newest trained step
+    POST /models/NAME/train                    one GRPO step (one client at a time per model; a step id
+                                               already trained is answered from the record)
+    POST /models/NAME/log                      an evaluation batch (Model.log)
+    POST /models/NAME/delete_checkpoints       the checkpoints a keep policy leaves out
+    POST /models/NAME/serve                    serve checkpoint STEP (Backend.serve_checkpoint)
+    POST /models/NAME/release                  this client is done training NAME (another may start)
+    GET  /models/NAME/checkpoints[/STEP]       the complete checkpoints; one's PEFT files as .tar.gz
+    GET  /v1/models, POST /v1/...              OpenAI-compatible inference, passed on to the model's vLLM:
+                                               "NAME" is the newest checkpoint, "NAME@NNNN" checkpoint NNNN
+
+A model the server served before it was restarted is registered again on its first request (the
+registry `HOME/serve/models.json`), resuming from its newest checkpoint. A bad request is a 4xx whose
+body is `{"error": "<one line>"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import math
+import re
+import tarfile
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+
+from autorl.atomic import atomic_text
+from autorl.backends.base import ModelBackend, inference_name
+from autorl.backends.cluster.proxy import HOP_BY_HOP
+from autorl.backends.remote import (
+    CLIENT_HEADER,
+    DeleteRequest,
+    LogRequest,
+    Registered,
+    RegisterRequest,
+    ServeRequest,
+    Trained,
+    TrainRequest,
+    check_name,
+)
+from autorl.backends.run_dir import append_history, read_history
+from autorl.errors import AutoRLError, ServerDiedError
+from autorl.model import Model, TrainableModel
+from autorl.serving.auth import RequireKey, bearer
+from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
+from ruler.errors import RulerError
+
+log = logging.getLogger("autorl")
+M = TypeVar("M", bound=BaseModel)
+
+REGISTRY_FILE = "models.json"
+"""What the server serves (`RegisterRequest`s by name), under HOME/serve/: a restarted server resumes them."""
+STEP_IDS_FILE = "remote_steps.jsonl"
+"""In a model's run directory: `{"step_id", "step"}`, written before the step trains; with the history it
+says whether a step id was trained."""
+CLIENT_SET = frozenset({"host", "port", "extra_args"})
+"""`ServerConfig` fields a client may not set for its model: the vLLM servers stay on loopback behind this
+server, on ports it picks, with the flags it was started with."""
+STEP = re.compile(r"\d{1,6}")
+INFLATED_PER_BYTE = 16
+"""A gzip body may inflate to this many times the size limit, no more (a small body that inflates to
+gigabytes is refused)."""
+
+
+class Refused(Exception):
+    """A request answered with `status` and the one line `message`."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Lease:
+    """Which client trains a model: one at a time, until `lease_s` after its last step ends."""
+
+    client: str
+    running: int = 0
+    """Its steps under way."""
+    until: float = math.inf
+    """`time.monotonic()` after which another client may take the model (inf while a step runs)."""
+
+
+class ServedModels:
+    """The models of a `ModelBackend` as the server serves them: registered on first use (again after a
+    restart, from the registry), trained by one client at a time, each step id trained once."""
+
+    def __init__(self, backend: ModelBackend, serve_dir: Path, lease_s: float):
+        self.backend = backend
+        self.registry_path = serve_dir / REGISTRY_FILE
+        self.lease_s = lease_s
+        self.models: dict[str, TrainableModel] = {}
+        self._starting: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._stepping: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._leases: dict[str, Lease] = {}
+        self._inflight: dict[str, asyncio.Task] = {}
+        self._http: dict[str, httpx.AsyncClient] = {}
+
+    def registry(self) -> dict[str, dict]:
+        try:
+            return json.loads(self.registry_path.read_text())
+        except FileNotFoundError:
+            return {}
+
+    async def register(self, request: RegisterRequest) -> Registered:
+        check_name(request.name)
+        check_name(request.project, "project")
+        if set(request.server) & CLIENT_SET:
+            field = sorted(set(request.server) & CLIENT_SET)[0]
+            raise Refused(400, f"server.{field} is set by `autorl serve` for every model, not by a client")
+        known = self.registry().get(request.name)
+        if known and (known["project"], known["base_model"]) != (request.project, request.base_model):
+            raise Refused(
+                409,
+                f"model {request.name!r} is served here with project {known['project']!r} and base model "
+                f"{known['base_model']!r}; register another name",
+            )
+        model = await self._start(request)
+        return await self.registered(model)
+
+    async def _start(self, request: RegisterRequest) -> TrainableModel:
+        async with self._starting[request.name]:  # concurrent first requests start one vLLM server
+            if request.name not in self.models:
+                model = TrainableModel(**request.model_dump())
+                await self.backend.register(model)
+                self.models[request.name] = model
+                registry = self.registry()
+                if registry.get(request.name) != request.model_dump(mode="json"):
+                    registry[request.name] = request.model_dump(mode="json")
+                    atomic_text(self.registry_path, json.dumps(registry, indent=1))
+                log.info("serving model %r (project %r, base %s)", model.name, model.project, model.base_model)
+        return self.models[request.name]
+
+    async def get(self, name: str) -> TrainableModel:
+        """The registered model `name`; one the server served before a restart is registered again first."""
+        if name in self.models:
+            return self.models[name]
+        known = self.registry().get(name)
+        if known is None:
+            raise Refused(404, f"model {name!r} is not served here; register it with `await model.register(backend)`")
+        return await self._start(RegisterRequest.model_validate(known))
+
+    async def registered(self, model: TrainableModel) -> Registered:
+        step = await self.backend.get_step(model)
+        return Registered(step=step, inference_name=inference_name(model.name, step))
+
+    def check_lease(self, name: str, client: str) -> None:
+        """409 when another client trains `name` (a step of it runs, or ended less than `lease_s` ago)."""
+        lease = self._leases.get(name)
+        if lease is not None and lease.client != client and time.monotonic() < lease.until:
+            wait = "a step of it is running" if lease.running else f"free in {lease.until - time.monotonic():.0f} s"
+            raise Refused(
+                409, f"model {name!r} is being trained by another client ({wait}); one client trains a model at a time"
+            )
+
+    async def train(self, name: str, request: TrainRequest, client: str) -> Trained:
+        """One step, or the answer of the step `request.step_id` named before: its record once it was
+        trained, the step under way while it runs. The step runs as a task of its own, so a client that
+        disconnects does not stop it; its retry gets the result."""
+        model = await self.get(name)
+        if (task := self._inflight.get(request.step_id)) is not None:
+            return await asyncio.shield(task)
+        self.check_lease(name, client)
+        lease = self._leases.get(name)
+        if lease is None or lease.client != client:
+            lease = self._leases[name] = Lease(client)
+        lease.running += 1
+        lease.until = math.inf
+        task = asyncio.create_task(self._step(model, request))
+        self._inflight[request.step_id] = task
+
+        def done(_: asyncio.Task) -> None:
+            self._inflight.pop(request.step_id, None)
+            lease.running -= 1
+            if not lease.running:
+                lease.until = time.monotonic() + self.lease_s
+
+        task.add_done_callback(done)
+        return await asyncio.shield(task)
+
+    async def _step(self, model: TrainableModel, request: TrainRequest) -> Trained:
+        async with self._stepping[model.name]:  # the step number and its id's record, then the step
+            run_dir = self.backend.run_dir(model)
+            if (trained := await self.trained(model, request.step_id)) is not None:
+                log.info(
+                    "model %r: step id %s was trained already (step %d)",
+                    model.name,
+                    request.step_id,
+                    trained.metrics["step"],
+                )
+                return trained
+            step = await self.backend.get_step(model) + 1
+            append_history(run_dir, {"step_id": request.step_id, "step": step}, STEP_IDS_FILE)
+            metrics = await self.backend.train(model, request.groups, request.config)
+            return Trained(metrics=metrics, inference_name=inference_name(model.name, metrics["step"]))
+
+    async def trained(self, model: TrainableModel, step_id: str) -> Trained | None:
+        """The record of the step `step_id` named, if that step was trained."""
+        run_dir = self.backend.run_dir(model)
+        steps = [r["step"] for r in read_history(run_dir, STEP_IDS_FILE) if r.get("step_id") == step_id]
+        if not steps or await self.backend.get_step(model) < steps[-1]:
+            return None
+        record = next((r for r in read_history(run_dir) if r.get("step") == steps[-1]), None)
+        return None if record is None else Trained(metrics=record, inference_name=inference_name(model.name, steps[-1]))
+
+    def release(self, name: str, client: str) -> None:
+        lease = self._leases.get(name)
+        if lease is not None and lease.client == client and not lease.running:
+            del self._leases[name]
+
+    async def log(self, name: str, request: LogRequest) -> dict[str, float]:
+        if request.trainable:
+            model: Model = await self.get(name)
+        else:
+            model = Model(
+                name=name, project=check_name(request.project, "project"), report_metrics=request.report_metrics
+            )
+        return await self.backend.log(model, request.groups, request.split, request.metrics, request.step)
+
+    def merged(self, model: TrainableModel) -> bool:
+        config = getattr(self.backend, "server_config", None)
+        return config is not None and config.with_overrides(model.server).serves_merged()
+
+    async def target(self, requested: str) -> tuple[TrainableModel, str]:
+        """The model a chat request names, and the name its vLLM server serves that checkpoint under."""
+        name, at, step_text = requested.partition("@")
+        if name not in self.models and name not in self.registry():
+            raise Refused(404, f"model {requested!r} is not served here (GET /v1/models lists what is)")
+        model = await self.get(name)
+        if not at:
+            return model, model.get_inference_name()
+        if not STEP.fullmatch(step_text):
+            raise Refused(400, f"model {requested!r}: expected NAME@NNNN, a checkpoint's step")
+        return model, await self.serve(model, int(step_text))
+
+    async def serve(self, model: TrainableModel, step: int) -> str:
+        """The name the model's vLLM server serves checkpoint `step` under. Merged serving holds one
+        checkpoint, the newest: another step would swap the weights under the training client's rollouts."""
+        if self.merged(model):
+            newest = await self.backend.get_step(model)
+            if step != newest:
+                raise Refused(
+                    400,
+                    f"{inference_name(model.name, step)}: this server serves {model.name!r} merged into the weights, "
+                    f"one checkpoint at a time (the newest, {inference_name(model.name, newest)}); "
+                    "start `autorl serve --lora-serving adapter` to request earlier checkpoints",
+                )
+            return model.get_inference_name()
+        return await self.backend.serve_checkpoint(model, step)
+
+    def servable(self, model: TrainableModel) -> list[str]:
+        """The names `/v1/models` lists for `model`: the newest, and each checkpoint it may be asked for."""
+        run_dir = self.backend.run_dir(model)
+        steps = [0, *(step for step, _ in complete_checkpoints(run_dir / "checkpoints"))]
+        if self.merged(model):
+            steps = steps[-1:]
+        return [model.name, *(inference_name(model.name, step) for step in steps)]
+
+    async def forward(self, request: Request, path: str, body: dict) -> Response:
+        """Pass an OpenAI request on to the vLLM server of the model it names, streamed back as it comes."""
+        if not isinstance(body.get("model"), str):
+            raise Refused(400, f'/v1/{path} needs a JSON object with a "model" name')
+        model, served = await self.target(body["model"])
+        client = self._http.get(model.name)
+        if client is None:  # held back while the model trains; resent once a dead vLLM server was restarted
+            client = self._http[model.name] = httpx.AsyncClient(
+                transport=self.backend.transport(model), timeout=httpx.Timeout(None, connect=10)
+            )
+        headers = {"Content-Type": "application/json", **bearer(model.inference_api_key or "")}
+        outgoing = client.build_request(
+            request.method,
+            f"{model.require_endpoint()}/{path}",
+            headers=headers,
+            content=json.dumps({**body, "model": served}),
+        )
+        try:
+            response = await client.send(outgoing, stream=True)
+        except ServerDiedError:
+            raise
+        except httpx.HTTPError as exc:
+            raise Refused(502, f"the vLLM server of {model.name!r} did not answer ({type(exc).__name__})") from None
+        return StreamingResponse(
+            response.aiter_raw(),
+            status_code=response.status_code,
+            headers={k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP},
+            background=BackgroundTask(response.aclose),
+        )
+
+    async def close(self) -> None:
+        for client in self._http.values():
+            await client.aclose()
+        self._http.clear()
+
+
+def checkpoint_archive(checkpoints: Path, name: str, step: int) -> bytes:
+    """Checkpoint `step`'s files (the PEFT adapter and its metrics) as a .tar.gz."""
+    path = checkpoints / checkpoint_name(step)
+    if not (path / METRICS_FILE).is_file():
+        raise missing_checkpoint(name, step, checkpoints)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
+        for file in sorted(path.rglob("*")):
+            if file.is_file():
+                archive.add(file, arcname=str(file.relative_to(path)), recursive=False)
+    return buffer.getvalue()
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `max_bytes` is refused with 413, by its Content-Length before it
+    is read, or as soon as the bytes read pass the limit."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def message(self) -> str:
+        return f"request body over {self.max_bytes / 2**20:g} MiB; send fewer groups per step or raise `autorl serve --max-body-mb`"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            response = JSONResponse({"error": self.message()}, status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, self.message())
+            return message
+
+        return await self.app(scope, limited, send)
+
+
+async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
+    """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400)."""
+    raw = await request.body()
+    if request.headers.get("content-encoding", "").lower() == "gzip":
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            raw = inflater.decompress(raw, max_bytes * INFLATED_PER_BYTE)
+        except zlib.error as exc:
+            raise Refused(400, f"the gzip body could not be read ({exc})") from None
+        if inflater.unconsumed_tail:
+            raise Refused(413, f"the gzip body inflates past {max_bytes * INFLATED_PER_BYTE / 2**20:g} MiB")
+    return kind.model_validate_json(raw or b"{}")
+
+
+def one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status)
+
+
+def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
+    """The server's app over `served`: the token required on every path but /health, bodies up to
+    `max_body_bytes`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await served.close()
+            await asyncio.to_thread(served.backend.close)  # stops the models' vLLM servers
+
+    app = FastAPI(title="autorl serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+
+    @app.exception_handler(Refused)
+    async def refused(_: Request, exc: Refused) -> JSONResponse:
+        return error(exc.status, str(exc))
+
+    @app.exception_handler(ValidationError)
+    async def invalid(_: Request, exc: ValidationError) -> JSONResponse:
+        return error(400, one_line(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        return error(400, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return error(exc.status_code, exc.detail)
+
+    @app.exception_handler(ServerDiedError)
+    async def died(_: Request, exc: ServerDiedError) -> JSONResponse:
+        return error(503, str(exc))
+
+    @app.exception_handler(AutoRLError)
+    @app.exception_handler(RulerError)
+    async def user_error(_: Request, exc: Exception) -> JSONResponse:
+        return error(400, str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("autorl serve: %s", exc, exc_info=exc)
+        return error(500, f"{type(exc).__name__}: {exc}")
+
+    def client_of(request: Request) -> str:
+        client = request.headers.get(CLIENT_HEADER, "")
+        if not 8 <= len(client) <= 64:
+            raise Refused(400, f"a training request needs its client's id ({CLIENT_HEADER}: 8-64 characters)")
+        return client
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/models")
+    async def register(request: Request) -> Registered:
+        return await served.register(await parsed(request, RegisterRequest, max_body_bytes))
+
+    @app.get("/models/{name}/step")
+    async def step(name: str) -> dict:
+        return {"step": await served.backend.get_step(await served.get(name))}
+
+    @app.post("/models/{name}/train")
+    async def train(name: str, request: Request) -> Trained:
+        client = client_of(request)
+        return await served.train(name, await parsed(request, TrainRequest, max_body_bytes), client)
+
+    @app.post("/models/{name}/release")
+    async def release(name: str, request: Request) -> dict:
+        served.release(name, client_of(request))
+        return {"released": name}
+
+    @app.post("/models/{name}/log")
+    async def log_batch(name: str, request: Request) -> dict:
+        return await served.log(check_name(name), await parsed(request, LogRequest, max_body_bytes))
+
+    @app.post("/models/{name}/delete_checkpoints")
+    async def delete_checkpoints(name: str, request: Request) -> dict:
+        body = await parsed(request, DeleteRequest, max_body_bytes)
+        model = await served.get(name)
+        served.check_lease(name, client_of(request))
+        return {"deleted": await served.backend.delete_checkpoints(model, body.best_checkpoint_metric, body.keep)}
+
+    @app.post("/models/{name}/serve")
+    async def serve_step(name: str, request: Request) -> Registered:
+        body = await parsed(request, ServeRequest, max_body_bytes)
+        model = await served.get(name)
+        await served.serve(model, body.step)
+        return Registered(step=body.step, inference_name=inference_name(name, body.step))
+
+    @app.get("/models/{name}/checkpoints")
+    async def checkpoints(name: str) -> dict:
+        model = await served.get(name)
+        run_dir = served.backend.run_dir(model)
+        return {"steps": [step for step, _ in complete_checkpoints(run_dir / "checkpoints")]}
+
+    @app.get("/models/{name}/checkpoints/{step}")
+    async def checkpoint(name: str, step: int) -> Response:
+        model = await served.get(name)
+        checkpoints = served.backend.run_dir(model) / "checkpoints"
+        archive = await asyncio.to_thread(checkpoint_archive, checkpoints, name, step)
+        filename = f"{name}-{checkpoint_name(step)}.tar.gz"
+        return Response(
+            archive,
+            media_type="application/gzip",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        names = [n for model in served.models.values() for n in served.servable(model)]
+        return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "autorl"} for n in names]}
+
+    @app.post("/v1/{path:path}")
+    async def inference(path: str, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            raise Refused(400, f"/v1/{path}: the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise Refused(400, f"/v1/{path} needs a JSON object")
+        return await served.forward(request, path, body)
+
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(RequireKey, key=token)  # added last: the outermost, before anything reads the body
+    return app

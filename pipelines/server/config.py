@@ -1,0 +1,100 @@
+"""`ServeConfig`: how `autorl serve` runs (its fields are the command's options), and where its token comes from.
+
+A module of its own, light to import, so the CLI builds its options without loading FastAPI or the backend.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autorl.atomic import private_dir
+from autorl.backends.remote import DEFAULT_PORT, TOKEN_ENV
+from autorl.errors import AutoRLError
+from autorl.serving.config import LOOPBACK_HOSTS, ServerConfig
+from pipelines.config import DEFAULT_HOME
+
+SERVE_DIR = "serve"
+"""The server's own files under the home: `token` (when it made one), `models.json` (what it serves)."""
+MODELS_DIR = "models"
+"""The served models' run directories under the home: `models/<project>/<name>/`."""
+MIN_TOKEN_CHARS = 16
+
+
+class ServeConfig(BaseModel):
+    """How `autorl serve` runs."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    host: str = "127.0.0.1"
+    """Interface to bind, loopback unless told; another (0.0.0.0: every interface) needs a token from --token-file
+    or AUTORL_TOKEN, and TLS in front (a reverse proxy) on a network you do not trust."""
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    """TCP port (ART's server's, 7999, by default)."""
+    home: Path = DEFAULT_HOME
+    """Where the served models' runs (models/PROJECT/NAME/) and the server's token live."""
+    token_file: Path | None = None
+    """File holding the token every client must send (Authorization: Bearer ...); unset: AUTORL_TOKEN, else a
+    token made once and kept in HOME/serve/token (mode 0600)."""
+    max_body_mb: float = Field(64.0, gt=0)
+    """Largest request body accepted, in MiB (a training step's groups, compressed); larger is refused (413)."""
+    lease_s: float = Field(120.0, ge=0)
+    """Seconds after a client's last training step during which no other client may train that model (409);
+    a client that closes its backend frees it at once."""
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    """How each model's vLLM server starts (on loopback, behind this server)."""
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 2**20)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def serve_dir(self) -> Path:
+        return private_dir(self.home / SERVE_DIR)
+
+
+def resolve_token(config: ServeConfig) -> tuple[str, str]:
+    """The token and where it came from (a file's path or the variable's name, never the token): --token-file,
+    else AUTORL_TOKEN, else HOME/serve/token (made, mode 0600, when missing). A host other than loopback needs
+    one of the first two: a token somebody chose to hand out. One `AutoRLError` line for what is wrong."""
+    if config.token_file is not None:
+        token, source = read_token_file(config.token_file), str(config.token_file)
+    elif os.environ.get(TOKEN_ENV):
+        token, source = os.environ[TOKEN_ENV].strip(), TOKEN_ENV
+    elif config.host not in LOOPBACK_HOSTS:
+        raise AutoRLError(
+            f"--host {config.host} is not loopback: give the token clients must send with --token-file FILE "
+            f"or {TOKEN_ENV} (make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    else:
+        path = config.serve_dir() / "token"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+        token, source = read_token_file(path), str(path)
+    if len(token) < MIN_TOKEN_CHARS:
+        raise AutoRLError(f"the token from {source} is shorter than {MIN_TOKEN_CHARS} characters; use a random one")
+    return token, source
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (surrounding whitespace dropped); refused when others may read the file."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise AutoRLError(f"token file {path}: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise AutoRLError(f"token file {path} is readable by other users (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+    if not text:
+        raise AutoRLError(f"token file {path} is empty")
+    return text
