@@ -4,10 +4,13 @@ counters; and `RunArtifacts`, the part of it that reading a run's artifacts need
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -27,6 +30,32 @@ from ruler.calls import CallRecord
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
+
+
+def in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
+    """`fn()` on a daemon thread, as a future of this event loop: unlike `asyncio.to_thread`, nothing (not the
+    interpreter's exit) waits for it once the caller has given up on it."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a result nobody awaits is no warning
+
+    def settle(method: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            method(value)
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:
+            outcome = (future.set_exception, exc)
+        else:
+            outcome = (future.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True).start()
+    return future
+
 
 TRAIN_PROJECT = "train"
 
@@ -60,13 +89,17 @@ class Policy:
         """Start the policy's server (once). with_embedded: the embedded judge or generator will ask for the
         embedded model's plain weights too; where the policy's server cannot serve them (merged serving on this
         machine: its weights change with training), the embedded model's shared server starts at the same time,
-        so the two starts overlap instead of running one after the other."""
+        so the two starts overlap instead of running one after the other. The embedded one starts on a daemon
+        thread: when the policy's start fails (an unknown model, a port in use), the error comes at once and
+        nothing waits for the other start, whose server dies with the process."""
         async with self._lock:
             if self._client is None:
-                starts = [self.model.register(self.backend)]
+                embedded = None
                 if with_embedded and self.starts_apart_from_embedded():
-                    starts.append(asyncio.to_thread(embedded_endpoint))
-                await asyncio.gather(*starts)
+                    embedded = in_daemon_thread(embedded_endpoint)
+                await self.model.register(self.backend)
+                if embedded is not None:
+                    await embedded
                 self._client = self.model.openai_client()
 
     def starts_apart_from_embedded(self) -> bool:

@@ -360,3 +360,24 @@ def test_a_steps_cost_counts_its_groups_made_earlier_by_the_preflight_stage(tmp_
     cost = step_cost(3.0, Counter(policy=4, judge=1), [made, {"seconds": 5.0, "model_calls": {"policy": 4}}])
     assert cost == {"seconds": 10.5, "model_calls": {"policy": 12, "judge": 3}}  # the longest earlier group's time
     assert step_cost(2.0, Counter(), []) == {"seconds": 2.0, "model_calls": {}}
+
+
+def test_a_start_in_the_background_hands_back_its_result_or_error_on_a_daemon_thread():
+    """The embedded server's start beside the policy's (Policy.start): a failed policy start waits for nothing."""
+    import asyncio
+    import threading
+
+    from pipelines.context import in_daemon_thread
+
+    def fail() -> None:
+        raise ValueError("no such model")
+
+    def where() -> bool:
+        return threading.current_thread().daemon
+
+    async def main() -> None:
+        assert await in_daemon_thread(where) is True
+        with pytest.raises(ValueError, match="no such model"):
+            await in_daemon_thread(fail)
+
+    asyncio.run(main())
