@@ -54,17 +54,9 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.preflight == "off":
         return {"off": True}
     return {
-        "model": config.model,
-        "judge": config.judge,
-        "task": task.description,  # the judge is told the task
-        "rubric": task.rubric,
+        **train.group_settings(task, config),  # it makes training's step 1 groups, as that step would
         "audit_groups": config.audit_groups,
         "learnability_groups": config.learnability_groups,
-        "group_size": config.group_size,
-        "groups_per_step": config.groups_per_step,
-        "rollout": config.rollout.model_dump(),
-        "server": config.server.model_dump(exclude=train.SERVER_PLACEMENT),  # as training's step 1 samples
-        **task.agent_settings(),
     }
 
 

@@ -55,8 +55,9 @@ def step_config(config: RunConfig) -> TrainConfig:
     return config.train.model_copy(update={"max_completion_tokens": config.rollout.max_tokens})
 
 
-def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
+def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """What a step's judged groups depend on: the policy's sampling and the judge (the preflight stage makes
+    step 1's groups by them too)."""
     return {
         "model": config.model,
         "judge": config.judge,
@@ -65,10 +66,17 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         "group_size": config.group_size,
         "groups_per_step": config.groups_per_step,
         "rollout": config.rollout.model_dump(),
-        "train": config.train.model_dump(),
-        "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
         **task.agent_settings(),  # the rollouts' tools and turns
+    }
+
+
+def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
+    return {
+        **group_settings(task, config),
+        "train": config.train.model_dump(),
+        "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
     }
 
 
