@@ -150,7 +150,7 @@ def run_command(
     ] = None,
     **values: Any,
 ) -> None:
-    """Run the pipeline for TASK: inputs, system prompt, baseline, GRPO training, evaluation, report.
+    """Run the pipeline for TASK: inputs, system prompt, baseline, preflight checks, GRPO training, evaluation, report.
 
     Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
     run continues from its last checkpoint. A flag overrides the task file's train and trainer tables
