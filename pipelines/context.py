@@ -34,7 +34,9 @@ from .config import RunConfig
 
 def in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
     """`fn()` on a daemon thread, as a future of this event loop: unlike `asyncio.to_thread`, nothing (not the
-    interpreter's exit) waits for it once the caller has given up on it."""
+    interpreter's exit) waits for it once the caller has given up on it. The thread then lives as long as the
+    process: a server it started gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG,
+    `autorl.serving.die_with_parent`)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
     future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a result nobody awaits is no warning
@@ -52,6 +54,7 @@ def in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
             outcome = (future.set_result, result)
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
             loop.call_soon_threadsafe(settle, *outcome)
+        threading.Event().wait()  # stay: the servers fn started die with the thread that started them
 
     threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True).start()
     return future
