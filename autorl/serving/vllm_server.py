@@ -81,12 +81,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def check_port(config: ServerConfig) -> None:
-    """Raise one line when the port `config` asks for is in use (an unset port is always free: one is chosen)."""
-    if config.port is not None and _port_in_use(config.host, config.port):
-        raise AutoRLError(f"port {config.port} on {config.host} is in use; choose another port or leave it unset")
-
-
 def _port_in_use(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -209,7 +203,8 @@ class VLLMServer:
                 f'lora_serving="merged" needs vLLM\'s development endpoints, which are only safe on loopback; '
                 f'host {c.host!r} is not (use lora_serving="adapter" or host 127.0.0.1)'
             )
-        check_port(c)
+        if c.port is not None and _port_in_use(c.host, c.port):
+            raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")
         self.port = c.port or free_port(c.host)
         self._launch()
 
