@@ -19,8 +19,10 @@ from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
+from autorl.backends.run_dir import ensure_writable
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model
 from autorl.serving.scoring import prompt_logprobs
+from autorl.serving.vllm_server import check_port
 from autorl.task import TaskSpec
 from autorl.tracking import Tracker
 from autorl.training.sequences import Sequence, tokenize_trajectory
@@ -99,11 +101,19 @@ class Policy:
             if self._client is None:
                 embedded = None
                 if with_embedded and self.starts_apart_from_embedded():
+                    self.check_can_start()  # what would fail the policy's start fails before either starts
                     embedded = in_daemon_thread(embedded_endpoint)
                 await self.model.register(self.backend)
                 if embedded is not None:
                     await embedded
                 self._client = self.model.openai_client()
+
+    def check_can_start(self) -> None:
+        """Raise the error line the policy server's start would end in at once: an unknown model, a run
+        directory that cannot be written, a port in use."""
+        resolve_base_model(self.model.base_model)
+        ensure_writable(self.run_dir)
+        check_port(self.backend.server_config)
 
     def starts_apart_from_embedded(self) -> bool:
         """Whether the embedded model's plain weights need a server of their own beside the policy's: on this

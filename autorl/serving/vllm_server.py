@@ -81,7 +81,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _port_in_use(host: str, port: int) -> bool:
+def check_port(config: ServerConfig) -> None:
+    """One error line when the port `config` asks for is in use (an unset port is free: one is chosen)."""
+    if config.port is not None and port_in_use(config.host, config.port):
+        raise AutoRLError(f"port {config.port} on {config.host} is in use; choose another port or leave it unset")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether `host:port` cannot be bound now (another process listens there)."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -203,8 +210,7 @@ class VLLMServer:
                 f'lora_serving="merged" needs vLLM\'s development endpoints, which are only safe on loopback; '
                 f'host {c.host!r} is not (use lora_serving="adapter" or host 127.0.0.1)'
             )
-        if c.port is not None and _port_in_use(c.host, c.port):
-            raise AutoRLError(f"port {c.port} on {c.host} is in use; choose another port or leave it unset")
+        check_port(c)
         self.port = c.port or free_port(c.host)
         self._launch()
 
@@ -212,7 +218,7 @@ class VLLMServer:
         """Start a new server process in place of one that died, on the same port, so clients keep their URL."""
         port = self.port
         self.stop()
-        if _port_in_use(self.config.host, port):
+        if port_in_use(self.config.host, port):
             raise ServerStartError(f"vLLM server died and its port {port} was taken meanwhile; rerun to resume")
         self.port = port
         self._launch()
