@@ -4,13 +4,10 @@ counters; and `RunArtifacts`, the part of it that reading a run's artifacts need
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from rich.console import Console
 
@@ -24,6 +21,7 @@ from autorl.serving.embedded import embedded_endpoint, resolve_base_model
 from autorl.serving.scoring import prompt_logprobs
 from autorl.serving.vllm_server import check_port
 from autorl.task import TaskSpec
+from autorl.threads import in_daemon_thread
 from autorl.tracking import Tracker
 from autorl.training.sequences import Sequence, tokenize_trajectory
 from autorl.trajectories import Trajectory, TrajectoryGroup
@@ -32,35 +30,6 @@ from ruler.calls import CallRecord
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
-
-
-def in_daemon_thread(fn: Callable[[], Any]) -> asyncio.Future:
-    """`fn()` on a daemon thread, as a future of this event loop: unlike `asyncio.to_thread`, nothing (not the
-    interpreter's exit) waits for it once the caller has given up on it. The thread then lives as long as the
-    process: a server it started gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG,
-    `autorl.serving.die_with_parent`)."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a result nobody awaits is no warning
-
-    def settle(method: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            method(value)
-
-    def run() -> None:
-        try:
-            result = fn()
-        except BaseException as exc:
-            outcome = (future.set_exception, exc)
-        else:
-            outcome = (future.set_result, result)
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
-            loop.call_soon_threadsafe(settle, *outcome)
-        threading.Event().wait()  # stay: the servers fn started die with the thread that started them
-
-    threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True).start()
-    return future
-
 
 TRAIN_PROJECT = "train"
 
@@ -102,7 +71,7 @@ class Policy:
                 embedded = None
                 if with_embedded and self.starts_apart_from_embedded():
                     self.check_can_start()  # what would fail the policy's start fails before either starts
-                    embedded = in_daemon_thread(embedded_endpoint)
+                    embedded = in_daemon_thread(embedded_endpoint, stay=True)  # the server dies with its thread
                 await self.model.register(self.backend)
                 if embedded is not None:
                     await embedded

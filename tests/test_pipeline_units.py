@@ -367,7 +367,7 @@ def test_a_start_in_the_background_hands_back_its_result_or_error_on_a_daemon_th
     import asyncio
     import threading
 
-    from pipelines.context import in_daemon_thread
+    from autorl.threads import in_daemon_thread
 
     def fail() -> None:
         raise ValueError("no such model")

@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import collections.abc
-import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import json
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from pydantic_core import to_jsonable_python
 
 from ..errors import AutoRLError, McpServerDied
 from ..task import TaskSpec, ToolSpec
+from ..threads import in_daemon_thread
 from .tool_schema import parse_docstring, signature_schema
 
 if TYPE_CHECKING:
@@ -302,32 +301,12 @@ def _runner(function: Callable[..., Any]) -> Callable[[dict[str, Any]], Awaitabl
     async def run(arguments: dict[str, Any]) -> tuple[bool, Any]:
         if inspect.iscoroutinefunction(function):
             return True, await function(**arguments)
-        result = await _in_thread(function, arguments)
+        result = await in_daemon_thread(lambda: function(**arguments), f"tool {getattr(function, '__name__', '')}")
         if inspect.isawaitable(result):
             result = await result
         return True, result
 
     return run
-
-
-async def _in_thread(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-
-    def settle(outcome: Any, failed: bool) -> None:
-        if not future.done():
-            future.set_exception(outcome) if failed else future.set_result(outcome)
-
-    def work() -> None:
-        try:
-            outcome, failed = function(**arguments), False
-        except BaseException as exc:
-            outcome, failed = (exc if isinstance(exc, Exception | SystemExit) else RuntimeError(repr(exc))), True
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this call any more
-            loop.call_soon_threadsafe(settle, outcome, failed)
-
-    threading.Thread(target=work, name=f"tool {getattr(function, '__name__', '')}", daemon=True).start()
-    return await future
 
 
 def _jsonable(value: Any) -> Any:
