@@ -17,7 +17,7 @@ from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
 from autorl.backends.run_dir import ensure_writable
-from autorl.serving.embedded import embedded_endpoint, resolve_base_model
+from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
 from autorl.serving.vllm_server import check_port
 from autorl.task import TaskSpec
@@ -64,15 +64,20 @@ class Policy:
         embedded model's plain weights too; where the policy's server cannot serve them (merged serving on this
         machine: its weights change with training), the embedded model's shared server starts at the same time,
         so the two starts overlap instead of running one after the other. The embedded one starts on a daemon
-        thread: when the policy's start fails (an unknown model, a port in use), the error comes at once and
-        nothing waits for the other start, whose server dies with the process."""
+        thread: when the policy's start fails (an unknown model, a port in use), the error comes at once, nothing
+        waits for the other start, and that start is stopped."""
         async with self._lock:
             if self._client is None:
                 embedded = None
                 if with_embedded and self.starts_apart_from_embedded():
                     self.check_can_start()  # what would fail the policy's start fails before either starts
                     embedded = in_daemon_thread(embedded_endpoint, stay=True)  # the server dies with its thread
-                await self.model.register(self.backend)
+                try:
+                    await self.model.register(self.backend)
+                except BaseException:
+                    if embedded is not None and not embedded.done():
+                        stop_shared_servers()  # the run ends here: the start made for it does not go on
+                    raise
                 if embedded is not None:
                     await embedded
                 self._client = self.model.openai_client()

@@ -1,11 +1,13 @@
 """A user's mistake ends in one clear error line and a non-zero exit, before anything is half-written."""
 
 import json
+import os
 import socket
 
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from pipelines.cli import app
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -69,10 +71,14 @@ def test_vllm_failing_to_start_shows_its_log(tmp_path):
         "max_position_embeddings": 2048,
     }
     (broken / "config.json").write_text(json.dumps(config))
+    servers = lambda: with_command_line(descendants(os.getpid()), b"vllm.entrypoints")  # noqa: E731
+    before = servers()
     result = run_cli(TASK, "--model", str(broken), "--home", str(tmp_path / "home"))
     assert result.exit_code == 1
     assert "vLLM server exited during start-up; last log lines:" in result.output
     assert not list((tmp_path / "home").rglob("checkpoints/*")), "no checkpoint written"
+    # the embedded judge's server, started beside the policy's, is stopped with the run (not at this test's exit)
+    assert not wait_gone(servers() - before, 30), "the embedded server started for the run outlived it"
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on CUDA, unsloth may run")

@@ -92,6 +92,7 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
     from autorl.serving import embedded
 
     local_starts = VLLMServer.starts
+    earlier = with_command_line(descendants(os.getpid()), b"vllm.entrypoints")  # an earlier test's, alive at exit
     backend = ClusterBackend(tmp_path, cluster=ClusterConfig(ray="local", replicas=1, judge_replicas=2))
     servers: set[int] = set()
     try:
@@ -101,7 +102,7 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
         )
         assert target.name == "embedded:smollm2-135m"
         assert VLLMServer.starts == local_starts and backend.remote_server_starts == 2  # none in this process
-        servers = with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
+        servers = with_command_line(descendants(os.getpid()), b"vllm.entrypoints") - earlier
         pool = backend.placement.embedded_pool
         for replica in pool.replicas:  # each replica needs its own key, and the proxy its own
             assert replica.key and replica.key != target.api_key
@@ -148,7 +149,7 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_and_survive_a_k
             time.sleep(1)
         assert sorted(r.restarts for r in pool.replicas) == [0, 1]
         assert backend.remote_server_starts == 3
-        servers |= with_command_line(descendants(os.getpid()), b"vllm.entrypoints")
+        servers |= with_command_line(descendants(os.getpid()), b"vllm.entrypoints") - earlier
         restarted = next(r for r in pool.replicas if r.restarts == 1)
         served = answered_requests(restarted)
         asyncio.run(completions(target, 4))

@@ -155,6 +155,13 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
 
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
             server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
+            _shared_servers[model_dir.resolve()] = server  # before its start: `stop_shared_servers` reaches it
             server.start()
-            _shared_servers[model_dir.resolve()] = server
         return ModelEndpoint(model=server.served_name, base_url=server.base_url, api_key=server.api_key)
+
+
+def stop_shared_servers() -> None:
+    """Stop the servers `embedded_endpoint` started, and one it is starting (that start then fails on its own
+    thread). Takes no lock: a start holds it."""
+    for server in list(_shared_servers.values()):
+        server.stop()
