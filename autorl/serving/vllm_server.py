@@ -89,13 +89,18 @@ def check_port(config: ServerConfig) -> None:
 
 def port_in_use(host: str, port: int) -> bool:
     """Whether `host:port` cannot be bound now (another process listens there)."""
-    with socket.socket() as sock:
+    return bind_error(host, port) is not None
+
+
+def bind_error(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be bound now (in use, no such interface: the system's words), or None."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return True
-        return False
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        return None
 
 
 def _memory_dir(nbytes: int) -> str | None:

@@ -8,10 +8,10 @@ models' vLLM servers.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
 
 from autorl.errors import AutoRLError
+from autorl.serving.vllm_server import bind_error
 
 from .config import MODELS_DIR, ServeConfig, resolve_token
 
@@ -20,15 +20,8 @@ log = logging.getLogger("autorl")
 
 def check_port(host: str, port: int) -> None:
     """One error line when `host:port` cannot be bound (in use, or no such interface), before vLLM or FastAPI load."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise AutoRLError(
-                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port or --host"
-            ) from None
+    if (why := bind_error(host, port)) is not None:
+        raise AutoRLError(f"cannot listen on {host}:{port} ({why}); choose another --port or --host")
 
 
 def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> None:
