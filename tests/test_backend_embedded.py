@@ -1,7 +1,10 @@
-"""Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served, and a
-restarted backend that resumes at the newest checkpoint."""
+"""Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served (merged into
+the weights in place, and back to the base weights), a server that lets no request in without its key but
+its health check, and a restarted backend that resumes at the newest checkpoint."""
 
 import asyncio
+import tempfile
+from pathlib import Path
 
 import httpx
 import pytest
@@ -9,6 +12,20 @@ import pytest
 import autorl as art
 
 pytestmark = pytest.mark.slow
+GUARDED = [
+    ("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+    ("POST", "/v1/load_lora_adapter"), ("GET", "/metrics"), ("GET", "/server_info"), ("GET", "/version"),
+    ("POST", "/tokenize"), ("POST", "/invocations"), ("GET", "/openapi.json"), ("GET", "/docs"),
+    ("POST", "/pause"), ("POST", "/resume"), ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"),
+    ("GET", "/is_paused"),
+]  # fmt: skip
+"""What vLLM answers, its development endpoints (on in merged serving) included: vLLM's own --api-key guards
+only /v1 (measured: with VLLM_API_KEY set, /invocations, /server_info, /metrics and /pause answered without it)."""
+
+
+def merged_dirs() -> set[Path]:
+    """Where merged serving may write merged weights: /dev/shm, or the temporary directory."""
+    return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}
 
 
 # How each serving mode names what it serves: (before training, after step 1).
@@ -22,15 +39,25 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def scenario():
         backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving, startup_timeout_s=240))
         model = art.TrainableModel(name="agent", project="it")
+        left = merged_dirs()
         await model.register(backend)
         try:
+            server = backend.serving(model).server
+            root = server.base_url.removesuffix("/v1")
+            async with httpx.AsyncClient(timeout=60) as http:
+                for method, path in GUARDED:  # no key, a wrong key: refused before vLLM sees the request
+                    for headers in ({}, {"Authorization": "Bearer autorl-local"}):
+                        answer = await http.request(method, root + path, headers=headers, json={})
+                        assert answer.status_code == 401, (method, path, headers)
+                assert (await http.get(root + "/health")).status_code == 200
+                assert (await http.get(root + "/metrics", headers=server.headers)).status_code == 200
             client = model.openai_client()
             assert model.get_inference_name() == NAMES[serving][0]
             assert await model.get_step() == 0
 
-            async def greedy_logprobs() -> list[float]:
+            async def greedy_logprobs(name: str | None = None) -> list[float]:
                 reply = await client.chat.completions.create(
-                    model=model.get_inference_name(),
+                    model=name or model.get_inference_name(),
                     messages=[{"role": "user", "content": "Name a colour."}],
                     max_tokens=4,
                     temperature=0,
@@ -80,6 +107,11 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
             run_dir = tmp_path / "it" / "agent"
             assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
             assert len((run_dir / "history.jsonl").read_text().splitlines()) == 1
+            assert merged_dirs() == left  # the server holds its own copy of the merged weights; no file stays
+            # the base weights served again (merged: reloaded in place, the prefix cache of the LoRA's dropped)
+            base = await backend.serve_checkpoint(model, 0)
+            assert base == NAMES[serving][0] and await greedy_logprobs(base) == pytest.approx(before, abs=1e-3)
+            await backend.serve_checkpoint(model, 1)
             return model.inference_base_url
         finally:
             backend.close()

@@ -133,8 +133,21 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
         assert cost["seconds"] > 0 and cost["model_calls"] == {"policy": 2, "judge": 1}
     assert not wait_gone(children, 10), "vLLM processes outlived the run"
 
+    # the embedded generator through vLLM: distinct inputs, split apart, a system prompt, every request recorded
+    stages, keys = record(home, "first")["stages"], record(home, "first")["keys"]
+    rows = [json.loads(line) for line in (home / "artifacts/inputs" / keys["inputs"] / "inputs.jsonl").open()]
+    assert len(rows) == 6 and len({r["input"] for r in rows}) == 6  # SMALL's --inputs 6
+    assert {r["split"] for r in rows} == {"train", "val"} and {r["generator"] for r in rows} == {
+        "embedded:smollm2-135m"
+    }
+    asked = stages["inputs"]["calls"]["generator"]["log"]
+    assert len(asked) >= stages["inputs"]["summary"]["generator_calls"] >= 1 and all(
+        c["completion_tokens"] for c in asked
+    )
+    prompt = json.loads((home / "artifacts/system_prompt" / keys["system_prompt"] / "system_prompt.json").read_text())
+    assert prompt["system_prompt"].strip() and stages["system_prompt"]["model_calls"] >= 1
+
     # judged stages record what the judge did and which inputs their figures rest on
-    stages = record(home, "first")["stages"]
     evaluated = stages["evaluate"]["summary"]
     assert evaluated["judging"]["groups"] == evaluated["val_inputs"] > 0
     assert {"base", "latest"} <= evaluated["variants"].keys()
@@ -223,7 +236,7 @@ KEEP = ["--keep-checkpoints", "latest,best"]
 
 @pytest.mark.timeout(1500)  # ~410 s: two runs and a server restart (and first_run when run alone)
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
-    """Killed in step 2, the run resumes at step 2; its server killed in step 3, it loses no step; with
+    """Killed in step 2, the run resumes at step 2; its server's engine killed in step 3, it loses no step; with
     `--keep-checkpoints latest,best` it ends with exactly those two checkpoints and every step's history."""
     process = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *KEEP, *PROGRAM_JUDGE)
 
@@ -239,15 +252,18 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     work = home / "artifacts" / "train" / record(home, "killed")["keys"]["train"]
     assert not (work / "checkpoints" / "0002").exists()
 
-    # the resumed run's policy server is killed as step 3 starts: restarted, the run loses no step
+    # the resumed run's policy server loses its engine process as step 3's rollouts run (SIGKILL, as the OOM
+    # killer picks the largest process): vLLM answers what it holds with HTTP 500 "EngineCore encountered an
+    # issue" and exits; the backend restarts the server and sends those requests again: the run loses no step
     resumed = autorl(home, "killed", "--steps", "3", "--lr", "3e-5", "--no-wandb", *KEEP, *PROGRAM_JUDGE)
     train_key = record(home, "killed")["keys"]["train"]
 
-    def policy_server() -> set[int]:  # the vLLM server serving the training (merged: under its key)
-        return with_command_line(descendants(resumed.pid), train_key.encode())
+    def engine() -> set[int]:  # the engine of the vLLM server serving the training (merged: under its key)
+        servers = with_command_line(descendants(resumed.pid), train_key.encode())
+        return {pid for server in servers for pid in with_command_line(descendants(server), b"EngineCore")}
 
-    wait_until(resumed, lambda: (work / "steps" / "0003").exists() and policy_server())
-    for pid in policy_server():
+    wait_until(resumed, lambda: (work / "steps" / "0003").exists() and engine())
+    for pid in engine():
         os.kill(pid, signal.SIGKILL)
     output = finish(resumed)
     assert "the vLLM server of" in output and "died" in output and "restarting it (1 of at most 3)" in output

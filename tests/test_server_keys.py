@@ -1,6 +1,6 @@
 """Every server autorl starts requires its own key on every path but /health (`autorl.serving.auth`), and the key
 reaches only autorl's clients: never a command line, a log or a record. The real servers' refusals are proven
-where slow tests already start them (tests/test_vllm_merged.py: vLLM, its development endpoints included;
+where slow tests already start them (tests/test_backend_embedded.py: vLLM, its development endpoints included;
 tests/test_cluster_judge.py: Ray replicas and the pool proxy); the proxy's in tests/test_cluster_routing.py."""
 
 import asyncio
