@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -101,9 +102,10 @@ class RunConfig(BaseModel):
     `groups_per_step` = 16 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Where the policy is served and trained: this process (the default), or vLLM replicas and a trainer on a
-    Ray cluster (a task file's `[cluster]` table). Not part of any cache key: a run gives the same artifacts
-    either way, so a run moved to a cluster resumes from its local checkpoints and back."""
+    """Where the policy is served and trained: this process (the default), vLLM replicas and a trainer on a
+    Ray cluster, or an `autorl serve` on another machine (a task file's `[cluster]` table). Not part of any
+    cache key: a run gives the same artifacts either way, so a run moved to a cluster resumes from its local
+    checkpoints and back."""
 
     @field_validator("keep_checkpoints")
     @classmethod
@@ -127,11 +129,12 @@ class RunConfig(BaseModel):
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
         Raises AutoRLError naming a task table's key that is no field or whose value is invalid, or a `[cluster]`
-        `ray` address off this machine that `given` does not name too (`check_ray_address`), and pydantic's
-        ValidationError (located by field) for an invalid `given` value.
+        `ray` or `backend` address off this machine that `given` does not name too (`check_off_machine`), and
+        pydantic's ValidationError (located by field) for an invalid `given` value.
         """
         given = dict(given or {})
-        check_ray_address(task.cluster.get("ray"), (given.get("cluster") or {}).get("ray"))
+        for key in OFF_MACHINE:
+            check_off_machine(key, task.cluster.get(key), (given.get("cluster") or {}).get(key))
         values: dict[str, Any] = {
             name: getattr(task, name) for name in ("inputs_file", "keep_checkpoints") if getattr(task, name)
         }
@@ -149,20 +152,24 @@ class RunConfig(BaseModel):
 
 LOCAL_RAY = ("local", "auto")
 """`[cluster] ray` values that stay on this machine: a cluster it starts, or the one it belongs to."""
+OFF_MACHINE = {"ray": "the Ray cluster", "backend": "the `autorl serve`"}
+"""The `[cluster]` keys that may send a run to another machine, and what they send it to."""
 
 
-def check_ray_address(from_task: Any, from_command_line: str | None) -> None:
-    """A task file is code a user may not have written: its `[cluster] ray` may name a cluster off this machine
-    (which would receive the run: its model, data and tools) only when the command line names the same address
-    (`--ray`). "local", "auto" and loopback addresses need no flag."""
+def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -> None:
+    """A task file is code a user may not have written: its `[cluster] ray` or `backend` may name a machine
+    other than this one (which would receive the run: its model, data and tools, and for `backend` the
+    AUTORL_TOKEN) only when the command line names the same address (`--ray`, `--backend`). "local", "auto"
+    and loopback addresses need no flag."""
     if not isinstance(from_task, str) or from_task in LOCAL_RAY or from_task == from_command_line:
         return
-    host = from_task.rpartition(":")[0].strip("[]") if ":" in from_task else from_task
+    address = urlsplit(from_task).netloc if "//" in from_task else from_task
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
     if host == "localhost" or host == "::1" or host.startswith("127."):
         return
     raise AutoRLError(
-        f"the task's [cluster] table sends the run to the Ray cluster at {from_task!r}, off this machine; a task "
-        f"file cannot do that alone: pass --ray {from_task} too if you mean it"
+        f"the task's [cluster] table sends the run to {OFF_MACHINE[key]} at {from_task!r}, off this machine; a "
+        f"task file cannot do that alone: pass --{key} {from_task} too if you mean it"
     )
 
 

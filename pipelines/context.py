@@ -16,6 +16,7 @@ from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
+from autorl.backends.remote import RemoteBackend
 from autorl.backends.run_dir import ensure_writable
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
@@ -35,8 +36,8 @@ TRAIN_PROJECT = "train"
 
 
 class Policy:
-    """The policy model on a local vLLM server (or replicas on a Ray cluster: `RunConfig.cluster`), and the
-    task's tools; each started on first use (a fully cached run starts neither; on a cluster it still joins
+    """The policy model on a local vLLM server (or replicas on a Ray cluster, or an `autorl serve` elsewhere:
+    `RunConfig.cluster`), and the task's tools; each started on first use (a fully cached run starts neither; on a cluster it still joins
     Ray, so that an unreachable address fails before any stage runs)."""
 
     def __init__(
@@ -83,16 +84,23 @@ class Policy:
                 self._client = self.model.openai_client()
 
     def check_can_start(self) -> None:
-        """Raise the error line the policy server's start would end in at once: an unknown model, a run
-        directory that cannot be written, a port in use."""
-        resolve_base_model(self.model.base_model)
+        """Raise the error line the policy server's start would end in at once: a run directory that cannot be
+        written; on this machine, an unknown model or a port in use; an `autorl serve` that does not answer or
+        refuses the token."""
         ensure_writable(self.run_dir)
-        check_port(self.backend.server_config)
+        if isinstance(self.backend, RemoteBackend):
+            self.backend.check_reachable()
+        if isinstance(self.backend, LocalBackend):
+            resolve_base_model(self.model.base_model)
+            check_port(self.backend.server_config)
 
     def starts_apart_from_embedded(self) -> bool:
-        """Whether the embedded model's plain weights need a server of their own beside the policy's: on this
-        machine with merged serving (adapter serving keeps the base weights servable, and the embedded
-        endpoint reuses the policy's server; a cluster has replicas of its own for them)."""
+        """Whether the embedded model's plain weights need a server of their own beside the policy's: with the
+        policy on an `autorl serve`, or on this machine with merged serving (adapter serving keeps the base
+        weights servable, and the embedded endpoint reuses the policy's server; a cluster has replicas of its
+        own for them)."""
+        if isinstance(self.backend, RemoteBackend):
+            return True
         return isinstance(self.backend, LocalBackend) and self.backend.server_config.serves_merged()
 
     async def toolbox(self) -> Toolbox | None:
@@ -131,8 +139,18 @@ class Policy:
             self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, directory)
         sequences = [tokenize_trajectory(t, self._tokenizer) for t in trajectories]
         base = await self.serve_step(0)
-        scored = await asyncio.gather(*(prompt_logprobs(self._client, base, s.input_ids) for s in sequences))
+        if self.serves_adapters():  # one at a time: see `serves_adapters`
+            scored = [await prompt_logprobs(self._client, base, s.input_ids) for s in sequences]
+        else:
+            scored = await asyncio.gather(*(prompt_logprobs(self._client, base, s.input_ids) for s in sequences))
         return list(zip(sequences, scored, strict=True))
+
+    def serves_adapters(self) -> bool:
+        """Whether the policy's server has vLLM's LoRA support on (adapter serving; an `autorl serve` is asked
+        for it). vLLM 0.32 on CPU with it on crashes its engine on prompt_logprobs requests batched together
+        ("einsum(): subscript b has size 7 ... does not broadcast"; one request at a time is answered), which
+        `base_logprobs` therefore sends one after the other."""
+        return isinstance(self.backend, RemoteBackend) or not self.backend.server_config.serves_merged()
 
     async def serve_step(self, step: int) -> str:
         """The served name of checkpoint `step` (the base model for 0), loading it if needed."""

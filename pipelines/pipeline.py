@@ -113,8 +113,11 @@ async def _run_locked(
     try:
         for stage in forced:  # all at once: a stage may write into a later one's artifact (preflight into train's)
             store.remove(stage, keys[stage])
-        if servers_needed(task, config, forced, ctx) == {"policy", "embedded"}:
+        needed = servers_needed(task, config, forced, ctx)
+        if needed == {"policy", "embedded"}:
             await policy.start(with_embedded=True)  # both starts at once, before the first stage needs one
+        elif "policy" in needed:
+            policy.check_can_start()  # what would fail its start fails before the first stage
         for stage in STAGES:
             started, before = time.monotonic(), sum(calls.values())
             marks = len(ctx.judge_calls()), len(ctx.generator_calls)

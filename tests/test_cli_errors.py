@@ -81,6 +81,17 @@ def test_vllm_failing_to_start_shows_its_log(tmp_path):
     assert not wait_gone(servers() - before, 30), "the embedded server started for the run outlived it"
 
 
+def test_a_backend_that_is_down_or_unset_is_one_line_before_any_server(tmp_path, monkeypatch):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.delenv("AUTORL_TOKEN", raising=False)
+    assert "set AUTORL_TOKEN" in error_line(run_cli(TASK, "--backend", down, "--home", str(tmp_path)))
+    monkeypatch.setenv("AUTORL_TOKEN", "a-token")
+    line = error_line(run_cli(TASK, "--backend", down, "--home", str(tmp_path)))
+    assert line == f"error: autorl server {down} does not answer (ConnectError): is `autorl serve` running there?"
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on CUDA, unsloth may run")
 def test_unsloth_on_a_cpu_machine_is_one_line_before_any_server(tmp_path):
     assert '"unsloth" needs a CUDA GPU' in error_line(run_cli(TASK, "--engine", "unsloth", "--home", str(tmp_path)))

@@ -34,7 +34,7 @@ from autorl.config import TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
-from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
+from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
 from pipelines.cli import app as cli
 from pipelines.server.app import INFLATED_PER_BYTE, STEP_IDS_FILE, Refused, ServedModels, make_app
 from pipelines.server.config import MODELS_DIR, ServeConfig, resolve_token
@@ -198,6 +198,56 @@ def test_a_program_trains_logs_serves_and_downloads_through_the_remote_backend(s
     assert (path / "adapter_config.json").is_file() and path.name == "0002"
     assert (run_dir / "checkpoints" / "0002").is_dir()
     backend.close()
+
+
+def test_a_mirror_holds_the_servers_history_and_checkpoints_after_each_change(served, tiny_model, tmp_path):
+    """What `autorl run --backend` reads: the run directory copied back, as the server keeps it."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    backend = RemoteBackend(served.url, api_key=TOKEN, mirror=tmp_path / "mirror", server={"max_lora_rank": 16})
+    model, there = trainable(tiny_model), served.served.backend.run_dir(trainable(tiny_model))
+    here = backend.run_dir(model)
+    assert here == tmp_path / "mirror" / "remote" / "agent"
+
+    def copied() -> tuple[list[int], list[int]]:
+        return [r["step"] for r in read_history(here)], [s for s, _ in complete_checkpoints(here / "checkpoints")]
+
+    async def program() -> list:
+        seen = []
+        await model.register(backend)
+        seen.append(copied())
+        for _ in range(3):
+            await model.train(groups(tokenizer), config=LR)
+            seen.append(copied())
+        await model.delete_checkpoints("train/reward", keep="latest")
+        seen.append(copied())
+        return seen
+
+    assert asyncio.run(program()) == [([], []), ([1], [1]), ([1, 2], [1, 2]), ([1, 2, 3], [1, 2, 3]), ([1, 2, 3], [3])]
+    assert read_history(here) == read_history(there)
+    for name in ("adapter_model.safetensors", METRICS_FILE):  # the files themselves, whole
+        assert (here / "checkpoints" / "0003" / name).read_bytes() == (
+            there / "checkpoints" / "0003" / name
+        ).read_bytes()
+    assert served.served.models["agent"].server == {"max_lora_rank": 16}  # what the backend asked for each model
+    backend.close()
+
+    fresh = RemoteBackend(served.url, api_key=TOKEN, mirror=tmp_path / "elsewhere")  # a new machine: copied at register
+    asyncio.run(trainable(tiny_model).register(fresh))
+    assert [r["step"] for r in read_history(fresh.run_dir(model))] == [1, 2, 3]
+    with pytest.raises(AutoRLError, match="keeps no copy"):
+        RemoteBackend(served.url, api_key=TOKEN).run_dir(model)
+    with pytest.raises(AutoRLError, match=r"may not set \['port'\]"):
+        RemoteBackend(served.url, api_key=TOKEN, server={"port": 8000})
+
+
+def test_the_check_before_a_run_names_a_server_that_is_down_or_refuses_the_token(served):
+    RemoteBackend(served.url, api_key=TOKEN).check_reachable()
+    with pytest.raises(AutoRLError, match=r"refused the token: set AUTORL_TOKEN to the server's$"):
+        RemoteBackend(served.url, api_key="not-the-token").check_reachable()
+    down = f"http://127.0.0.1:{served.port}"
+    served.stop()
+    with pytest.raises(AutoRLError, match=rf"^autorl server {down} does not answer \(ConnectError\)"):
+        RemoteBackend(down, api_key=TOKEN).check_reachable()
 
 
 def test_every_path_but_health_needs_the_token(served):

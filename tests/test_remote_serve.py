@@ -8,6 +8,7 @@ tests/test_remote_backend.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -115,5 +116,52 @@ def test_an_art_program_trains_through_autorl_serve_which_is_killed_mid_step_and
         ids = [r["step_id"] for r in read_history(run_dir, STEP_IDS_FILE)]
         assert len(set(ids)) == 2 and ids[1] == ids[-1]  # step 2 was sent again with its own id
         assert token not in "".join(p.read_text() for p in tmp_path.glob("serve-*.log"))
+    finally:
+        server.stop()
+
+
+REMOTE_TASK = """
+description = "Answer in capital letters only."
+system_prompt = "You answer every message in capital letters only."
+inputs_file = "inputs.jsonl"
+"""
+REMOTE_INPUTS = [("Say hello.", "train"), ("Name a fruit.", "train"), ("Name a colour.", "val"), ("Say bye.", "val")]
+
+
+@pytest.mark.timeout(600)  # ~150 s on 2 cores: the server's vLLM start for the run's model, baseline, a step, evaluate
+def test_autorl_run_with_backend_trains_on_the_server_and_gets_its_checkpoint(tmp_path):
+    """`autorl run --backend URL` on the "laptop" (its own home), `autorl serve` on the "GPU box" (another home):
+    the run finishes with no vLLM server of its own, the step is trained once on the server, and the laptop's
+    run directory holds its history and checkpoint (copied back) as a local run's would; the token is in no
+    file either side wrote."""
+    token = secrets.token_urlsafe(32)
+    server = Serve(tmp_path / "server-home", free_port(), token)
+    server.home.mkdir()
+    laptop = tmp_path / "laptop"
+    (tmp_path / "upper.toml").write_text(REMOTE_TASK)
+    (tmp_path / "inputs.jsonl").write_text(
+        "".join(json.dumps({"input": i, "split": s}) + "\n" for i, s in REMOTE_INPUTS)
+    )
+    command = [sys.executable, "-m", "pipelines.cli", "run", str(tmp_path / "upper.toml"), "--home", str(laptop),
+               "--name", "upper", "--backend", server.url, "--steps", "1", "--group-size", "2",
+               "--groups-per-step", "1", "--max-tokens", "16", "--eval-samples", "2", "--learnability-groups", "1",
+               "--judge", "benchmarks.perf.learning_tasks.judges:uppercase", "--no-wandb"]  # fmt: skip
+    try:
+        server.start()
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=540, env={**os.environ, "AUTORL_TOKEN": token}
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        run = json.loads((laptop / "runs" / "upper" / "run.json").read_text())
+        assert run["status"] == "done" and run["server_starts"] == 0  # none on the laptop
+        (remote,) = (server.home / "models").glob("train/*")  # the run's model, trained there
+        assert [h["step"] for h in read_history(remote)] == [1]
+        here = laptop / "runs" / "upper"
+        assert [h["step"] for h in read_history(here)] == [1]  # the history and the checkpoint, copied back
+        copied = here / "checkpoints" / "0001" / "adapter_model.safetensors"
+        assert copied.read_bytes() == (remote / "checkpoints" / "0001" / "adapter_model.safetensors").read_bytes()
+        assert "restarting it" not in (server.home / "serve-1.log").read_text()  # its vLLM never died
+        written = [p for p in [*laptop.rglob("*"), *server.home.rglob("*")] if p.is_file() and not p.is_symlink()]
+        assert not [p for p in written if token.encode() in p.read_bytes()]
     finally:
         server.stop()

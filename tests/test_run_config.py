@@ -265,9 +265,31 @@ def test_a_task_file_cannot_send_a_run_off_this_machine_without_the_same_flag(ru
     for here in ("local", "auto", "127.0.0.1:6379", "localhost:6379", "[::1]:6379"):
         path = task_file(tmp_path, f'[cluster]\nray = "{here}"\n')
         assert run(str(path))[1].cluster.ray == here
+    # an `autorl serve` elsewhere would get the run and the AUTORL_TOKEN: the same rule
+    served = task_file(tmp_path, '[cluster]\nbackend = "https://gpu.example.com:7999"\n')
+    assert error_line(str(served)) == (
+        "error: the task's [cluster] table sends the run to the `autorl serve` at 'https://gpu.example.com:7999', "
+        "off this machine; a task file cannot do that alone: pass --backend https://gpu.example.com:7999 too if "
+        "you mean it"
+    )
+    assert run(str(served), "--backend", "https://gpu.example.com:7999")[1].cluster.backend.startswith("https://gpu")
+    for here in ("http://127.0.0.1:7999", "http://localhost:7999", "http://[::1]:7999"):
+        path = task_file(tmp_path, f'[cluster]\nbackend = "{here}"\n')
+        assert run(str(path))[1].cluster.backend == here
+
+
+def test_a_backend_is_a_url_and_not_beside_ray(run):
+    assert run(TASK, "--backend", "http://gpu-box:7999")[1].cluster == ClusterConfig(backend="http://gpu-box:7999")
+    assert error_line(TASK, "--backend", "gpu-box:7999").startswith(
+        "error: --backend: 'gpu-box:7999': expected the URL"
+    )
+    line = error_line(TASK, "--backend", "http://gpu-box:7999", "--ray", "local")
+    assert line.endswith("ray and backend name two places to train: give one"), line
 
 
 def test_where_a_run_is_served_changes_no_cache_key():
     task = TaskSpec(description=TASK)
     cluster = ClusterConfig(ray="local", replicas=3, replica_cpus=2, trainer_cpus=2)
     assert stage_keys(task, RunConfig(cluster=cluster)) == stage_keys(task, RunConfig())
+    served = ClusterConfig(backend="http://gpu-box:7999")
+    assert stage_keys(task, RunConfig(cluster=served)) == stage_keys(task, RunConfig())

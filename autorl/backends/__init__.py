@@ -1,22 +1,42 @@
 """Where a `TrainableModel` is served and trained: the `Backend` interface (base.py) and its implementations,
 `LocalBackend` (this machine, local.py), `ClusterBackend` (a Ray cluster, cluster/) and `RemoteBackend` (a client
 of `autorl serve` on another machine, remote.py). `make_backend` picks
-one from the configs. Nothing is imported here, so `autorl.backends.cluster.config` loads without the
+one from the configs. Nothing but the errors is imported here, so `autorl.backends.cluster.config` loads without the
 server's process code or Ray."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..errors import AutoRLError
 
 if TYPE_CHECKING:
     from ..serving.config import ServerConfig
     from .base import ModelBackend
     from .cluster.config import ClusterConfig
+    from .remote import RemoteBackend
 
 
-def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig) -> ModelBackend:
-    """A `ClusterBackend` when `cluster.ray` names a cluster, else a `LocalBackend`."""
+def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig) -> ModelBackend | RemoteBackend:
+    """A `RemoteBackend` when `cluster.backend` names an `autorl serve` (its run directories copied under `path`;
+    the `server` fields set, but where it runs, asked of it for each model, with adapter serving; one client id
+    per machine and `path`, so a rerun is the client that trained before), a
+    `ClusterBackend` when `cluster.ray` names a cluster, else a `LocalBackend`."""
+    if cluster.backend is not None:
+        from .remote import CLIENT_SET, RemoteBackend
+
+        if server.lora_serving == "merged":
+            raise AutoRLError(
+                "a run on an `autorl serve` (--backend) serves earlier checkpoints too (the baseline, the best "
+                "step): use lora_serving adapter, not merged"
+            )
+        asked = {**server.model_dump(exclude_unset=True, exclude=set(CLIENT_SET)), "lora_serving": "adapter"}
+        client = hashlib.sha256(f"{socket.gethostname()}:{Path(path).resolve()}".encode()).hexdigest()[:32]
+        return RemoteBackend(cluster.backend, mirror=path, server=asked, client_id=client)
     if cluster.ray is None:
         from .local import LocalBackend
 

@@ -16,6 +16,10 @@ backoff (a server restarting resumes its models from their newest checkpoints), 
 `AutoRLError` line naming the URL. A training step carries an id chosen here (`TrainRequest.step_id`), so a
 step whose answer was lost (a cut connection, a server killed after the step) is answered from the server's
 record when sent again instead of being trained twice.
+
+With a `mirror` directory (what `autorl run --backend URL` gives it), each model's run directory is copied to
+this machine as the server's changes it: the history and every complete checkpoint, at registration and
+after each step and deletion, so the run's stages read the same files as with a `LocalBackend`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import gzip
 import io
+import json
 import logging
 import os
 import re
@@ -35,11 +40,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..atomic import atomic_dir, atomic_text
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError
 from ..serving.auth import bearer
-from ..training.checkpoints import checkpoint_name
+from ..training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..trajectories import TrajectoryGroup
+from .run_dir import HISTORY_FILE, ensure_writable
 from .transport import GatedTransport, InferenceGate
 
 if TYPE_CHECKING:
@@ -61,6 +68,9 @@ GZIP_OVER_BYTES = 64 * 1024
 """Request bodies larger than this are sent gzip-compressed (trajectories' logprobs shrink about 5x)."""
 REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
 """A training step on a CPU, or one waiting for the server to start the model's vLLM, takes minutes."""
+CLIENT_SET = frozenset({"host", "port", "extra_args"})
+"""`ServerConfig` fields a client may not set for its model (`RegisterRequest.server`): the vLLM servers stay on
+loopback behind `autorl serve`, on ports it picks, with the flags it was started with."""
 
 
 class RegisterRequest(BaseModel):
@@ -161,6 +171,14 @@ class RemoteBackend:
     retries: times a request that could not reach the server (or got a 5xx) is sent again, waiting
         `backoff_s`, then twice as long each time (6 tries after the first: about 30 s in all, long enough
         for a server to restart).
+    mirror: a directory of this machine that each model's run directory is copied into
+        (`mirror/<project>/<name>/`: `history.jsonl` and the complete `checkpoints/NNNN/`), kept as the server's
+        after registration, each step and each deletion; None: nothing is copied.
+    server: `ServerConfig` fields every model registered here asks of the server (under the model's own
+        `TrainableModel.server`); not `host`, `port` nor `extra_args`, which the server sets.
+    client_id: who trains (`CLIENT_HEADER`: the server lets one client at a time train a model); None: a
+        random one. `autorl run` gives one per home, so a rerun after a kill trains on without waiting for the
+        killed run's lease to end.
     """
 
     def __init__(
@@ -171,6 +189,9 @@ class RemoteBackend:
         base_url: str | None = None,
         retries: int = 6,
         backoff_s: float = 0.5,
+        mirror: str | os.PathLike | None = None,
+        server: dict[str, Any] | None = None,
+        client_id: str | None = None,
     ):
         url = url or base_url or os.environ.get(URL_ENV)
         if not url:
@@ -189,15 +210,30 @@ class RemoteBackend:
         self.api_key = api_key
         self.retries = retries
         self.backoff_s = backoff_s
-        self.client_id = uuid.uuid4().hex
+        self.mirror = None if mirror is None else Path(mirror)
+        self.server = dict(server or {})
+        if set(self.server) & CLIENT_SET:
+            raise AutoRLError(
+                f"RemoteBackend server= may not set {sorted(set(self.server) & CLIENT_SET)}: the server does"
+            )
+        self.client_id = client_id or uuid.uuid4().hex
         """This client's id (`CLIENT_HEADER`): the server lets one client at a time train a model."""
         self._gate = InferenceGate()  # never closed here: the server holds requests back while it trains
         self._trained: set[str] = set()
         self.bytes_sent = 0
         """Request body bytes sent (after compression), for measurements."""
 
+    remote_server_starts = 0
+    """vLLM servers this backend started elsewhere: none (the server starts its own; this client does not count them)."""
+
     def __repr__(self) -> str:
         return f"RemoteBackend({self.url!r})"  # never the key
+
+    def run_dir(self, model: Model) -> Path:
+        """The copy of the model's run directory on this machine (`mirror/<project>/<name>/`)."""
+        if self.mirror is None:
+            raise AutoRLError("this RemoteBackend keeps no copy of its models' run directories: give it mirror=DIR")
+        return self.mirror / model.project / model.name
 
     @property
     def headers(self) -> dict[str, str]:
@@ -247,6 +283,20 @@ class RemoteBackend:
             raise AutoRLError(f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})")
         raise AutoRLError(f"autorl server {where} failed after {attempt + 1} tries ({last})")
 
+    def check_reachable(self) -> None:
+        """One `AutoRLError` line, at once, when the server does not answer or refuses the token (no retries:
+        for a check before anything expensive starts)."""
+        try:
+            response = httpx.get(f"{self.url}/v1/models", headers=self.headers, timeout=10)
+        except httpx.TransportError as exc:
+            raise AutoRLError(
+                f"autorl server {self.url} does not answer ({type(exc).__name__}): is `autorl serve` running there?"
+            ) from None
+        if response.status_code == 401:
+            raise AutoRLError(f"autorl server {self.url} refused the token: set {TOKEN_ENV} to the server's")
+        if response.status_code >= 400:
+            raise AutoRLError(f"autorl server {self.url}: {error_line(response)} (HTTP {response.status_code})")
+
     async def register(self, model: TrainableModel) -> None:
         """Serve `model` on the server (its newest checkpoint there, if it has one); its OpenAI clients then
         reach the server's `/v1` with the token."""
@@ -255,13 +305,14 @@ class RemoteBackend:
             project=check_name(model.project, "project"),
             base_model=model.base_model,
             trainer=model.trainer,
-            server=model.server,
+            server={**self.server, **model.server},
             report_metrics=model.report_metrics,
         )
         answer = Registered.model_validate(await self.request("POST", "/models", request))
         model.inference_base_url = f"{self.url}/v1"
         model.inference_api_key = self.api_key
         model.inference_model_name = answer.inference_name
+        await self._copy_back(model)
 
     async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step on the server; sent again (same step id) until the server answers it, so a step is
@@ -270,6 +321,7 @@ class RemoteBackend:
         answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
         self._trained.add(model.name)
         model.inference_model_name = answer.inference_name
+        await self._copy_back(model)
         return answer.metrics
 
     async def get_step(self, model: TrainableModel) -> int:
@@ -299,7 +351,9 @@ class RemoteBackend:
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
         request = DeleteRequest(best_checkpoint_metric=best_checkpoint_metric, keep=keep)
-        return list((await self.request("POST", f"/models/{model.name}/delete_checkpoints", request))["deleted"])
+        deleted = list((await self.request("POST", f"/models/{model.name}/delete_checkpoints", request))["deleted"])
+        await self._copy_back(model)
+        return deleted
 
     async def list_checkpoints(self, model: TrainableModel) -> list[int]:
         """The steps of the model's complete checkpoints on the server, oldest first."""
@@ -316,10 +370,26 @@ class RemoteBackend:
             raise AutoRLError(f"model {model.name!r} has no checkpoint on {self.url} yet (it is at step 0)")
         response = await self._send("GET", f"/models/{model.name}/checkpoints/{step}", None, self.headers, True)
         target = Path(path) / checkpoint_name(step)
-        target.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
-            archive.extractall(target, filter="data")  # no paths outside target, no links out, no devices
+        with atomic_dir(target) as filling, tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
+            archive.extractall(filling, filter="data")  # no paths outside it, no links out, no devices
         return target
+
+    async def _copy_back(self, model: TrainableModel) -> None:
+        """Make the mirror's copy of the model's run directory the server's: its history, and its complete
+        checkpoints (the missing ones downloaded, each whole or not at all; those the server deleted removed)."""
+        if self.mirror is None:
+            return
+        run_dir = self.run_dir(model)
+        ensure_writable(run_dir)
+        history = (await self.request("GET", f"/models/{model.name}/history"))["history"]
+        atomic_text(run_dir / HISTORY_FILE, "".join(json.dumps(record) + "\n" for record in history))
+        checkpoints = run_dir / "checkpoints"
+        here = {step for step, _ in complete_checkpoints(checkpoints)}
+        there = set(await self.list_checkpoints(model))
+        for step in sorted(there - here):
+            await self.download_checkpoint(model, step, checkpoints)
+        for step in sorted(here - there):
+            remove_checkpoint(checkpoints, step)
 
     async def recover(self, model: TrainableModel) -> bool:
         """Wait for the server to answer its health check again (it restarts, or its network came back),

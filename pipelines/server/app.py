@@ -12,6 +12,7 @@ Paths (every one but /health needs the token; bodies are `autorl.backends.remote
     POST /models/NAME/serve                    serve checkpoint STEP (Backend.serve_checkpoint)
     POST /models/NAME/release                  this client is done training NAME (another may start)
     GET  /models/NAME/checkpoints[/STEP]       the complete checkpoints; one's PEFT files as .tar.gz
+    GET  /models/NAME/history                  the training history (a record per step, as history.jsonl)
     GET  /v1/models, POST /v1/...              OpenAI-compatible inference, passed on to the model's vLLM:
                                                "NAME" is the newest checkpoint, "NAME@NNNN" checkpoint NNNN
 
@@ -51,6 +52,7 @@ from autorl.backends.base import ModelBackend, inference_name
 from autorl.backends.cluster.proxy import HOP_BY_HOP
 from autorl.backends.remote import (
     CLIENT_HEADER,
+    CLIENT_SET,
     DeleteRequest,
     LogRequest,
     Registered,
@@ -75,9 +77,6 @@ REGISTRY_FILE = "models.json"
 STEP_IDS_FILE = "remote_steps.jsonl"
 """In a model's run directory: `{"step_id", "step"}`, written before the step trains; with the history it
 says whether a step id was trained."""
-CLIENT_SET = frozenset({"host", "port", "extra_args"})
-"""`ServerConfig` fields a client may not set for its model: the vLLM servers stay on loopback behind this
-server, on ports it picks, with the flags it was started with."""
 STEP = re.compile(r"\d{1,6}")
 INFLATED_PER_BYTE = 16
 """A gzip body may inflate to this many times the size limit, no more (a small body that inflates to
@@ -478,6 +477,10 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         model = await served.get(name)
         run_dir = served.backend.run_dir(model)
         return {"steps": [step for step, _ in complete_checkpoints(run_dir / "checkpoints")]}
+
+    @app.get("/models/{name}/history")
+    async def history(name: str) -> dict:
+        return {"history": read_history(served.backend.run_dir(await served.get(name)))}
 
     @app.get("/models/{name}/checkpoints/{step}")
     async def checkpoint(name: str, step: int) -> Response:

@@ -99,6 +99,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     config, work = ctx.config, ctx.policy.run_dir
     prompt = system_prompt.load(ctx)
     train_inputs = inputs.load(ctx, "train")
+    await ctx.policy.start()  # from here a remote backend's copy of the run directory is the server's
     step = steps_done(ctx)
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
