@@ -358,6 +358,37 @@ def test_a_step_id_is_trained_once_after_a_disconnect_mid_step_or_a_restart(tmp_
         restarted.stop()
 
 
+def test_a_client_started_again_with_its_id_gets_the_step_its_killed_self_asked_for(served, tiny_model):
+    """`autorl run --backend` killed mid-step and run again: the same client id asks for the same step, so it gets
+    that step (still training when it asks) instead of a second one; a step after it trains as usual."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    run_dir = served.served.backend.run_dir(trainable(tiny_model))
+
+    async def killed_mid_step() -> None:
+        model = trainable(tiny_model)
+        await model.register(RemoteBackend(served.url, api_key=TOKEN, client_id="the_laptops_run"))
+        step = asyncio.create_task(model.train(groups(tokenizer), config=LR))
+        while not (run_dir / STEP_IDS_FILE).exists():  # the server started the step
+            await asyncio.sleep(0.01)
+        step.cancel()  # the client dies: its connection with it
+        with pytest.raises(asyncio.CancelledError):
+            await step
+
+    async def again() -> list[int]:
+        model = trainable(tiny_model)
+        await model.register(RemoteBackend(served.url, api_key=TOKEN, client_id="the_laptops_run"))
+        first = await model.train(groups(tokenizer), config=LR)
+        second = await model.train(groups(tokenizer), config=LR)
+        return [first["step"], second["step"]]
+
+    asyncio.run(killed_mid_step())
+    assert asyncio.run(again()) == [1, 2]
+    assert [r["step"] for r in read_history(run_dir)] == [1, 2]  # each step once
+    assert [r["step_id"] for r in read_history(run_dir, STEP_IDS_FILE)] == ["the_laptops_run-1", "the_laptops_run-2"]
+    with pytest.raises(AutoRLError, match="client_id: 8-48 letters"):
+        RemoteBackend(served.url, api_key=TOKEN, client_id="no/slashes")
+
+
 def test_the_client_retries_until_a_restarted_server_answers_then_says_which_url_is_down(tmp_path, chat, tiny_model):
     harness = Harness(tmp_path, chat)
     backend = RemoteBackend(harness.url, api_key=TOKEN, retries=5, backoff_s=0.2)

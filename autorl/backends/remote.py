@@ -13,9 +13,10 @@ as `{"error": "<one line>"}` with a 4xx status. Every path but /health needs the
 
 Faults: a request that cannot reach the server, or that it answers 5xx, is sent again with exponential
 backoff (a server restarting resumes its models from their newest checkpoints), then ends in one
-`AutoRLError` line naming the URL. A training step carries an id chosen here (`TrainRequest.step_id`), so a
-step whose answer was lost (a cut connection, a server killed after the step) is answered from the server's
-record when sent again instead of being trained twice.
+`AutoRLError` line naming the URL. A training step carries an id chosen here (`TrainRequest.step_id`: this
+client's id and the step it asks for), so a step whose answer was lost (a cut connection, a server killed
+after the step, this client killed and started again with its id) is answered from the server's record when
+sent again instead of being trained twice.
 
 With a `mirror` directory (what `autorl run --backend URL` gives it), each model's run directory is copied to
 this machine as the server's changes it: the history and every complete checkpoint, at registration and
@@ -34,6 +35,7 @@ import os
 import re
 import tarfile
 import uuid
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,6 +220,9 @@ class RemoteBackend:
             )
         self.client_id = client_id or uuid.uuid4().hex
         """This client's id (`CLIENT_HEADER`): the server lets one client at a time train a model."""
+        if not re.fullmatch(r"[A-Za-z0-9_]{8,48}", self.client_id):
+            raise AutoRLError("RemoteBackend client_id: 8-48 letters, digits or '_'")
+        self._stepping: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._gate = InferenceGate()  # never closed here: the server holds requests back while it trains
         self._trained: set[str] = set()
         self.bytes_sent = 0
@@ -316,13 +321,18 @@ class RemoteBackend:
 
     async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step on the server; sent again (same step id) until the server answers it, so a step is
-        trained once however often the connection fails."""
-        request = TrainRequest(groups=groups, config=config, step_id=uuid.uuid4().hex)
-        answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
-        self._trained.add(model.name)
-        model.inference_model_name = answer.inference_name
-        await self._copy_back(model)
-        return answer.metrics
+        trained once however often the connection fails. The id names this client and the step it asks for
+        (the one after the server's newest when this client last heard): a client of the same id started again
+        (`autorl run` after a kill) that asks for a step the killed one asked for gets that step's result, the
+        step under way included, instead of a step more."""
+        async with self._stepping[model.name]:  # one step of a model at a time from here: each its own id
+            step = await self.get_step(model) + 1
+            request = TrainRequest(groups=groups, config=config, step_id=f"{self.client_id}-{step}")
+            answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
+            self._trained.add(model.name)
+            model.inference_model_name = answer.inference_name
+            await self._copy_back(model)
+            return answer.metrics
 
     async def get_step(self, model: TrainableModel) -> int:
         return int((await self.request("GET", f"/models/{model.name}/step"))["step"])
