@@ -135,7 +135,10 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
 
     # the embedded generator through vLLM: distinct inputs, split apart, a system prompt, every request recorded
     stages, keys = record(home, "first")["stages"], record(home, "first")["keys"]
-    rows = [json.loads(line) for line in (home / "artifacts/inputs" / keys["inputs"] / "inputs.jsonl").open()]
+    rows = [
+        json.loads(line)
+        for line in (home / "artifacts/inputs" / keys["inputs"] / "inputs.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 6 and len({r["input"] for r in rows}) == 6  # SMALL's --inputs 6
     assert {r["split"] for r in rows} == {"train", "val"} and {r["generator"] for r in rows} == {
         "embedded:smollm2-135m"
