@@ -1,6 +1,6 @@
 """ART-style client programs (tests/art_programs/) run unchanged but for their import, in order, on one
 backend: one vLLM server on the embedded model, which the embedded RULER judge shares (adapter serving keeps
-the base weights served under their own name). Each program trains two steps of the same model, so the later
+the base weights served under their own name; RULER's plumbing is checked on it too). Each program trains two steps of the same model, so the later
 ones resume where the earlier stopped, as a user's next program would."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # a program imports LiteLLM: no price-map download
 from art_programs import dataset_loop, guess_the_number, ruler_judged
 
+import ruler
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.local import LocalBackend
 from autorl.serving.config import ServerConfig
+from autorl.trajectories import Trajectory, TrajectoryGroup
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +82,43 @@ def test_a_ruler_scored_group_trains_and_litellm_reaches_the_model(session):
     assert [h["step"] for h in steps] == [3, 4]
     judged = sum(h["groups"] for h in steps)
     assert judged >= 1, "the embedded judge scored no group in two steps"
+
+
+@pytest.mark.timeout(120)  # a few judge calls on the session's server
+def test_the_embedded_judge_on_that_server_scores_a_group_in_range_and_a_repeat_from_its_cache(session, tmp_path):
+    """RULER's plumbing with `judge_model="embedded"` on vLLM (a 135M judge cannot rank answers well): structured
+    output keeps its answer parseable, scores land in [0, 1] with their metrics, identical rollouts get one
+    verdict, and a repeat is answered from the cache. The session's adapter-serving server serves the base
+    weights, so the judge asks it rather than starting a server of its own."""
+    from autorl.serving.vllm_server import VLLMServer
+
+    def rollout(answer: str) -> Trajectory:
+        messages = [
+            {"role": "system", "content": "Answer arithmetic questions with the number only."},
+            {"role": "user", "content": "What is 6 times 7?"},
+            {"role": "assistant", "content": answer},
+        ]
+        return Trajectory(messages_and_choices=messages, reward=0.5)
+
+    group = TrajectoryGroup([rollout("42"), rollout("48"), rollout("The product is 42."), rollout("42")])
+    task = "Answer arithmetic questions for school children."
+    starts = VLLMServer.starts
+    scored = session.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path, task=task))
+    assert VLLMServer.starts == starts  # no server of its own
+    assert len(scored) == 4
+    for trajectory in scored:
+        assert 0.0 <= trajectory.reward <= 1.0
+        assert trajectory.metrics["ruler_score"] == trajectory.reward
+        assert trajectory.metrics["independent_reward"] == 0.5
+        assert trajectory.metrics["ruler_attempts"] >= 1
+        assert trajectory.metrics["ruler_prompt_tokens"] > 0
+        assert trajectory.metrics["ruler_shortened"] == 0.0  # a short group fits the 2,048-token context
+        assert trajectory.logs and trajectory.logs[0].startswith("ruler: ")
+    assert scored.trajectories[0].reward == scored.trajectories[3].reward  # identical rollouts, one verdict
+
+    again = session.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path, task=task))
+    assert [t.reward for t in again] == [t.reward for t in scored]
+    assert all(t.metrics["ruler_cache_hit"] == 1.0 for t in again)
 
 
 @pytest.mark.timeout(300)  # ~40 s on CI: two steps of two groups with a tool
