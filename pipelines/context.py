@@ -37,8 +37,8 @@ TRAIN_PROJECT = "train"
 
 class Policy:
     """The policy model on a local vLLM server (or replicas on a Ray cluster, or an `autorl serve` elsewhere:
-    `RunConfig.cluster`), and the task's tools; each started on first use (a fully cached run starts neither; on a cluster it still joins
-    Ray, so that an unreachable address fails before any stage runs)."""
+    `RunConfig.cluster`), and the task's tools; each started on first use (a fully cached run starts neither;
+    on a cluster it still joins Ray, so that an unreachable address fails before any stage runs)."""
 
     def __init__(
         self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
@@ -90,7 +90,7 @@ class Policy:
         ensure_writable(self.run_dir)
         if isinstance(self.backend, RemoteBackend):
             self.backend.check_reachable()
-        if isinstance(self.backend, LocalBackend):
+        elif isinstance(self.backend, LocalBackend):
             resolve_base_model(self.model.base_model)
             check_port(self.backend.server_config)
 

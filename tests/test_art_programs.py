@@ -1,7 +1,7 @@
-"""ART-style client programs (tests/art_programs/) run unchanged but for their import, in order, on one
-backend: one vLLM server on the embedded model, which the embedded RULER judge shares (adapter serving keeps
-the base weights served under their own name; RULER's plumbing is checked on it too). Each program trains two steps of the same model, so the later
-ones resume where the earlier stopped, as a user's next program would."""
+"""ART-style client programs (tests/art_programs/) run unchanged but for their import, in order, on one backend: one
+vLLM server on the embedded model, which the embedded RULER judge shares (adapter serving keeps the base weights
+served under their own name; RULER's plumbing is checked on it too). Each program trains two steps of the same
+model, so the later ones resume where the earlier stopped, as a user's next program would."""
 
 from __future__ import annotations
 

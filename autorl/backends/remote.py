@@ -229,7 +229,8 @@ class RemoteBackend:
         """Request body bytes sent (after compression), for measurements."""
 
     remote_server_starts = 0
-    """vLLM servers this backend started elsewhere: none (the server starts its own; this client does not count them)."""
+    """vLLM servers this backend started elsewhere: none (the server starts its own; this client does not count
+    them)."""
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.url!r})"  # never the key
