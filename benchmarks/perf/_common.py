@@ -139,7 +139,8 @@ def median_ratio(
 
 def commit() -> dict:
     """The git commit the measured code is at, and whether the checkout differed from it (uncommitted changes
-    to tracked files): a figure from a dirty tree describes no commit exactly."""
+    to tracked files other than the results themselves): a figure from a dirty tree describes no commit
+    exactly."""
     import subprocess
 
     def git(*args: str) -> str:
@@ -148,7 +149,9 @@ def commit() -> dict:
 
     return {
         "sha": git("rev-parse", "HEAD") or None,
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS.relative_to(ROOT)}")
+        ),
     }
 
 
