@@ -94,6 +94,7 @@ class Side:
 
         self.client = client
         self.served_name = served_name  # a callable: the name to request now
+        self.group_size, self.tokens = GROUP_SIZE, COMPLETION_TOKENS  # of the next step (`scaling.py` varies them)
         self.judge = FunctionJudge(lambda messages: e_share(messages[-1]["content"] or ""), name="e_share")
         self.steps: list[dict[str, float]] = []
         self.last_groups: list[art.TrajectoryGroup] = []
@@ -102,7 +103,7 @@ class Side:
         response = await self.client.chat.completions.create(
             model=self.served_name(),
             messages=PROMPT,
-            max_tokens=COMPLETION_TOKENS,
+            max_tokens=self.tokens,
             temperature=1.0,
             top_p=1.0,
             logprobs=True,
@@ -118,7 +119,7 @@ class Side:
 
         t0 = time.perf_counter()
         groups = await art.gather_trajectory_groups(
-            [art.TrajectoryGroup(self.rollout() for _ in range(GROUP_SIZE))], pbar_desc=None
+            [art.TrajectoryGroup(self.rollout() for _ in range(self.group_size))], pbar_desc=None
         )
         t1 = time.perf_counter()
         groups = [await ruler_score_group(g, self.judge) for g in groups]

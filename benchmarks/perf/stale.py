@@ -57,6 +57,8 @@ LOCAL_BACKEND = (
 TRAINING = ("autorl/training/", "autorl/config.py", "autorl/trajectories.py")
 CLUSTER = ("autorl/backends/cluster/",)
 LEARNING = ("benchmarks/perf/learning_tasks/",)
+STEP_SETUP = ("benchmarks/perf/perf_grpo_step.py", "benchmarks/perf/perf_rollout.py")
+"""The GRPO step and rollout set-up `scaling.py` borrows."""
 EVERYTHING = ("autorl/", "ruler/", "pipelines/")
 """A whole `autorl run`: every layer."""
 
@@ -79,6 +81,10 @@ MEASURES: dict[str, Measures] = {
     ),
     "judge_replicas": Measures("benchmarks/perf/perf_judge_replicas.py", (*CLUSTER, *SERVING, "ruler/")),
     "replica_simulation": Measures("benchmarks/perf/replica_simulation.py", ("autorl/backends/cluster/routing.py",)),
+    "scaling": Measures(
+        "benchmarks/perf/scaling.py",
+        (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"),
+    ),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
     "structured_output": Measures(
         "benchmarks/perf/perf_structured_output.py", (*SERVING, "autorl/inputs/generation.py")
