@@ -39,7 +39,16 @@ def test_the_plot_draws_every_part_it_is_given(tmp_path):
         "steps": {"per_step": steps},
         "group_size": {str(g): {"total_s": figure(g)} for g in scaling.GROUP_SIZES},
         "concurrency": {str(c): figure(100.0 + c) for c in scaling.CONCURRENCY},
-    }  # no `length` or `judge`: their panels stay empty
+        "judge": {"4": {"seconds": figure(16.0)}, "8": {"seconds": figure(40.0)}, "16": {"refused": "too long"}},
+    }  # no `length`: its panel stays empty
     path = tmp_path / "scaling.png"
     scaling.plot(result, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_judge_group_too_large_for_the_context_is_printed_as_such(capsys):
+    part = {"4": {"seconds": {"median": 16.0, "min": 15.0, "max": 17.0}}, "16": {"refused": "too long"}}
+    scaling.print_part("judge", part, "seconds", "s/request")
+    assert capsys.readouterr().out == (
+        "judge (s/request, median [min, max]): 4: 16.0 [15.0, 17.0], 16: does not fit the judge's context\n"
+    )

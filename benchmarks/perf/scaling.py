@@ -6,7 +6,8 @@ Each part measures one thing as it grows, on the embedded model (SmolLM2-135M-In
 servers it starts alone on the machine:
 - `judge`: one RULER request of the embedded judge (`judge_model="embedded"`, its shared vLLM server, the
   judge cache off) on groups of 4, 8 and 16 answers the base model wrote to one question, `--reps` times in
-  rotated order: seconds, attempts and tokens per request. The embedded server is stopped after it.
+  rotated order: seconds, attempts and tokens per request; a group the judge's context cannot hold (RULER
+  refuses it before asking) is recorded as refused, with RULER's reason. The embedded server is stopped after it.
 - `concurrency`: rollout throughput of the policy's vLLM server (`LocalBackend`, merged serving: the CPU
   default, the base weights before any step) at 8, 32, 64 and 128 requests in flight, twice as many requests
   as in flight, exactly `--tokens` completion tokens each (`ignore_eos`), logprobs on as in training,
@@ -75,6 +76,7 @@ async def judge_part(reps: int) -> dict[str, Any]:
 
     from autorl.serving.embedded import embedded_endpoint, stop_shared_servers
     from ruler import RulerJudge
+    from ruler.errors import RulerInputError
 
     endpoint = await asyncio.to_thread(embedded_endpoint)
     client = AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key.get_secret_value())
@@ -85,10 +87,18 @@ async def judge_part(reps: int) -> dict[str, Any]:
     lists = [[*question, {"role": "assistant", "content": c.message.content or ""}] for c in answers.choices]
     judge = RulerJudge("embedded", cache_dir=None)
     rows: dict[int, list[dict[str, float]]] = {size: [] for size in JUDGE_GROUPS}
+    refused: dict[int, str] = {}
     try:
         for size in rotations(JUDGE_GROUPS, reps):
+            if size in refused:
+                continue
             started = time.perf_counter()
-            scores = await judge.score_group(lists[:size], task="Answer the user's question in a few sentences.")
+            try:
+                scores = await judge.score_group(lists[:size], task="Answer the user's question in a few sentences.")
+            except RulerInputError as exc:  # the group does not fit the judge's context: a finding, not a failure
+                refused[size] = str(exc)
+                print(f"judge, group of {size}: {exc}", flush=True)
+                continue
             seconds = time.perf_counter() - started
             keys = ("ruler_attempts", "ruler_prompt_tokens", "ruler_completion_tokens", "ruler_shortened")
             totals = {key: sum(score.metrics.get(key, 0.0) for score in scores) for key in keys}
@@ -100,7 +110,10 @@ async def judge_part(reps: int) -> dict[str, Any]:
     finally:
         await client.close()
         stop_shared_servers()
-    return {str(size): {key: summary([r[key] for r in runs]) for key in runs[0]} for size, runs in rows.items()}
+    measured = {
+        str(size): {key: summary([r[key] for r in runs]) for key in runs[0]} for size, runs in rows.items() if runs
+    }
+    return measured | {str(size): {"refused": why} for size, why in refused.items()}
 
 
 async def concurrency_part(model: art.TrainableModel, tokens: int, reps: int) -> dict[str, Any]:
@@ -168,7 +181,7 @@ def policy_parts(loop: Loop, parts: list[str], args: argparse.Namespace, result:
                 print(f"step {number}/{args.steps}: {s['total_s']:.1f}s, trainer {s['trainer_rss_mib']:.0f} MiB, "
                       f"server {s['server_rss_mib']:.0f} MiB", flush=True)  # fmt: skip
             result["steps"] = {
-                "per_step": [{k: round(v, 3) for k, v in s.items()} for s in per_step],
+                "per_step": [{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()} for s in per_step],
                 "flat": {key: flatness(per_step, key) for key in ("total_s", "trainer_rss_mib", "server_rss_mib")},
             }
         if "group_size" in parts:
@@ -192,8 +205,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 5, figsize=(22, 4))
 
     def curve(ax: Any, part: dict, key: str | None, xlabel: str, ylabel: str) -> None:
-        xs = [int(x) for x in part]
-        values = [part[x] if key is None else part[x][key] for x in part]
+        kept = [x for x in part if "refused" not in part[x]]  # a judge group too large for its context
+        xs = [int(x) for x in kept]
+        values = [part[x] if key is None else part[x][key] for x in kept]
         ax.errorbar(xs, [v["median"] for v in values], marker="o", capsize=3,
                     yerr=[[v["median"] - v["min"] for v in values], [v["max"] - v["median"] for v in values]])  # fmt: skip
         ax.set(xscale="log", xticks=xs, xticklabels=[str(x) for x in xs], xlabel=xlabel, ylabel=ylabel)
@@ -224,12 +238,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def print_part(name: str, part: dict[str, Any], key: str | None, unit: str) -> None:
-    cells = ", ".join(
-        f"{x}: {(v if key is None else v[key])['median']:.1f} [{(v if key is None else v[key])['min']:.1f}, "
-        f"{(v if key is None else v[key])['max']:.1f}]"
-        for x, v in part.items()
-    )
-    print(f"{name} ({unit}, median [min, max]): {cells}")
+    def cell(value: dict) -> str:
+        if "refused" in value:
+            return "does not fit the judge's context"
+        figure = value if key is None else value[key]
+        return f"{figure['median']:.1f} [{figure['min']:.1f}, {figure['max']:.1f}]"
+
+    print(f"{name} ({unit}, median [min, max]): " + ", ".join(f"{x}: {cell(v)}" for x, v in part.items()))
 
 
 def main() -> None:
