@@ -141,3 +141,29 @@ def test_every_result_and_every_script_that_writes_one_has_an_entry():
     assert writers <= {m.script for m in MEASURES.values()}
     missing = [path for m in MEASURES.values() for path in m.paths if not (ROOT / path).exists()]
     assert not missing, f"paths in stale.MEASURES that do not exist: {missing}"
+
+
+def test_a_docstring_or_comment_change_leaves_a_result_fresh_and_a_code_change_does_not(repo):
+    write(repo, "autorl/serving/server.py", '"""The server."""\n\nSPEED = 1\n"""How fast (1.3x, measured at abc)."""\n')
+    measured = commit(repo, "documented", "2026-01-01T11:00:00+00:00")
+    result(repo, "2026-01-01T11:30:00+00:00", {"sha": measured, "dirty": False})
+    commit(repo, "result", "2026-01-01T12:00:00+00:00")
+    write(
+        repo,
+        "autorl/serving/server.py",
+        '"""The server, fresh figures."""\n\n# a comment\nSPEED = 1\n"""How fast (1.4x)."""\n',
+    )
+    commit(repo, "figures brought up to date", "2026-01-02T10:00:00+00:00")
+    assert not stale.statuses(repo, MAP)[0].stale
+
+    write(repo, "autorl/serving/server.py", '"""The server, fresh figures."""\n\nSPEED = 2\n"""How fast (1.4x)."""\n')
+    change = commit(repo, "faster", "2026-01-03T10:00:00+00:00")
+    (row,) = stale.statuses(repo, MAP)
+    assert (row.stale, row.changed, row.since) == (True, ("autorl/serving/server.py",), change)
+
+
+def test_same_code_reads_the_program_not_its_text():
+    assert stale.same_code("def f():\n    'doc'\n    return 1\n", "def f():  # why\n    return (1)\n")
+    assert not stale.same_code("def f():\n    return 1\n", "def f():\n    return 2\n")
+    assert not stale.same_code("x = 'a string value'\n", "x = 'another value'\n")  # a value, not a docstring
+    assert not stale.same_code("x = 1\n", "x = (\n")  # does not parse: not the same

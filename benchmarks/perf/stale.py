@@ -12,8 +12,10 @@ to its code committed between the measurement (`measured_at`, or the recorded sh
 as a change since: nobody knows whether it was measured. A result git knows nothing of (never committed,
 no usable `commit` field) is "unknown", which counts as stale.
 
-Stale = a measured file differs between the measured commit and HEAD (a pure rename does not count), or
-changed in that window. Uncommitted edits are not looked at: commit, then check.
+Stale = a measured file differs between the measured commit and HEAD (a pure rename does not count, nor a
+Python file whose code is the same: only its docstrings, comments or layout changed, so a docstring's figure
+can be brought up to date without making its result stale), or changed in that window (any change there
+counts). Uncommitted edits are not looked at: commit, then check.
 
 The README quotes a result when a paragraph (text between blank lines) names its file, `results/NAME.json`;
 a paragraph that also says "not re-measured since" marks its figures as not current, and is not a quote.
@@ -22,6 +24,7 @@ a paragraph that also says "not re-measured since" marks its figures as not curr
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import subprocess
@@ -147,15 +150,53 @@ def committed_with(root: Path, result: Path) -> str | None:
 
 
 def changed_files(root: Path, base: str, measures: Measures) -> list[str]:
-    """Measured files that differ between `base` and HEAD, pure renames left out."""
+    """Measured files that differ between `base` and HEAD, pure renames left out, and Python files whose code
+    is the same (only docstrings, comments or layout changed: `same_code`)."""
     diff = git(root, "diff", "--name-status", "-M", base, "HEAD") or ""
     changed = []
     for line in diff.splitlines():
         status, *paths = line.split("\t")
-        if status == "R100":
+        if status == "R100" or not _measured(paths[-1], measures):
             continue
-        changed += [p for p in paths[-1:] if _measured(p, measures)]
+        before = git(root, "show", f"{base}:{paths[0]}") if status[0] in "MR" else None
+        after = git(root, "show", f"HEAD:{paths[-1]}")
+        if not (paths[-1].endswith(".py") and before is not None and after is not None and same_code(before, after)):
+            changed.append(paths[-1])
     return changed
+
+
+def first_code_change(root: Path, base: str, paths: list[str]) -> str | None:
+    """The oldest commit after `base` at which one of `paths` (files `changed_files` found) no longer has
+    the code it had at `base`: a commit that changed only docstrings or comments is passed over."""
+    commits = (git(root, "log", "--reverse", "--format=%H", f"{base}..HEAD", "--", *paths) or "").split()
+    for sha in commits:
+        for path in paths:
+            before, after = git(root, "show", f"{base}:{path}"), git(root, "show", f"{sha}:{path}")
+            if before is None or after is None or (before != after and not same_code(before, after)):
+                return sha
+    return next(iter(commits), None)
+
+
+def same_code(before: str, after: str) -> bool:
+    """Whether two versions of a Python file are the same program: the same syntax tree once every string
+    statement (module, class, function and attribute docstrings) is left out; comments and layout are not
+    in the tree. A version that does not parse is not the same."""
+
+    def code(source: str) -> str:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                if isinstance(body, list):
+                    kept = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                                    and isinstance(n.value.value, str))]  # fmt: skip
+                    setattr(node, field, kept or [ast.Pass()])
+        return ast.dump(tree)
+
+    try:
+        return code(before) == code(after)
+    except SyntaxError:
+        return False
 
 
 def window_files(root: Path, revisions: list[str], measures: Measures) -> tuple[list[str], str | None]:
@@ -197,10 +238,7 @@ def status(root: Path, name: str, measures: Measures, results: Path) -> Status:
         unknown = "measured on uncommitted changes" if sha else "never committed, no commit recorded"
         return Status(name, None, unknown, (measured_at or "")[:10], cpu, (), None)
     changed = changed_files(root, base, measures)
-    since = None
-    if changed:
-        commits = git(root, "log", "--reverse", "--format=%H", f"{base}..HEAD", "--", *changed) or ""
-        since = next(iter(commits.split()), None)
+    since = first_code_change(root, base, changed) if changed else None
     if window:
         earlier, first = window_files(root, window, measures)
         changed = [*dict.fromkeys([*earlier, *changed])]
