@@ -84,9 +84,9 @@ class TrainConfig(BaseModel):
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
-    group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): faster updates than 4
-    on CPU (not re-measured since e0f8a43: `python benchmarks/perf/perf_grpo_step.py`, its trainer ablation);
-    lower it when activations do not fit."""
+    group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): an update of 8 sequences
+    took 4.80 s against 5.70 s with 4 on a 2-core CPU (measured at 9afc5c8: `python
+    benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit."""
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -118,8 +118,8 @@ class TrainerConfig(BaseModel):
     """Linear layers that get a LoRA."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Training dtype of the frozen base weights. auto: bfloat16 where the hardware runs it fast (a CUDA GPU
-    with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.3x faster updates than float32 on one such
-    CPU, not re-measured since e0f8a43: `python benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA
+    with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.44x faster updates than float32 on one such
+    CPU, measured at 9afc5c8: `python benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA
     weights and their optimizer state stay
     float32 either way."""
     seed: int = 0

@@ -70,9 +70,9 @@ class ServerConfig(BaseModel):
     """How a trained LoRA is served. "adapter": vLLM's LoRA support (`--enable-lora`); each checkpoint is
     loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
     the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
-    server in place, so requests take vLLM's plain model path: on CPU 2.9-3.7x the tokens/s of LoRA
-    requests, for one merge + reload of 1-2 s per checkpoint (not re-measured since 90aca7b: `python
-    benchmarks/perf/perf_rollout.py`). The
+    server in place, so requests take vLLM's plain model path: on a 2-core CPU a GRPO step's 8 rollouts of
+    64 tokens took 3.1 s against 15.6 s as LoRA requests, and the checkpoint write, merge and reload about
+    1.3 s of the step (measured at 9afc5c8: `python benchmarks/perf/perf_grpo_step.py`). The
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
