@@ -19,10 +19,12 @@ servers it starts alone on the machine:
   trainer) and of the server's processes, and this process's peak. Flat means the median of the last five
   steps within 10% of the median of steps 5-9.
 - `group_size`, `length`: steps at group sizes 4, 8, 16 (64 tokens) and at completion lengths 64, 256, 1024
-  (G=8), `--sweep-steps` of each, in rotated order, after `steps` on the same model: the step time's median.
+  (G=8; the update in micro-batches of `--length-micro-batch`, default 2: with the default 8, a step of 1024-token
+  completions took the trainer past 20 GB), `--sweep-steps` of each, in rotated order, after `steps` on the
+  same model: the step time's median.
 
 Prints a table per part, writes `benchmarks/perf/results/scaling.json` and one PNG of the five curves,
-`benchmarks/perf/results/scaling.png` (the README shows it).
+`benchmarks/perf/results/scaling.png` (the README shows it), after each part (`"complete": false` until the last).
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import RESULTS, Loop, summary, write_result
-from perf_grpo_step import Ours
+from perf_grpo_step import Ours, train_config
 from perf_rollout import PROMPTS, vllm_tokens_per_s
 from processes import descendants
 
@@ -54,6 +57,15 @@ GROUP_SIZES = (4, 8, 16)
 LENGTHS = (64, 256, 1024)
 FLAT = 0.10
 """The most the last steps' median may differ from that of steps 5-9 (step time, memory) to count as flat."""
+
+
+class Side(Ours):
+    """`perf_grpo_step`'s step of ours, with the update's micro-batch settable (`--length-micro-batch`)."""
+
+    micro_batch_size = art.TrainConfig().micro_batch_size
+
+    async def train(self, groups: list[art.TrajectoryGroup]) -> dict:
+        return await self.model.train(groups, config=train_config(micro_batch_size=self.micro_batch_size))
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -129,7 +141,7 @@ async def concurrency_part(model: art.TrainableModel, tokens: int, reps: int) ->
     return {str(c): summary(r) for c, r in rates.items()}
 
 
-def one_step(loop: Loop, side: Ours, group_size: int, tokens: int) -> dict[str, float]:
+def one_step(loop: Loop, side: Side, group_size: int, tokens: int) -> dict[str, float]:
     """One GRPO step of `side` at `group_size` x `tokens`; its times and the memory after it."""
     side.group_size, side.tokens = group_size, tokens
     loop.run(side.step())
@@ -153,7 +165,7 @@ def flatness(steps: list[dict[str, float]], key: str) -> dict[str, float] | None
             "flat": abs(late / early - 1) <= FLAT}  # fmt: skip
 
 
-def sweep(loop: Loop, side: Ours, values: tuple[int, ...], steps: int, size_of: Any) -> dict[str, Any]:
+def sweep(loop: Loop, side: Side, values: tuple[int, ...], steps: int, size_of: Any) -> dict[str, Any]:
     """`steps` steps at each of `values` (rotated), `size_of(value)` = (group size, tokens): the step times."""
     times: dict[int, list[dict[str, float]]] = {v: [] for v in values}
     for value in rotations(values, steps):
@@ -163,8 +175,11 @@ def sweep(loop: Loop, side: Ours, values: tuple[int, ...], steps: int, size_of: 
     return {str(v): {key: summary([s[key] for s in runs]) for key in keys} for v, runs in times.items()}
 
 
-def policy_parts(loop: Loop, parts: list[str], args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """The parts on the policy's server and trainer (all but `judge`), one model, into `result`."""
+def policy_parts(
+    loop: Loop, parts: list[str], args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]
+) -> None:
+    """The parts on the policy's server and trainer (all but `judge`), one model, into `result`; `save()`
+    after each."""
     home = Path(tempfile.mkdtemp(prefix="autorl-perf-scaling-"))
     backend = art.LocalBackend(home, server=ServerConfig(lora_serving="merged"))
     model = art.TrainableModel(name="scaling", project="bench")
@@ -172,7 +187,8 @@ def policy_parts(loop: Loop, parts: list[str], args: argparse.Namespace, result:
         loop.run(model.register(backend))
         if "concurrency" in parts:
             result["concurrency"] = loop.run(concurrency_part(model, args.tokens, args.reps))
-        side = Ours(model)
+            save()
+        side = Side(model)
         if "steps" in parts:
             per_step = []
             for number in range(1, args.steps + 1):
@@ -184,12 +200,16 @@ def policy_parts(loop: Loop, parts: list[str], args: argparse.Namespace, result:
                 "per_step": [{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()} for s in per_step],
                 "flat": {key: flatness(per_step, key) for key in ("total_s", "trainer_rss_mib", "server_rss_mib")},
             }
+            save()
         if "group_size" in parts:
             print("group size:", flush=True)
             result["group_size"] = sweep(loop, side, GROUP_SIZES, args.sweep_steps, lambda g: (g, 64))
+            save()
         if "length" in parts:
-            print("completion length:", flush=True)
+            print(f"completion length (micro-batch {args.length_micro_batch}):", flush=True)
+            side.micro_batch_size = args.length_micro_batch
             result["length"] = sweep(loop, side, LENGTHS, args.sweep_steps, lambda n: (8, n))
+            save()
         loop.run(side.client.close())
     finally:
         backend.close()
@@ -253,6 +273,13 @@ def main() -> None:
     parser.add_argument("--sweep-steps", type=int, default=3, help="steps per group size and per completion length")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each concurrency and judge group size")
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request of `concurrency`")
+    parser.add_argument(
+        "--length-micro-batch",
+        type=int,
+        default=2,
+        help="the update's micro-batch in the `length` part (at 1024 tokens the default 8 took the trainer past "
+        "20 GB and was killed on a 23 GB machine)",
+    )
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
     parser.add_argument("--out", default="scaling", help="result name: writes benchmarks/perf/results/OUT.json/.png")
     args = parser.parse_args()
@@ -263,12 +290,21 @@ def main() -> None:
         parser.error("--steps must be at least 14: flatness compares steps 5-9 with the last five")
     started = time.monotonic()
     result: dict[str, Any] = {"settings": vars(args) | {"max_num_seqs": ServerConfig().resolved_max_num_seqs()}}
+
+    def save(complete: bool = False) -> Path:
+        """The result so far, JSON and PNG: a part that runs out of memory (the kernel kills the process)
+        leaves the parts before it."""
+        path = write_result(args.out, result | {"complete": complete}, started)
+        plot(result, RESULTS / f"{args.out}.png")
+        return path
+
     loop = Loop()
     try:
         if "judge" in parts:
             result["judge"] = loop.run(judge_part(args.reps))
+            save()
         if set(parts) - {"judge"}:
-            policy_parts(loop, parts, args, result)
+            policy_parts(loop, parts, args, result, save)
     finally:
         loop.close()
     print()
@@ -279,8 +315,7 @@ def main() -> None:
     if "steps" in result:
         for key, figures in result["steps"]["flat"].items():
             print(f"over the run, {key}: {figures}")
-    path = write_result(args.out, result, started)
-    plot(result, RESULTS / f"{args.out}.png")
+    path = save(complete=True)
     print(f"wrote {path} and {RESULTS / f'{args.out}.png'} ({time.monotonic() - started:.0f}s)")
 
 
