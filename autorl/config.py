@@ -86,7 +86,9 @@ class TrainConfig(BaseModel):
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): an update of 8 sequences
     took 4.80 s against 5.70 s with 4 on a 2-core CPU (measured at 9afc5c8: `python
-    benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit."""
+    benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit: with 8
+    answers of 1024 tokens at 8, the trainer went past 20 GB and was killed on a 23 GB CPU machine
+    (`benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
