@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from rich.console import Console
 
-from autorl import TrainableModel
+from autorl import TrainableModel, gather_trajectory_groups
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.local import LocalBackend
 from autorl.backends.remote import RemoteBackend
 from autorl.backends.run_dir import ensure_writable
+from autorl.progress import progress_bar
+from autorl.serving.config import cuda_available
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
 from autorl.serving.vllm_server import check_port
@@ -28,11 +31,18 @@ from autorl.training.sequences import Sequence, tokenize_trajectory
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import DEFAULT_RUBRIC, Judge, ruler_score_group
 from ruler.calls import CallRecord
+from ruler.endpoint import EMBEDDED
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
 
 TRAIN_PROJECT = "train"
+
+
+Judging = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]
+"""What judges a group for `StageContext.gather_judged`: the judged group, or None to drop it."""
+MAX_FAILED_ROLLOUTS = 0.25
+"""Share of a batch's rollouts that may fail (each dropped from its group) before the stage fails."""
 
 
 class Policy:
@@ -102,6 +112,11 @@ class Policy:
         if isinstance(self.backend, RemoteBackend):
             return True
         return isinstance(self.backend, LocalBackend) and self.backend.server_config.serves_merged()
+
+    def beside_embedded_on_cpu(self) -> bool:
+        """Whether the policy's server and the embedded model's are two vLLM engines on this machine's CPU
+        (merged serving without CUDA), which slow each other down when both decode at once."""
+        return self.starts_apart_from_embedded() and isinstance(self.backend, LocalBackend) and not cuda_available()
 
     async def toolbox(self) -> Toolbox | None:
         """The task's tools, opened on first use (its MCP servers start then, once per run); None when the
@@ -236,6 +251,40 @@ class StageContext:
     @property
     def rubric(self) -> str:
         return self.task.rubric or DEFAULT_RUBRIC
+
+    @property
+    def judge_after_rollouts(self) -> bool:
+        """Whether `gather_judged` judges a batch's groups once all its answers are in rather than each group
+        as soon as its own are: where the embedded judge's engine and the policy's share this machine's CPU
+        (`Policy.beside_embedded_on_cpu`), judging while the policy still answers gains nothing on busy cores
+        and slows both engines (`python benchmarks/perf/perf_first_run.py`)."""
+        return self.config.judge == EMBEDDED and self.policy.beside_embedded_on_cpu()
+
+    async def gather_judged(
+        self, groups: list[TrajectoryGroup], desc: str, judge: Judging | None = None
+    ) -> list[TrajectoryGroup]:
+        """The groups' rollouts, each group then judged by `judge` (default `score`): as soon as its answers
+        are in, or, where `judge_after_rollouts`, all at once after the last answer (the judge's engine batches
+        them), with a bar of its own. Up to `MAX_FAILED_ROLLOUTS` of the rollouts may fail; the groups the
+        judge scored, in order."""
+        judge = judge or self.score
+        if not self.judge_after_rollouts:
+            return await gather_trajectory_groups(
+                groups, pbar_desc=desc, max_exceptions=MAX_FAILED_ROLLOUTS, after_each=judge
+            )
+        answered = await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=MAX_FAILED_ROLLOUTS)
+        bar = progress_bar(f"{desc}: judging", len(answered), "group")
+
+        async def judged(group: TrajectoryGroup) -> TrajectoryGroup | None:
+            result = await judge(group)
+            bar.update(1)
+            return result
+
+        try:
+            results = await asyncio.gather(*(judged(g) for g in answered))
+        finally:
+            bar.close()
+        return [g for g in results if g is not None]
 
     async def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
         """The group scored by the run's judge, told the task; None (logged) when the judge cannot score it."""

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autorl import gather_trajectory_groups
 from autorl.trajectories import Trajectory, TrajectoryGroup, scores_frame
 
 from .stats import mean_ci
@@ -38,8 +37,7 @@ async def judged_groups(
     ctx: StageContext, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str
 ) -> list[TrajectoryGroup]:
     """One judged group per validation input; each trajectory's `metadata["variant"]` names its source."""
-    groups = [TrajectoryGroup(answers) for answers in items]
-    return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=ctx.score)
+    return await ctx.gather_judged([TrajectoryGroup(answers) for answers in items], desc)
 
 
 def answers(ctx: StageContext, prompt: str, text: str, name: str, variant: str) -> list[Awaitable[Trajectory]]:

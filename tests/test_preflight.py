@@ -38,6 +38,13 @@ class ScriptedPolicy:
         self._texts = itertools.cycle(texts)
         self.served: list[int] = []
         self.answered: list[tuple[str, str | None]] = []
+        self.shares_cpu = False
+        """What `beside_embedded_on_cpu` says (a scripted policy runs no server)."""
+        self.delays: dict[str, float] = {}
+        """Seconds an answer to an input takes (default none)."""
+
+    def beside_embedded_on_cpu(self) -> bool:
+        return self.shares_cpu
 
     async def start(self) -> None:
         pass
@@ -47,6 +54,7 @@ class ScriptedPolicy:
         return f"step-{step}"
 
     async def answer(self, prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
+        await asyncio.sleep(self.delays.get(text, 0))
         self.answered.append((text, name))
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
         return Trajectory(
@@ -220,3 +228,31 @@ def test_the_report_puts_the_verdict_the_noise_floor_and_the_sentinel_beside_eve
     section = "\n".join(report._preflight_section(checks()))
     assert "| score change when asked again (the noise floor) | 0.000 |" in section
     assert "learnability: 3 of 3 groups differ" in section and "inputs: not checked" in section
+
+
+@pytest.mark.parametrize("shares_cpu", [False, True])
+def test_groups_are_judged_after_every_answer_only_where_the_embedded_judge_shares_the_cpu(tmp_path, shares_cpu):
+    judged: list[tuple[str, int]] = []  # (input, answers made by then) per judged answer
+    answered: list[tuple[str, str | None]] = []
+
+    def judge(messages: list[dict]) -> float:
+        judged.append((messages[1]["content"], len(answered)))
+        return words(messages)
+
+    ctx = context(tmp_path, FunctionJudge(judge), ["Paris", "It is Paris"])
+    answered = ctx.policy.answered
+    ctx.policy.shares_cpu = shares_cpu
+    ctx.policy.delays = {VAL[2]: 0.3}  # the last input's answers come late
+    judged.clear()
+    items = [evaluation.answers(ctx, "One word only.", text, "step-0", "base") for text in VAL]
+    groups = asyncio.run(evaluation.judged_groups(ctx, items, "evaluate"))
+    assert [g.trajectories[0].metadata["input"] for g in groups] == VAL  # in order, all judged
+    assert all(t.reward is not None for g in groups for t in g.trajectories)
+    first = judged[0]
+    if shares_cpu:  # the judge waits for the last answer, then gets every group
+        assert {answers for _, answers in judged} == {2 * len(VAL)}
+    else:  # each group is judged as soon as its answers are in: the first before the late ones exist
+        assert first[0] == VAL[0] and first[1] < 2 * len(VAL)
+    assert ctx.judge_after_rollouts is shares_cpu
+    ctx.config = ctx.config.model_copy(update={"judge": "openai/gpt-4o"})
+    assert ctx.judge_after_rollouts is False  # an API judge does not share the cores

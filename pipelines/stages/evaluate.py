@@ -13,7 +13,7 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .. import evaluation, sentinel
 from ..config import RunConfig
-from ..context import StageContext
+from ..context import MAX_FAILED_ROLLOUTS, StageContext
 from . import baseline, inputs, system_prompt, train
 
 NAME = "evaluate"
@@ -48,7 +48,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             TrajectoryGroup(evaluation.answers(ctx, prompt, text, name, variant), metadata={"input": text})
             for text in texts
         ]
-        for group in await gather_trajectory_groups(groups, pbar_desc=f"answers {variant}", max_exceptions=0.25):
+        for group in await gather_trajectory_groups(
+            groups, pbar_desc=f"answers {variant}", max_exceptions=MAX_FAILED_ROLLOUTS
+        ):
             answers[group.metadata["input"]] += group.trajectories
     name = await ctx.policy.serve_step(last_step)
     items = [answers[text] + evaluation.answers(ctx, prompt, text, name, last) for text in texts]

@@ -20,7 +20,6 @@ from typing import Any
 
 import pandas as pd
 
-from autorl import gather_trajectory_groups
 from autorl.atomic import atomic_text
 from autorl.backends.retention import best_step as best_by
 from autorl.backends.run_dir import read_history, save_trajectories
@@ -153,7 +152,8 @@ async def judged_groups(
     ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
 ) -> list[TrajectoryGroup]:
     """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
-    `name`), each group judged as soon as its answers are in; the groups the judge scored, in order.
+    `name`), each group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
+    of them); the groups the judge scored, in order.
 
     A group with a path in `saved` is written there (atomically) once scored, with what it took in its
     metadata (`GROUP_COST`), and read from there instead of answered again when the file exists: scored
@@ -183,7 +183,7 @@ async def judged_groups(
         return scored
 
     await ctx.policy.start()
-    return await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=0.25, after_each=score_and_save)
+    return await ctx.gather_judged(groups, desc, score_and_save)
 
 
 def group_cost(path: Path) -> dict[str, Any] | None:
