@@ -52,3 +52,14 @@ def test_a_wait_that_fails_says_it_stopped():
     except RuntimeError:
         pass
     assert out.getvalue().splitlines()[-1].startswith("writing: stopped after ")
+
+
+def test_a_server_start_names_what_the_server_is_for_and_warns_of_the_first_compile(monkeypatch, tmp_path):
+    from autorl.serving import vllm_server
+
+    monkeypatch.setattr(vllm_server, "cuda_available", lambda: False)
+    monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path / "absent")
+    policy = vllm_server.VLLMServer(tmp_path, "0123abcd", tmp_path / "log", label="the policy 0123abcd (m)")
+    assert policy._start_message().startswith("starting the vLLM server of the policy 0123abcd (m) (the first start")
+    monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path)  # compiled before: no warning
+    assert vllm_server.VLLMServer(tmp_path, "m", tmp_path / "log")._start_message() == "starting the vLLM server of m"

@@ -165,7 +165,8 @@ class LocalPlacement:
                 f"{config.max_lora_rank}; raise ServerConfig.max_lora_rank"
             )
         served_name = model.name if merged else model.base_model
-        server = VLLMServer(model_dir, served_name, run_dir / "logs" / "vllm.log", config)
+        label = f"the policy {model.name} ({model.base_model})"
+        server = VLLMServer(model_dir, served_name, run_dir / "logs" / "vllm.log", config, label=label)
         try:
             await asyncio.to_thread(server.start)
         except asyncio.CancelledError:  # Ctrl-C during start-up: stopping ends the start thread's wait

@@ -154,7 +154,9 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
             from .vllm_server import VLLMServer  # the server's process code loads only to start one
 
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
-            server = VLLMServer(model_dir, DEFAULT_BASE_MODEL, log, config)
+            server = VLLMServer(
+                model_dir, DEFAULT_BASE_MODEL, log, config, label=f"{DEFAULT_BASE_MODEL} (judge, generator)"
+            )
             _shared_servers[model_dir.resolve()] = server  # before its start: `stop_shared_servers` reaches it
             server.start()
         return ModelEndpoint(model=server.served_name, base_url=server.base_url, api_key=server.api_key)

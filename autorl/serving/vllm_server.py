@@ -121,9 +121,18 @@ class VLLMServer:
     starts = 0
     """Servers this process has started (each start costs 20-60 s on CPU; recorded in a run's run.json)."""
 
-    def __init__(self, model_dir: Path, served_name: str, log_path: Path, config: ServerConfig | None = None):
+    def __init__(
+        self,
+        model_dir: Path,
+        served_name: str,
+        log_path: Path,
+        config: ServerConfig | None = None,
+        label: str | None = None,
+    ):
         self.model_dir = Path(model_dir)
         self.served_name = served_name
+        self.label = label or served_name
+        """What the server is for, as the terminal names it ("starting the vLLM server of <label>")."""
         self.log_path = Path(log_path)
         self.config = config or ServerConfig()
         self.port: int | None = None
@@ -247,7 +256,7 @@ class VLLMServer:
 
     def _start_message(self) -> str:
         """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
-        what = f"starting the vLLM server of {self.served_name}"
+        what = f"starting the vLLM server of {self.label}"
         if not cuda_available() and not _compile_cache().is_dir():
             return f"{what} (the first start on this machine compiles the model: a few minutes)"
         return what
