@@ -3,6 +3,7 @@ with its JSON schema, with a simpler schema, as plain JSON mode and with no sche
 structured-output backends (xgrammar, guidance) and with compact JSON.
 
     python benchmarks/perf/perf_structured_output.py [--repeats 3] [--servers default,guidance,compact]
+        [--requests judge,generator] [--formats bounded,simple,json_object,none] [--as-sent]
 
 Two requests, each sampled with the same seeds and temperature under each response format:
 - `generator`: the request autorl's input generator sent before issue 25 (DSPy's JSON adapter over the
@@ -17,6 +18,10 @@ and for both `json_object` (any JSON object) and `none` (no response format). Se
 per request (the first request of a format also compiles its grammar, reported apart), completion
 tokens (at most `MAX_TOKENS`), tokens/s, and whether the reply parses. Prints each one's tokens/s against the default server's
 `bounded` for the same request; writes benchmarks/perf/results/structured_output.json.
+
+`--as-sent` sends the judge's request as RULER does instead (its `max_tokens` for four answers,
+`ruler.scores.answer_tokens`, and no temperature: the server's default): then the parse rate and the tokens
+of whole replies are what is measured, e.g. how often the judge rambles until `max_tokens` cuts its JSON.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer
 from ruler.prompt import build_judge_prompt
 from ruler.rubric import DEFAULT_RUBRIC
-from ruler.scores import InvalidAnswer, parse_verdicts
+from ruler.scores import InvalidAnswer, answer_tokens, parse_verdicts
 from ruler.scores import response_format as ruler_response_format
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -149,12 +154,13 @@ def parses(request: str, text: str) -> bool:
     return isinstance(inputs, list) and bool(inputs) and all(isinstance(i, str) for i in inputs)
 
 
-async def one(client: httpx.AsyncClient, url: str, request: str, fmt: str, seed: int) -> dict:
+async def one(client: httpx.AsyncClient, url: str, request: str, fmt: str, seed: int, as_sent: bool) -> dict:
+    sampling = {"max_tokens": answer_tokens(len(judge_request()[1]))} if as_sent else {"temperature": 0.7}
     body = {
         "model": DEFAULT_BASE_MODEL,
         "messages": messages() if request == "generator" else judge_request()[0],
-        "temperature": 0.7,
         "max_tokens": MAX_TOKENS,
+        **sampling,
         "seed": seed,
         **({"response_format": f} if (f := response_format(request, fmt)) else {}),
     }
@@ -166,13 +172,13 @@ async def one(client: httpx.AsyncClient, url: str, request: str, fmt: str, seed:
     return {"seconds": seconds, "tokens": tokens, "parses": parses(request, text)}
 
 
-async def measure(url: str, repeats: int) -> dict:
+async def measure(url: str, key: str, repeats: int, requests: list[str], formats: list[str], as_sent: bool) -> dict:
     results: dict = {}
-    async with httpx.AsyncClient() as client:
-        for request in ("judge", "generator"):
-            for fmt in FORMATS:  # the first request of a format compiles its grammar: timed apart
-                first = await one(client, url, request, fmt, seed=10_000)
-                runs = [await one(client, url, request, fmt, seed=rep) for rep in range(repeats)]
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as client:
+        for request in requests:
+            for fmt in formats:  # the first request of a format compiles its grammar: timed apart
+                first = await one(client, url, request, fmt, 10_000, as_sent)
+                runs = [await one(client, url, request, fmt, rep, as_sent) for rep in range(repeats)]
                 rates = [r["tokens"] / r["seconds"] for r in runs]
                 results[f"{request}/{fmt}"] = {
                     "first_request_s": round(first["seconds"], 2),
@@ -189,7 +195,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--servers", default=",".join(SERVERS), help="Server variants, comma-separated.")
+    parser.add_argument("--requests", default="judge,generator", help="Requests, comma-separated.")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="Response formats, comma-separated.")
+    parser.add_argument("--as-sent", action="store_true", help="The judge's request with RULER's sampling.")
     args = parser.parse_args()
+    requests, formats = args.requests.split(","), args.formats.split(",")
+    if args.as_sent and requests != ["judge"]:
+        parser.error("--as-sent applies to the judge's request: pass --requests judge")
     started = time.monotonic()
     results: dict = {}
     for variant in args.servers.split(","):
@@ -200,8 +212,11 @@ def main() -> None:
             )
             with server:
                 print(f"== server {variant}", flush=True)
-                results[variant] = asyncio.run(measure(server.base_url, args.repeats))
-    conditions = "embedded model, one request at a time, temperature 0.7, seeds 0..repeats-1"
+                results[variant] = asyncio.run(
+                    measure(server.base_url, server.api_key, args.repeats, requests, formats, args.as_sent)
+                )
+    sampling = "RULER's max_tokens, the server's temperature" if args.as_sent else "temperature 0.7"
+    conditions = f"embedded model, one request at a time, {sampling}, seeds 0..repeats-1"
     base = results.get("default", next(iter(results.values())))
     rows = [
         ratio_entry(
@@ -215,10 +230,11 @@ def main() -> None:
         )
         for variant, per_key in results.items()
         for key, figures in per_key.items()
-        if not (variant == "default" and key.endswith("/bounded"))
+        if not (variant == "default" and key.endswith("/bounded")) and f"{key.split('/')[0]}/bounded" in base
     ]
     print_table(rows)
-    path = write_result("structured_output", {"repeats": args.repeats, "servers": results, "ratios": rows}, started)
+    settings = {"repeats": args.repeats, "as_sent": args.as_sent}
+    path = write_result("structured_output", {**settings, "servers": results, "ratios": rows}, started)
     print(f"wrote {path}")
 
 

@@ -90,7 +90,8 @@ MEASURES: dict[str, Measures] = {
     ),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
     "structured_output": Measures(
-        "benchmarks/perf/perf_structured_output.py", (*SERVING, "autorl/inputs/generation.py")
+        "benchmarks/perf/perf_structured_output.py",
+        (*SERVING, "autorl/inputs/generation.py", "ruler/prompt.py", "ruler/scores.py"),
     ),
     "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
