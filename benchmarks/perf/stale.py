@@ -74,6 +74,7 @@ MEASURES: dict[str, Measures] = {
     "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
+    "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e
     "remote": Measures(
         "benchmarks/perf/perf_remote.py", ("autorl/backends/remote.py", "pipelines/server/", *LOCAL_BACKEND, *TRAINING)
     ),
