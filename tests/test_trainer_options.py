@@ -1,5 +1,5 @@
 """The trainer's options: a group's prompt shared in the forward pass gives the same update as running
-every sequence whole; dtype "auto" picks bf16 only where the hardware runs it natively; every loss
+every sequence whole, and so does eager attention instead of the model's own; dtype "auto" picks bf16 only where the hardware runs it natively; every loss
 variant trains, and the KL penalty measures the distance to the base model; PPO epochs reuse a batch
 and truncated completions can be left out."""
 
@@ -57,6 +57,19 @@ def record_gradients(trainer: GRPOTrainer) -> list[dict[str, torch.Tensor]]:
     return recorded
 
 
+def assert_same_updates(reference: tuple[list[dict], list[dict]], other: tuple[list[dict], list[dict]]) -> None:
+    """Two trainers' (step metrics, recorded gradients) agree up to float rounding."""
+    for expected, got in zip(reference[0], other[0], strict=True):
+        assert got["trained_tokens"] == expected["trained_tokens"]
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
+        assert got["ratio_mean"] == pytest.approx(expected["ratio_mean"], rel=1e-5)
+        assert got["base_logprob"] == pytest.approx(expected["base_logprob"], rel=1e-5)
+    for expected, got in zip(reference[1], other[1], strict=True):
+        for name, grad in expected.items():
+            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("micro_batch_size", [4, 3])
 def test_sharing_the_prompt_gives_the_same_update(tiny_model, tmp_path, micro_batch_size):
     config = TrainConfig(learning_rate=1e-2, micro_batch_size=micro_batch_size)
@@ -77,15 +90,40 @@ def test_sharing_the_prompt_gives_the_same_update(tiny_model, tmp_path, micro_ba
         metrics = [trainer.step(data, config) for _ in range(2)]
         assert any(continued) == share  # the shared path ran (and only when asked for)
         results[share] = (metrics, gradients)
-    (plain_metrics, plain_grads), (shared_metrics, shared_grads) = results[False], results[True]
-    for plain, shared in zip(plain_metrics, shared_metrics, strict=True):
-        assert shared["trained_tokens"] == plain["trained_tokens"]
-        assert shared["loss"] == pytest.approx(plain["loss"], rel=1e-4, abs=1e-6)
-        assert shared["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
-        assert shared["ratio_mean"] == pytest.approx(plain["ratio_mean"], rel=1e-5)
-    for plain, shared in zip(plain_grads, shared_grads, strict=True):
-        for name, grad in plain.items():
-            torch.testing.assert_close(shared[name], grad, rtol=1e-4, atol=1e-7)
+    assert_same_updates(results[False], results[True])
+
+
+def test_eager_attention_on_cpu_gives_the_same_update_as_the_models_own(tiny_model, tmp_path):
+    config = TrainConfig(learning_rate=1e-2, micro_batch_size=3)
+    results, ran = {}, {}
+    for limit in (0, 10**6):  # never eager (the model's SDPA), always eager
+        trainer = GRPOTrainer(
+            tiny_model,
+            tmp_path / str(limit),
+            TrainerConfig(seed=0, dtype="float32", eager_attention_max_tokens=limit),
+            device="cpu",
+        )
+        gradients, forward, ran[limit] = record_gradients(trainer), trainer.model.forward, set()
+
+        def recording_forward(*args, forward=forward, seen=ran[limit], trainer=trainer, **kwargs):
+            seen.add(trainer.model.get_base_model().config._attn_implementation)
+            return forward(*args, **kwargs)
+
+        trainer.model.forward = recording_forward
+        results[limit] = ([trainer.step(groups(trainer.tokenizer), config) for _ in range(2)], gradients)
+    assert ran[0] == {"sdpa"} and ran[10**6] == {"eager"}  # prompt sharing's KV-cache continuation included
+    assert_same_updates(results[0], results[10**6])
+
+
+def test_only_micro_batches_up_to_the_limit_run_eager_and_only_on_cpu(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path / "c", TrainerConfig(eager_attention_max_tokens=16), device="cpu")
+    implementation = trainer.model.get_base_model().config
+    for width, expected in ((16, "eager"), (17, "sdpa"), (3, "eager")):
+        trainer._set_attention(width)
+        assert implementation._attn_implementation == expected, width
+    trainer.device = torch.device("cuda")  # the choice only: nothing runs
+    trainer._set_attention(3)
+    assert implementation._attn_implementation == "sdpa"
 
 
 def test_the_shared_prefix_stops_before_the_first_trained_token_and_at_the_first_difference(tokenizer):

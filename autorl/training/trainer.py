@@ -109,6 +109,8 @@ class GRPOTrainer:
         self._keep_lora_fp32()
         # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
         self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
+        # the model's own attention (transformers' choice at load), and the one the next forward runs
+        self._model_attention = self._attention_now = self.model.get_base_model().config._attn_implementation
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
         if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
@@ -280,8 +282,10 @@ class GRPOTrainer:
         run through the model once, and the rows continue from that KV cache (gradients flow back
         through it); positions inside the shared prefix score no trained token and get 0. With `first`,
         the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
-        on, and the positions before it get 0 too.
+        on, and the positions before it get 0 too. The attention implementation follows the micro-batch's
+        width (`_set_attention`).
         """
+        self._set_attention(input_ids.shape[1])
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
         cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
@@ -299,6 +303,15 @@ class GRPOTrainer:
             return logprobs, entropy
         skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)
         return torch.cat([skipped, logprobs], dim=1), None if entropy is None else torch.cat([skipped, entropy], dim=1)
+
+    def _set_attention(self, width: int) -> None:
+        """Eager attention for a micro-batch `width` tokens wide where `TrainerConfig.eager_attention_max_tokens`
+        says so (peft engine, CPU), else the model's own."""
+        short = width <= self.config.eager_attention_max_tokens  # 0: never
+        wanted = "eager" if short and self.engine == "peft" and self.device.type == "cpu" else self._model_attention
+        if wanted != self._attention_now:
+            self.model.get_base_model().set_attn_implementation(wanted)
+            self._attention_now = wanted
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

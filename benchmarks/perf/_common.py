@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +84,12 @@ def has_cpu_flag(flag: str) -> bool:
     return cpuinfo.exists() and any(
         line.startswith("flags") and flag in line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
     )
+
+
+def rotations(values: Sequence[T], reps: int) -> list[T]:
+    """`values` `reps` times, each time starting one further along: no value always runs first, so a drift
+    of the machine's speed favours none."""
+    return [v for rep in range(reps) for v in [*values[rep % len(values) :], *values[: rep % len(values)]]]
 
 
 def summary(samples: list[float]) -> dict:

@@ -34,8 +34,9 @@ ours breaks even including them. Each of our steps also reports the trainer's `s
 (mean |trainer - rollout logprob|), so the two serving modes' fidelity to the trained policy is compared.
 
 Also measured: our trainer's update alone on the last step's groups, interleaved: the old defaults
-(fp32 base weights, no prompt sharing, micro-batch 4), then each trainer speed option added in turn
-(bf16 base weights, prompt sharing, micro-batch 8 = today's defaults).
+(fp32 base weights, no prompt sharing, micro-batch 4, SDPA attention), then each trainer speed option added
+in turn (bf16 base weights, prompt sharing, micro-batch 8, eager attention for short micro-batches =
+today's defaults).
 
     pip install -e ".[bench]"           # TRL, a benchmark-only dependency
     python benchmarks/perf/perf_grpo_step.py  # writes benchmarks/perf/results/grpo_step.json
@@ -58,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Loop, print_table, ratio_entry, summary, write_result
+from _common import Loop, print_table, ratio_entry, rotations, summary, write_result
 
 import autorl as art
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
@@ -216,28 +217,33 @@ def trainer_ablation(
     defaults = art.TrainerConfig(), art.TrainConfig()
     resolved = str(training_dtype(defaults[0].dtype, torch.device("cpu"))).removeprefix("torch.")
     variants = {  # the old defaults, then each speed option added in turn; the last is today's defaults
-        "fp32, no prompt sharing, micro-batch 4 (old defaults)": ("float32", False, 4),
-        "+ bf16 base weights": ("bfloat16", False, 4),
-        "+ prompt sharing": ("bfloat16", True, 4),
+        "fp32, no prompt sharing, micro-batch 4, SDPA (old defaults)": ("float32", False, 4, 0),
+        "+ bf16 base weights": ("bfloat16", False, 4, 0),
+        "+ prompt sharing": ("bfloat16", True, 4, 0),
+        "+ micro-batch 8": ("bfloat16", True, 8, 0),
         f"defaults: dtype auto ({resolved}), prompt sharing {defaults[0].share_prompt_prefix}, "
-        f"micro-batch {defaults[1].micro_batch_size}": ("auto", defaults[0].share_prompt_prefix,
-                                                        defaults[1].micro_batch_size),
+        f"micro-batch {defaults[1].micro_batch_size}, eager attention up to "
+        f"{defaults[0].eager_attention_max_tokens} tokens": ("auto", defaults[0].share_prompt_prefix,
+                                                             defaults[1].micro_batch_size,
+                                                             defaults[0].eager_attention_max_tokens),
     }  # fmt: skip
     trainers = {
         name: (
-            GRPOTrainer(model_dir, home / f"ablation-{i}", art.TrainerConfig(dtype=dtype, share_prompt_prefix=share)),
+            GRPOTrainer(
+                model_dir,
+                home / f"ablation-{i}",
+                art.TrainerConfig(dtype=dtype, share_prompt_prefix=share, eager_attention_max_tokens=eager),
+            ),
             train_config(micro_batch_size=micro),
         )
-        for i, (name, (dtype, share, micro)) in enumerate(variants.items())
+        for i, (name, (dtype, share, micro, eager)) in enumerate(variants.items())
     }
     times: dict[str, list[float]] = {name: [] for name in trainers}
     for trainer, config in trainers.values():  # warm-up
         trainer.step(groups, config)
-    names = list(trainers)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            trainer, config = trainers[name]
-            times[name].append(trainer.step(groups, config)["step_time_s"])
+    for name in rotations(list(trainers), reps):
+        trainer, config = trainers[name]
+        times[name].append(trainer.step(groups, config)["step_time_s"])
     return times
 
 

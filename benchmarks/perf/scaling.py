@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, Loop, summary, write_result
+from _common import RESULTS, Loop, rotations, summary, write_result
 from perf_grpo_step import Ours, train_config
 from perf_rollout import PROMPTS, vllm_tokens_per_s
 from processes import descendants
@@ -75,11 +75,6 @@ def rss_mib(pid: int) -> tuple[float, float]:
     except OSError:
         return 0.0, 0.0
     return tuple(int(fields.get(key, "0 kB").split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
-
-
-def rotations(values: tuple[int, ...], reps: int) -> list[int]:
-    """`values` `reps` times, each time starting one further along: no value always runs first."""
-    return [v for rep in range(reps) for v in values[rep % len(values) :] + values[: rep % len(values)]]
 
 
 async def judge_part(reps: int) -> dict[str, Any]:

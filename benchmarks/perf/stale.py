@@ -90,6 +90,9 @@ MEASURES: dict[str, Measures] = {
         (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"),
     ),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
+    "trainer_attention": Measures(
+        "benchmarks/perf/perf_trainer_attention.py", (*TRAINING, "benchmarks/perf/perf_grpo_step.py")
+    ),
     "structured_output": Measures(
         "benchmarks/perf/perf_structured_output.py",
         (*SERVING, "autorl/inputs/generation.py", "ruler/prompt.py", "ruler/scores.py"),
