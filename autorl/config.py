@@ -136,9 +136,9 @@ class TrainerConfig(BaseModel):
     once, and continue every sequence from that KV cache, instead of once per sequence. Same loss and
     gradients up to float rounding; a group's sequences are then batched together. With LoRA dropout,
     the shared tokens share one dropout mask."""
-    eager_attention_max_tokens: int = Field(320, ge=0)
+    eager_attention_max_tokens: int = Field(128, ge=0)
     """On CPU, a micro-batch up to this many tokens wide runs transformers' eager attention instead of
-    SDPA, whose CPU backward is slow on short sequences; wider ones, and every one on a GPU, run the model's
-    own attention (eager holds each layer's attention weights for the backward: memory that grows with the
-    square of the width). 0: never eager. Same loss up to float rounding; peft engine only. Measured
-    `python benchmarks/perf/perf_trainer_attention.py` (results/trainer_attention.json)."""
+    SDPA, whose CPU backward is the slower one on short sequences; wider ones, and every one on a GPU, run
+    the model's own attention (eager holds each layer's attention weights for the backward: memory and time
+    that grow with the square of the width). 0: never eager. Same loss up to float rounding; peft engine
+    only. Measured: `python benchmarks/perf/perf_trainer_attention.py` (results/trainer_attention.json)."""

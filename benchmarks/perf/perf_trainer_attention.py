@@ -1,6 +1,6 @@
 """The trainer's update on CPU with transformers' eager attention against the model's own (SDPA), by width.
 
-    python benchmarks/perf/perf_trainer_attention.py [--lengths 64,256,512] [--reps 3]
+    python benchmarks/perf/perf_trainer_attention.py [--lengths 32,64,128,256] [--reps 5]
     # writes benchmarks/perf/results/trainer_attention.json
 
 What `TrainerConfig.eager_attention_max_tokens` rests on. For each completion length, one group of
@@ -116,8 +116,8 @@ def measure(model_dir: Path, home: Path, tokens: int, reps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", default="64,256,512", help="completion lengths in tokens, comma-separated")
-    parser.add_argument("--reps", type=int, default=3, help="measured steps per setting and length")
+    parser.add_argument("--lengths", default="32,64,128,256", help="completion lengths in tokens, comma-separated")
+    parser.add_argument("--reps", type=int, default=5, help="measured steps per setting and length")
     args = parser.parse_args()
     started = time.monotonic()
     import torch
