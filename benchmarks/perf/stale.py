@@ -101,6 +101,7 @@ MEASURES: dict[str, Measures] = {
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learning_grpo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),  # one_word, uppercase
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
