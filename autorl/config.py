@@ -85,7 +85,7 @@ class TrainConfig(BaseModel):
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): an update of 8 sequences
-    took 4.80 s against 5.70 s with 4 on a 2-core CPU (measured at 9afc5c8: `python
+    took 5.35 s against 7.94 s with 4 on a 2-core CPU (measured at 7a1958d: `python
     benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit: with 8
     answers of 1024 tokens at 8, the trainer went past 20 GB and was killed on a 23 GB CPU machine
     (`benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
@@ -120,8 +120,8 @@ class TrainerConfig(BaseModel):
     """Linear layers that get a LoRA."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Training dtype of the frozen base weights. auto: bfloat16 where the hardware runs it fast (a CUDA GPU
-    with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.44x faster updates than float32 on one such
-    CPU, measured at 9afc5c8: `python benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA
+    with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.59x faster updates than float32 on one such
+    CPU, measured at 7a1958d: `python benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA
     weights and their optimizer state stay
     float32 either way."""
     seed: int = 0
