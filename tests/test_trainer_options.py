@@ -1,7 +1,7 @@
 """The trainer's options: a group's prompt shared in the forward pass gives the same update as running
-every sequence whole, and so does eager attention instead of the model's own; dtype "auto" picks bf16 only where the hardware runs it natively; every loss
-variant trains, and the KL penalty measures the distance to the base model; PPO epochs reuse a batch
-and truncated completions can be left out."""
+every sequence whole, and so does eager attention instead of the model's own; dtype "auto" picks bf16
+only where the hardware runs it natively; every loss variant trains, and the KL penalty measures the
+distance to the base model; PPO epochs reuse a batch and truncated completions can be left out."""
 
 import asyncio
 import math

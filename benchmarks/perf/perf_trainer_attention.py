@@ -9,9 +9,10 @@ logprobs unknown so every ratio is 1) goes through `GRPOTrainer.step` (the senti
 update) with the defaults (`TrainConfig()`: one micro-batch of 8, prompt sharing, dtype auto) and
 attention either the model's own (`eager_attention_max_tokens=0`) or eager for every width. One trainer per
 setting, the same seed; a warm-up step each, then `--reps` steps each in rotated order. Reported per
-length: the micro-batch's width in tokens, the median and [min, max] step time of each setting, their
-speed-up with eager attention (SDPA's time / eager's: above 1, eager is faster), and each setting's peak resident memory during
-its steps (the process's high-water mark, reset before every step; both trainers' weights are in it).
+length: the micro-batch's width in tokens, the median and [min, max] step time of each setting, the
+speed-up with eager attention (SDPA's time / eager's: above 1, eager is faster), and each setting's peak
+resident memory during its steps (the process's high-water mark, reset before every step; both trainers'
+weights are in it).
 """
 
 from __future__ import annotations
