@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,9 @@ log = logging.getLogger("autorl")
 class LocalServing:
     """One model's vLLM server on this machine, the checkpoints it holds, and its restarts."""
 
-    def __init__(self, model: TrainableModel, run_dir: Path, server: VLLMServer, max_restarts: int):
+    def __init__(
+        self, model: TrainableModel, run_dir: Path, server: VLLMServer, max_restarts: int, torch_thread: Executor
+    ):
         self.model_name = model.name
         self.base_model = model.base_model
         self.run_dir = run_dir
@@ -40,6 +42,8 @@ class LocalServing:
         """The step whose weights the server holds (merged serving; 0: the base model)."""
         self.restarts = 0
         """Times the server died and was restarted."""
+        self.torch_thread = torch_thread
+        """Where merges run: the model's torch thread (`LocalPlacement.torch_thread`)."""
         self._restart_lock = asyncio.Lock()
 
     @property
@@ -66,7 +70,7 @@ class LocalServing:
                 raise missing_checkpoint(self.model_name, step, self.run_dir / "checkpoints")
         if self.server.merged:
             if self.resident != step:
-                await asyncio.to_thread(self.server.load_merged, path)
+                await asyncio.get_running_loop().run_in_executor(self.torch_thread, self.server.load_merged, path)
                 self.resident = step
             return self.server.served_name
         if path is None:
@@ -119,19 +123,19 @@ class LocalServing:
 
 
 class ThreadTrainer:
-    """The `GRPOTrainer` of one model, built, stepped and saved on one thread of its own.
+    """The `GRPOTrainer` of one model, built, stepped and saved on the model's torch thread.
 
     One thread, not asyncio's pool: glibc gives each thread its own malloc arena and keeps what a step frees
     there (gigabytes of activations on CPU); steps spread over asyncio's worker threads grew a run to 22 GB,
     where one thread holds one step's worth.
     """
 
-    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig):
+    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor):
         self._model_dir = model_dir
         self._checkpoints = checkpoints
         self._config = config
         self._trainer = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autorl-train")
+        self._thread = torch_thread
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
         on_thread = functools.partial(asyncio.get_running_loop().run_in_executor, self._thread)
@@ -144,7 +148,7 @@ class ThreadTrainer:
         return metrics
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False)
+        self._trainer = None  # the thread is the placement's
 
 
 class LocalPlacement:
@@ -154,6 +158,17 @@ class LocalPlacement:
 
     def __init__(self, server: ServerConfig):
         self.server_config = server
+        self._torch_threads: dict[str, ThreadPoolExecutor] = {}
+
+    def torch_thread(self, model: TrainableModel) -> ThreadPoolExecutor:
+        """The one thread that runs `model`'s torch work in this process: its trainer's steps and, with merged
+        serving, the merges of its checkpoints. Torch called from a second thread starts a second OpenMP
+        thread team, and with more OpenMP threads than cores libgomp stops spinning between parallel
+        regions: with merges on asyncio's threads, the update inside a merged-serving step took 7.66 s against
+        5.05 s inside an adapter-serving one on a 2-core CPU (at 7a1958d, `benchmarks/perf/perf_grpo_step.py`)."""
+        if model.name not in self._torch_threads:
+            self._torch_threads[model.name] = ThreadPoolExecutor(1, f"autorl-torch-{model.name}")
+        return self._torch_threads[model.name]
 
     async def start_serving(self, model: TrainableModel, run_dir: Path) -> LocalServing:
         model_dir = resolve_base_model(model.base_model)
@@ -172,13 +187,16 @@ class LocalPlacement:
         except asyncio.CancelledError:  # Ctrl-C during start-up: stopping ends the start thread's wait
             server.stop()
             raise
-        return LocalServing(model, run_dir, server, config.max_restarts)
+        return LocalServing(model, run_dir, server, config.max_restarts, self.torch_thread(model))
 
     def trainer(self, model: TrainableModel, run_dir: Path) -> ThreadTrainer:
-        return ThreadTrainer(resolve_base_model(model.base_model), run_dir / "checkpoints", model.trainer)
+        checkpoints = run_dir / "checkpoints"
+        return ThreadTrainer(resolve_base_model(model.base_model), checkpoints, model.trainer, self.torch_thread(model))
 
     def close(self) -> None:
-        pass
+        threads, self._torch_threads = list(self._torch_threads.values()), {}
+        for thread in threads:
+            thread.shutdown(wait=False)
 
 
 class LocalBackend(ModelBackend):
