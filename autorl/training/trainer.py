@@ -109,8 +109,8 @@ class GRPOTrainer:
         self._keep_lora_fp32()
         # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
         self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
-        # the model's own attention (transformers' choice at load), and the one the next forward runs
-        self._model_attention = self._attention_now = self.model.get_base_model().config._attn_implementation
+        self._model_attention = self.model.get_base_model().config._attn_implementation
+        """The model's own attention (transformers' choice at load)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
         if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
@@ -309,9 +309,9 @@ class GRPOTrainer:
         says so (peft engine, CPU), else the model's own."""
         short = width <= self.config.eager_attention_max_tokens  # 0: never
         wanted = "eager" if short and self.engine == "peft" and self.device.type == "cpu" else self._model_attention
-        if wanted != self._attention_now:
-            self.model.get_base_model().set_attn_implementation(wanted)
-            self._attention_now = wanted
+        base = self.model.get_base_model()
+        if wanted != base.config._attn_implementation:
+            base.set_attn_implementation(wanted)
 
     def _pad(self, sequences: list[Sequence]) -> tuple[torch.Tensor, ...]:
         width = max(len(s.input_ids) for s in sequences)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import statistics
 import sys
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, ratio_entry, rotations, summary, write_result
 from perf_grpo_step import GROUP_SIZE, PROMPT, train_config
+from processes import rss_mib
 
 import autorl as art
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
@@ -75,11 +77,6 @@ def reset_peak_memory() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def peak_memory_mib() -> float:
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(fields["VmHWM"].split()[0]) / 1024
-
-
 def measure(model_dir: Path, home: Path, tokens: int, reps: int) -> dict:
     trainers = {
         name: GRPOTrainer(model_dir, home / f"{tokens}-{i}", art.TrainerConfig(eager_attention_max_tokens=limit))
@@ -96,7 +93,7 @@ def measure(model_dir: Path, home: Path, tokens: int, reps: int) -> dict:
         release_freed_memory()
         reset_peak_memory()
         metrics = trainers[name].step(groups, config)
-        peaks[name].append(peak_memory_mib())
+        peaks[name].append(rss_mib(os.getpid())[1])
         times[name].append(metrics["step_time_s"])
         width = int(metrics["tokens"] / GROUP_SIZE)  # one group: every sequence is as long (prompt + tokens)
     own, eager = (statistics.median(times[name]) for name in SETTINGS)

@@ -2,7 +2,7 @@
 
 Used by the fault-injection benchmark (`faults.py`) and by the end-to-end tests, which check that no
 vLLM or MCP server outlives an `autorl run` however it ends; `process_group_cpu_s` by the rollout
-benchmark, for the CPU time of a vLLM server's processes.
+benchmark, for the CPU time of a vLLM server's processes; `rss_mib` by those that measure memory.
 """
 
 from __future__ import annotations
@@ -77,3 +77,12 @@ def process_group_cpu_s(pgid: int) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     groups = (_stat(entry.name) for entry in Path("/proc").glob("[0-9]*"))
     return sum((int(f[11]) + int(f[12])) / tick for f in groups if f is not None and int(f[2]) == pgid)
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """The resident and peak resident memory (VmRSS, VmHWM) of `pid`, in MiB (0 for a process gone)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    except OSError:
+        return 0.0, 0.0
+    return tuple(int(fields.get(key, "0 kB").split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))  # type: ignore[return-value]

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, Loop, rotations, summary, write_result
 from perf_grpo_step import Ours, train_config
 from perf_rollout import PROMPTS, vllm_tokens_per_s
-from processes import descendants
+from processes import descendants, rss_mib
 
 import autorl as art
 from autorl.serving.config import ServerConfig
@@ -66,15 +66,6 @@ class Side(Ours):
 
     async def train(self, groups: list[art.TrajectoryGroup]) -> dict:
         return await self.model.train(groups, config=train_config(micro_batch_size=self.micro_batch_size))
-
-
-def rss_mib(pid: int) -> tuple[float, float]:
-    """The resident and peak resident memory of `pid`, in MiB (0 for a process gone)."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    except OSError:
-        return 0.0, 0.0
-    return tuple(int(fields.get(key, "0 kB").split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
 
 
 async def judge_part(reps: int) -> dict[str, Any]:
