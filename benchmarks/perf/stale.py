@@ -90,6 +90,10 @@ MEASURES: dict[str, Measures] = {
         (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"),
     ),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
+    "merge_thread": Measures(
+        "benchmarks/perf/perf_merge_thread.py",
+        (*TRAINING, "autorl/serving/merge.py", "benchmarks/perf/perf_trainer_attention.py", *STEP_SETUP),
+    ),
     "trainer_attention": Measures(
         "benchmarks/perf/perf_trainer_attention.py", (*TRAINING, "benchmarks/perf/perf_grpo_step.py")
     ),
