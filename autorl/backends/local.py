@@ -164,8 +164,8 @@ class LocalPlacement:
         """The one thread that runs `model`'s torch work in this process: its trainer's steps and, with merged
         serving, the merges of its checkpoints. Torch called from a second thread starts a second OpenMP
         thread team, and with more OpenMP threads than cores libgomp stops spinning between parallel
-        regions: with merges on asyncio's threads, the update inside a merged-serving step took 7.66 s against
-        5.05 s inside an adapter-serving one on a 2-core CPU (at 7a1958d, `benchmarks/perf/perf_grpo_step.py`)."""
+        regions: after a merge on another thread the trainer's step took 7.52 s against 4.64 s with the merge
+        on its own thread, on a 2-core CPU (measured at 3660214: `python benchmarks/perf/perf_merge_thread.py`)."""
         if model.name not in self._torch_threads:
             self._torch_threads[model.name] = ThreadPoolExecutor(1, f"autorl-torch-{model.name}")
         return self._torch_threads[model.name]
