@@ -163,8 +163,8 @@ class LocalPlacement:
     def torch_thread(self, model: TrainableModel) -> ThreadPoolExecutor:
         """The one thread that runs `model`'s torch work in this process: its trainer's steps and, with merged
         serving, the merges of its checkpoints. Torch called from a second thread starts a second OpenMP
-        thread team, and with more OpenMP threads than cores libgomp stops spinning between parallel
-        regions: after a merge on another thread the trainer's step took 7.52 s against 4.64 s with the merge
+        thread team (with more OpenMP threads than cores, libgomp, by our reading, stops spinning between
+        parallel regions and sleeps in the kernel): after a merge on another thread the trainer's step took 7.52 s against 4.64 s with the merge
         on its own thread, on a 2-core CPU (measured at 3660214: `python benchmarks/perf/perf_merge_thread.py`)."""
         if model.name not in self._torch_threads:
             self._torch_threads[model.name] = ThreadPoolExecutor(1, f"autorl-torch-{model.name}")
