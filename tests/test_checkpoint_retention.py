@@ -216,7 +216,7 @@ def test_serving_a_deleted_checkpoint_is_one_line_naming_the_checkpoints_there_a
         write_checkpoint(tmp_path, step)
     (tmp_path / "checkpoints" / "0005" / "adapter_config.json").write_text("{}")
     model = art.TrainableModel(name="policy")
-    serving = LocalServing(model, tmp_path, server=None, max_restarts=0, torch_thread=None)  # refused before
-    # the server or the thread is asked
+    # refused before the server or the torch thread is asked
+    serving = LocalServing(model, tmp_path, server=None, max_restarts=0, torch_thread=None)
     with pytest.raises(AutoRLError, match=r"^model 'policy' has no checkpoint 0003 \(checkpoints: 0002, 0005\)$"):
         asyncio.run(serving._load(3))

@@ -92,7 +92,12 @@ MEASURES: dict[str, Measures] = {
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
     "merge_thread": Measures(
         "benchmarks/perf/perf_merge_thread.py",
-        (*TRAINING, "autorl/serving/merge.py", "benchmarks/perf/perf_trainer_attention.py", *STEP_SETUP),
+        (
+            *TRAINING,
+            "autorl/serving/merge.py",
+            "benchmarks/perf/perf_trainer_attention.py",
+            "benchmarks/perf/perf_grpo_step.py",
+        ),
     ),
     "trainer_attention": Measures(
         "benchmarks/perf/perf_trainer_attention.py", (*TRAINING, "benchmarks/perf/perf_grpo_step.py")
