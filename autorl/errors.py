@@ -39,3 +39,14 @@ class MissingExtraError(AutoRLError):
 class NoModelCallError(AutoRLError):
     """A wrapped rollout (`autorl.agents.langgraph.wrap_rollout`) made no chat completion through a chat model of
     its model, so there is nothing to train on."""
+
+
+QUOTED_CHARS = 40
+"""How much of a value an error message quotes (a 5 MB name is not echoed back whole)."""
+
+
+def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
+    """`repr(value)` of at most `limit` characters of it, its length said when it was cut: how an error line
+    names a value a user sent."""
+    text = value if isinstance(value, str) else str(value)
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"

@@ -11,15 +11,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ChatCompletionServer:
     """`POST /v1/chat/completions` answered with `answer(request body)`, a chat completion as JSON; every
-    request body is kept in `requests`, its headers in `headers`."""
+    request body is kept in `requests`, its headers in `headers`, its path in `paths`."""
 
     def __init__(self, answer: Callable[[dict], dict]):
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                server.paths.append(self.path)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append(body)
                 server.headers.append(dict(self.headers))

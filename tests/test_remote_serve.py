@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from art_programs import dataset_loop
+from test_serve_security import OUTSIDE, raw_post
 
 from autorl.backends.remote import RemoteBackend
 from autorl.backends.run_dir import read_history
@@ -29,6 +30,7 @@ from pipelines.server.app import STEP_IDS_FILE
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
+CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
 
 
 def free_port() -> int:
@@ -120,6 +122,17 @@ def test_an_art_program_trains_through_autorl_serve_which_is_killed_mid_step_and
         server.stop()
 
 
+def dev_endpoints_never_answer(server: Serve, model: str) -> None:
+    """Through the server, every spelling of vLLM's development endpoints and LoRA loading is 404 (its vLLM
+    serves merged on CPU: `/collective_rpc`, `/pause`, `/sleep` are on), and inference still answers."""
+    body = {"model": model, "method": "save_sharded_state", "args": ["/tmp/x"], "lora_name": "x", "lora_path": "/"}
+    refused = {path: raw_post(server.port, path, body, server.token) for path in OUTSIDE}
+    assert {path: answer for path, answer in refused.items() if answer[0] != 404} == {}
+    status, text = raw_post(server.port, "/v1/chat/completions", {**CHAT, "model": model}, server.token)
+    assert status == 200 and json.loads(text)["choices"], text
+    assert "collective_rpc" not in (server.home / "serve-1.log").read_text()
+
+
 REMOTE_TASK = """
 description = "Answer in capital letters only."
 system_prompt = "You answer every message in capital letters only."
@@ -133,7 +146,8 @@ def test_autorl_run_with_backend_trains_on_the_server_and_gets_its_checkpoint(tm
     """`autorl run --backend URL` on the "laptop" (its own home), `autorl serve` on the "GPU box" (another home):
     the run finishes with no vLLM server of its own, the step is trained once on the server, and the laptop's
     run directory holds its history and checkpoint (copied back) as a local run's would; the token is in no
-    file either side wrote."""
+    file either side wrote. Then the server's vLLM is probed for its development endpoints through the
+    proxy (`dev_endpoints_never_answer`)."""
     token = secrets.token_urlsafe(32)
     server = Serve(tmp_path / "server-home", free_port(), token)
     server.home.mkdir()
@@ -161,6 +175,7 @@ def test_autorl_run_with_backend_trains_on_the_server_and_gets_its_checkpoint(tm
         copied = here / "checkpoints" / "0001" / "adapter_model.safetensors"
         assert copied.read_bytes() == (remote / "checkpoints" / "0001" / "adapter_model.safetensors").read_bytes()
         assert "restarting it" not in (server.home / "serve-1.log").read_text()  # its vLLM never died
+        dev_endpoints_never_answer(server, remote.name)
         written = [p for p in [*laptop.rglob("*"), *server.home.rglob("*")] if p.is_file() and not p.is_symlink()]
         assert not [p for p in written if token.encode() in p.read_bytes()]
     finally:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomic import atomic_dir, atomic_text
 from ..config import TrainConfig, TrainerConfig
-from ..errors import AutoRLError
+from ..errors import AutoRLError, quoted
 from ..serving.auth import bearer
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..trajectories import TrajectoryGroup
@@ -150,7 +150,9 @@ class ServeRequest(BaseModel):
 def check_name(name: str, what: str = "model name") -> str:
     """`name` if a server takes it (`NAME`), else one `AutoRLError` line."""
     if not NAME.fullmatch(name):
-        raise AutoRLError(f"{what} {name!r}: use letters, digits, '.', '_' and '-' (no '/', no leading '.', no '@')")
+        raise AutoRLError(
+            f"{what} {quoted(name)}: use letters, digits, '.', '_' and '-' (no '/', no leading '.', no '@')"
+        )
     return name
 
 

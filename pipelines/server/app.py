@@ -13,8 +13,12 @@ Paths (every one but /health needs the token; bodies are `autorl.backends.remote
     POST /models/NAME/release                  this client is done training NAME (another may start)
     GET  /models/NAME/checkpoints[/STEP]       the complete checkpoints; one's PEFT files as .tar.gz
     GET  /models/NAME/history                  the training history (a record per step, as history.jsonl)
-    GET  /v1/models, POST /v1/...              OpenAI-compatible inference, passed on to the model's vLLM:
-                                               "NAME" is the newest checkpoint, "NAME@NNNN" checkpoint NNNN
+    GET  /v1/models                            the names servable here: "NAME" is the newest checkpoint,
+                                               "NAME@NNNN" checkpoint NNNN
+    POST /v1/chat/completions, /v1/completions OpenAI-compatible inference, passed on to the model's vLLM
+                                               server; every other /v1 path is 404 before anything is sent
+                                               on (`autorl.serving.routes`: vLLM's LoRA loading and
+                                               development endpoints are never reachable from here)
 
 A model the server served before it was restarted is registered again on its first request (the
 registry `HOME/serve/models.json`), resuming from its newest checkpoint. A bad request is a 4xx whose
@@ -63,9 +67,10 @@ from autorl.backends.remote import (
     check_name,
 )
 from autorl.backends.run_dir import append_history, read_history
-from autorl.errors import AutoRLError, ServerDiedError
+from autorl.errors import AutoRLError, ServerDiedError, quoted
 from autorl.model import Model, TrainableModel
 from autorl.serving.auth import RequireKey, bearer
+from autorl.serving.routes import INFERENCE_ROUTES, allowed_route
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
 from ruler.errors import RulerError
 
@@ -78,6 +83,7 @@ STEP_IDS_FILE = "remote_steps.jsonl"
 """In a model's run directory: `{"step_id", "step"}`, written before the step trains; with the history it
 says whether a step id was trained."""
 STEP = re.compile(r"\d{1,6}")
+ROUTES = ", ".join(f"{' '.join(sorted(methods))} {route}" for route, methods in INFERENCE_ROUTES.items())
 INFLATED_PER_BYTE = 16
 """A gzip body may inflate to this many times the size limit, no more (a small body that inflates to
 gigabytes is refused)."""
@@ -277,10 +283,11 @@ class ServedModels:
             steps = steps[-1:]
         return [model.name, *(inference_name(model.name, step) for step in steps)]
 
-    async def forward(self, request: Request, path: str, body: dict) -> Response:
-        """Pass an OpenAI request on to the vLLM server of the model it names, streamed back as it comes."""
+    async def forward(self, request: Request, route: str, body: dict) -> Response:
+        """Pass an OpenAI request to `route` (one of `INFERENCE_ROUTES`) on the vLLM server of the model it
+        names, streamed back as it comes."""
         if not isinstance(body.get("model"), str):
-            raise Refused(400, f'/v1/{path} needs a JSON object with a "model" name')
+            raise Refused(400, f'{route} needs a JSON object with a "model" name')
         model, served = await self.target(body["model"])
         client = self._http.get(model.name)
         if client is None:  # held back while the model trains; resent once a dead vLLM server was restarted
@@ -290,7 +297,7 @@ class ServedModels:
         headers = {"Content-Type": "application/json", **bearer(model.inference_api_key or "")}
         outgoing = client.build_request(
             request.method,
-            f"{model.require_endpoint()}/{path}",
+            model.require_endpoint().removesuffix("/v1") + route,
             headers=headers,
             content=json.dumps({**body, "model": served}),
         )
@@ -501,14 +508,17 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.post("/v1/{path:path}")
     async def inference(path: str, request: Request) -> Response:
+        route = allowed_route(request.method, request.scope.get("raw_path", b"").decode("latin-1") or path)
+        if route is None:  # before the body is read: nothing but INFERENCE_ROUTES reaches vLLM
+            raise Refused(404, f"not an inference route: {quoted('/v1/' + path)} (this server passes on {ROUTES})")
         raw = await request.body()
         try:
             body = json.loads(raw or b"null")
         except ValueError:
-            raise Refused(400, f"/v1/{path}: the body is not JSON") from None
+            raise Refused(400, f"{route}: the body is not JSON") from None
         if not isinstance(body, dict):
-            raise Refused(400, f"/v1/{path} needs a JSON object")
-        return await served.forward(request, path, body)
+            raise Refused(400, f"{route} needs a JSON object")
+        return await served.forward(request, route, body)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(RequireKey, key=token)  # added last: the outermost, before anything reads the body

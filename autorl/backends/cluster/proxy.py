@@ -7,7 +7,8 @@ one dies) and its answer, streamed or not, is passed back as it comes. The proxy
 thread, and the pool lives in that loop, so any thread may use the address, blocking callers included (the
 generator's calls from a worker thread while the run's loop waits on it). Like every server autorl starts, it
 requires its own key (`api_key`; `autorl.serving.auth`) on every path but /health, and never passes it on: the
-transport sends each replica's own.
+transport sends each replica's own. It passes on `PROXIED_ROUTES` only, as `autorl serve` does: the
+replicas' LoRA loading and development endpoints stay out of reach of whoever holds the proxy's key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 
 from ...errors import ServerDiedError
 from ...serving.auth import OPEN_PATHS, authorized, new_key
+from ...serving.routes import INFERENCE_ROUTES, allowed_route
 
 T = TypeVar("T")
 
@@ -30,6 +32,9 @@ HOP_BY_HOP = frozenset(
 """Headers of one HTTP hop: not passed on (the proxy's own connection sets them)."""
 NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
 """Headers of a request not sent on: the hop's, and the proxy's key."""
+PROXIED_ROUTES = {**INFERENCE_ROUTES, **{path: frozenset({"GET"}) for path in OPEN_PATHS}}
+"""What the proxy passes on: OpenAI inference (`autorl.serving.routes`) and the replicas' health check; any
+other path is 404 before a replica sees it."""
 CLOSE_TIMEOUT_S = 30.0
 """How long `close` waits for the proxy's loop to cancel what it runs."""
 
@@ -75,10 +80,11 @@ class PoolProxy:
 
         if request.path not in OPEN_PATHS and not authorized(request.headers.get("Authorization"), self.api_key):
             return web.json_response({"error": "Unauthorized: this proxy needs its key"}, status=401)
+        route = allowed_route(request.method, request.raw_path, PROXIED_ROUTES)
+        if route is None:
+            return web.json_response({"error": "Not found: this proxy passes on OpenAI inference only"}, status=404)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
-        upstream = self._client.build_request(
-            request.method, request.path_qs, headers=headers, content=await request.read()
-        )
+        upstream = self._client.build_request(request.method, route, headers=headers, content=await request.read())
         try:
             response = await self._client.send(upstream, stream=True)
         except ServerDiedError as exc:
