@@ -8,10 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import stat
+import string
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autorl.atomic import atomic_text, private_dir
 from autorl.errors import AutoRLError
@@ -167,3 +172,109 @@ def test_a_benchmark_reads_the_env_values_run_json_does_not_keep_from_the_task_f
     task_file.write_text(task_file.read_text().replace('"python", "s.py"', '"python", "other.py"'))
     with pytest.raises(AutoRLError, match=r"run 'r': run.json does not keep its MCP servers' env values"):
         RunView(tmp_path, "r", Counter())
+
+
+# --- every shape a secret takes in a task or a run's settings, by rule ---------------------------------------
+
+SHAPES: list = [
+    "https://mcp.example.com/sse?api_key={s}",  # an MCP server's url
+    "m@http://10.0.0.5:8000/v1?key={s}",  # a judge or generator with its key in the query
+    "wss://stream.example.com/v1?v=2&token={s}",
+    "https://gen.example.com/v1#access_token={s}",  # a fragment's parameters
+    "https://hooks.example.com/services/{s}/send",  # a token as a path segment
+    "http://user:{s}@10.0.0.5/v1",
+    "postgres://app:{s}@db:5432/notes",
+    "http://{s}@gateway/v1",
+    ["env", "OPENAI_API_KEY={s}", "python", "server.py"],
+    ["env", "MY_SERVICE_CRED={s}", "node", "server.js"],
+    ["docker", "run", "-e", "NOTES_DB_URL={s}", "notes-mcp"],
+    ["npx", "mcp-remote", "https://x.example.com/sse", "--header", "Authorization: Bearer {s}"],
+    ["npx", "mcp-remote", "https://x.example.com/sse", "--header", "X-Team:{s}"],
+    ["curl", "-H", "X-Api-Key: {s}", "https://x.example.com"],
+    ["curl", "--header=X-Anything: {s}", "https://x.example.com"],
+    ["sh", "-c", "TOKEN={s} python server.py"],
+    ["bash", "-c", "export GITHUB_TOKEN={s}; exec github-mcp"],
+    ["tool", "-k", "{s}"],
+    ["mysql", "-p", "{s}"],
+    ["tool", "--key", "{s}"],
+    ["tool", "--token={s}"],
+    ["python", "s.py", "--openai-api-key", "{s}"],
+    {"headers": {"X-Anything": "{s}"}},
+    {"env": {"MODE": "{s}"}},
+    {"HF_TOKEN": "{s}"},
+    {"dbPassword": "{s}"},
+    "the judge said 401 to Authorization: Bearer {s}",  # an error line
+    'config was {{"api_key": "{s}", "model": "m"}}',  # JSON inside a string
+    "connect with password={s} then",
+    "Authorization: Basic {s}==",
+]
+"""Where secrets go in tasks and settings: URLs (query, fragment, userinfo, path), commands (env assignments,
+headers, flags, shell strings), tables and text."""
+PLAIN = [
+    "m@http://127.0.0.1:8000/v1",
+    "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct/resolve/main/config.json",
+    ["python", "-m", "server", "--port", "8000", "--max-tokens", "64"],
+    "Basic arithmetic: X=5 and y = 3; max_tokens=64",
+    {"max_tokens": 64, "tokenizer": "t", "MODE": "fast"},
+]
+"""What redaction leaves alone: names, model paths, ports, settings and prose."""
+
+
+def planted(shape: Any, secret: str) -> Any:
+    if isinstance(shape, str):
+        return shape.format(s=secret)
+    if isinstance(shape, list):
+        return [planted(item, secret) for item in shape]
+    return {key: planted(value, secret) for key, value in shape.items()}
+
+
+def test_each_shape_of_secret_is_redacted_and_plain_values_are_kept():
+    assert len(SHAPES) >= 20
+    for shape in SHAPES:
+        clean = json.dumps(redacted({"value": planted(shape, SECRET_TOKEN)}))
+        assert SECRET_TOKEN not in clean and REDACTED in clean, clean
+    assert redacted(PLAIN) == PLAIN
+    assert redacted(["env", "OPENAI_API_KEY=x", "python"]) == ["env", f"OPENAI_API_KEY={REDACTED}", "python"]
+    assert redact_text(f"https://h/v1/{SECRET_TOKEN}?a=1#b=2") == f"https://h/v1/{REDACTED}?a={REDACTED}#b={REDACTED}"
+    assert redacted(["curl", "-H", "Authorization: Bearer x"]) == ["curl", "-H", f"Authorization: {REDACTED}"]
+
+
+SECRET_TOKEN = "Zq8vN2kLp0RtYw5sXc3mBd7f"
+secret_text = st.text(string.ascii_letters + string.digits, min_size=20, max_size=48).filter(
+    lambda text: any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(secret=secret_text, shape=st.sampled_from(SHAPES), separator=st.sampled_from(["", "-", "_", "."]))
+def test_a_random_secret_planted_in_any_shape_is_never_kept(secret, shape, separator):
+    if "/services/" not in str(shape):  # a path segment's token keeps a 16-character run: see looks_like_token
+        secret = secret[:10] + separator + secret[10:]
+    assert secret not in json.dumps(redacted({"value": planted(shape, secret)}))
+
+
+def test_a_run_record_and_the_wandb_files_hold_no_secret_of_any_shape(tmp_path, monkeypatch):
+    """Every shape at once, as a task file and flags carry them: run.json (`_open_record`) and W&B's offline
+    files (the config and the command line W&B sees)."""
+    secret = secrets.token_hex(16)
+    urls = [planted(s, secret) for s in SHAPES if isinstance(s, str) and s.startswith("http")]
+    commands = [planted(s, secret) for s in SHAPES if isinstance(s, list)]
+    servers = [McpServerSpec(command=command) for command in commands]
+    servers += [McpServerSpec(url=url) for url in urls if url.startswith("http")]
+    servers.append(McpServerSpec(command=["python", "s.py"], env={"ANY": secret}))
+    task = TaskSpec(description="Take notes", mcp_servers=servers)
+    judge = planted("m@http://10.0.0.5:8000/v1?key={s}", secret)
+    config = RunConfig(home=tmp_path, judge=judge, generator=planted("m@http://{s}@gateway/v1", secret))
+    run_dir = tmp_path / "runs" / "r"
+    record = _open_record(run_dir, "r", task, config)
+    write_json(run_dir / RUN_FILE, record)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr("sys.argv", ["autorl", "run", "TASK", "--judge", judge])
+    tracker = Tracker(True, tmp_path / "wandb", "r", "abc123", record["config"] | {"task": record["task"]})
+    tracker.log({"reward": 0.5}, step=1)
+    tracker.finish()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) > 3 and any(p.suffix == ".wandb" for p in files)
+    assert [p for p in files if secret.encode() in p.read_bytes()] == []
+    assert any(b"10.0.0.5:8000" in p.read_bytes() for p in files if p.suffix == ".wandb")  # the config was written
+    assert len(json.loads((run_dir / RUN_FILE).read_text())["task"]["mcp_servers"]) == len(servers)
