@@ -126,7 +126,7 @@ RUN_FLAGS = field_flags(
     {
         "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "audit_groups": {},
-        "learnability_groups": {}, "model": {}, "judge": {}, "generator": {},
+        "learnability_groups": {}, "on_tied": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
         "keep_checkpoints": {"metavar": "POLICY"},

@@ -70,6 +70,11 @@ class RunConfig(BaseModel):
     """Groups of `group_size` base-model answers to training inputs that the learnability check judges before
     training. The first `groups_per_step` are training step 1's groups (the base model is the policy
     before step 1; step 1 trains on them), so only the rest cost rollouts and judge requests."""
+    on_tied: Literal["drop", "warn"] = "drop"
+    """What the learnability check does when most groups of its sample tie (under half differ in score, so most
+    training steps would change nothing): drop, answer and judge one group for each other training input with the
+    base model too, and train on the inputs whose groups differ in score (on all of them when fewer than
+    `groups_per_step` do); warn: only warn. The action is printed, and recorded in run.json and the report."""
     inputs_file: Path | None = None
     """JSONL file of the inputs (`input`, optional `split`): the inputs stage reads it instead of generating."""
     train: TrainConfig = Field(default_factory=TrainConfig)

@@ -41,7 +41,9 @@ def test_the_preflight_settings_change_the_checks_and_the_report_only():
     base = stage_keys(TASK, RunConfig())
     assert changed(base, stage_keys(TASK, RunConfig(audit_groups=2))) == {"preflight", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(learnability_groups=6))) == {"preflight", "report"}
-    assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == {"preflight", "report"}
+    # off, the learnability check drops no tied inputs, so training may take other inputs
+    assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == {"preflight", "train", "evaluate", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(on_tied="warn"))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(preflight="strict"))) == set()  # it only decides whether to stop
     # what step 1's groups depend on (the preflight stage samples them for the train stage) is in both keys
     assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == {"preflight", "train", "evaluate", "report"}

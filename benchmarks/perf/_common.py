@@ -35,7 +35,9 @@ ROOT = PERF.parents[1]
 """The repository; on `sys.path` once this module is imported, so the scripts import autorl, ruler, pipelines."""
 RESULTS = PERF / "results"
 LEARNING_TASKS = PERF / "learning_tasks"
-"""Tasks a program judges (`judges.py`), with shared inputs (`inputs.jsonl`): `learning.py` and `gpu_check.py` train on them."""
+"""Tasks a program judges (`judges.py`), each with its inputs file: `learning.py` and `gpu_check.py` train on them."""
+EXAMPLES = ROOT / "examples"
+"""The task files a user runs to see learning; `learning.py` trains on three of them."""
 LEARNING_JUDGES = "benchmarks.perf.learning_tasks.judges"
 """The module of the learning tasks' judges, as `autorl run --judge MODULE:TASK` names it (from `ROOT`)."""
 T = TypeVar("T")

@@ -1,11 +1,15 @@
 """Does a run make the model better? Base vs trained held-out reward on tasks a program judges.
 
-    python benchmarks/perf/learning.py [--tasks one_word,uppercase,no_punctuation,exclaim]
-        [--losses grpo,dr_grpo,gspo] [--seeds 0] [--steps 20] [--home DIR] [--out NAME]
-        [-- extra autorl run flags]
+    python benchmarks/perf/learning.py [--tasks arithmetic,capitals,opposites,alphabetical,extract_json,tictactoe]
+        [--losses grpo] [--seeds 0] [--steps 20] [--home DIR] [--out NAME] [-- extra autorl run flags]
 
-For each task of `benchmarks/perf/learning_tasks/` (a task file, its judge `judges:<task>`, the shared
-`inputs.jsonl` with fixed train/validation splits), each loss and each seed, this runs `autorl run
+Two kinds of task. The content tasks (`CONTENT_TASKS`, the default) are judged on what the answer says:
+the sum, the capital, the opposite, the words in order, the fields extracted, a won game; the form-only
+tasks (`FORM_TASKS`: one word, capitals, no punctuation, exclamations) are judged on the answer's shape
+alone and are probes of reward hacking: training reaches their top score with answers that say nothing.
+
+For each task (a task file in `benchmarks/perf/learning_tasks/` or `examples/`, its judge `judges:<task>`,
+its inputs file with fixed train/validation splits), each loss and each seed, this runs `autorl run
 TASK.toml --judge benchmarks.perf.learning_tasks.judges:<task> --loss LOSS --seed SEED --steps N` as a user
 would, with the run's defaults for everything else, and reads its `run.json`: the held-out mean reward
 of the base model and of the trained LoRA (latest checkpoint), each with its 95% CI over the validation
@@ -31,12 +35,21 @@ import sys
 import time
 from pathlib import Path
 
-from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
+from _common import EXAMPLES, LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
 
 from autorl.backends.run_dir import read_history
 
-TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
+CONTENT_TASKS = ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
+"""Tasks whose judge checks the content of the answer (the first two and the game are `examples/` tasks)."""
+FORM_TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
+"""Probes of reward hacking: their judges score the form of an answer only."""
 LOSSES = ("grpo", "dr_grpo", "gspo")
+
+
+def task_file(task: str) -> Path:
+    """The task file of `task`: the benchmark's own, else the example of that name."""
+    own = LEARNING_TASKS / f"{task}.toml"
+    return own if own.exists() else EXAMPLES / f"{task}.toml"
 
 
 def judge_spec(task: str) -> str:
@@ -46,7 +59,7 @@ def judge_spec(task: str) -> str:
 def run_command(task: str, loss: str, seed: int, steps: int, home: Path, extra: list[str]) -> list[str]:
     """The `autorl run` command line of one benchmark run."""
     return [
-        sys.executable, "-m", "pipelines.cli", "run", str(LEARNING_TASKS / f"{task}.toml"),
+        sys.executable, "-m", "pipelines.cli", "run", str(task_file(task)),
         "--judge", judge_spec(task), "--loss", loss, "--seed", str(seed), "--steps", str(steps),
         "--home", str(home), "--name", f"{task}-{loss}-seed{seed}", "--no-wandb", *extra,
     ]  # fmt: skip
@@ -157,8 +170,8 @@ def _cell(figure: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default=",".join(TASKS), help="Comma-separated task names.")
-    parser.add_argument("--losses", default=",".join(LOSSES), help="Comma-separated loss variants.")
+    parser.add_argument("--tasks", default=",".join(CONTENT_TASKS), help="Comma-separated task names.")
+    parser.add_argument("--losses", default="grpo", help=f"Comma-separated loss variants ({', '.join(LOSSES)}, ...).")
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds (one run each).")
     parser.add_argument("--steps", type=int, default=20, help="Training steps per run.")
     parser.add_argument("--home", type=Path, default=Path(".autorl-learning"), help="Where the runs are kept.")

@@ -71,6 +71,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         return {"off": True}
     sample = await _learnability_sample(ctx)
     signal = learnability(sample)
+    action = await _act_on_ties(ctx, sample, signal)
     audit = await _audit(ctx, sample)
     if audit["verdict"] == "reliable" and reads_rubric(ctx.judge):
         checked = await _check_inputs(ctx)
@@ -81,7 +82,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             else f"the judge is not reliable ({audit['verdict']})"
         )
         checked = {"checked": 0, "why": why}
-    summary = {"audit": audit, "learnability": signal, "inputs_check": checked}
+    summary = {"audit": audit, "learnability": signal, "inputs_check": checked, "tied_action": action}
     summary["lines"], summary["problems"] = verdict_lines(summary, ctx.config)
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         (out / FILE).write_text(json.dumps(summary, indent=1))
@@ -145,6 +146,63 @@ async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:
     return await train.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
 
 
+def mostly_tied(signal: dict[str, Any]) -> bool:
+    """Whether the learnability check's groups mostly tie (under `MIN_SIGNAL_SHARE` differ in score)."""
+    return bool(signal["groups"]) and signal["signal_share"] < MIN_SIGNAL_SHARE
+
+
+async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal: dict[str, Any]) -> dict | None:
+    """Under `on_tied = "drop"`, when most groups of the sample tie and training has not begun: one group of base
+    answers to each training input the sample lacks, judged, then `drop_tied_inputs` of them all; step 1's saved
+    groups become those of the first inputs kept (the train stage trains on the kept inputs from step 1 on).
+    None when there is nothing to act on."""
+    config = ctx.config
+    if config.on_tied != "drop" or not mostly_tied(signal) or train.steps_done(ctx) > 0:
+        return None
+    prompt, train_inputs = system_prompt.load(ctx), inputs.load(ctx, "train")
+    sampled = {g.trajectories[0].metadata.get("input") for g in sample if g.trajectories}
+    missing = [text for text in train_inputs if text not in sampled]
+    base = await ctx.policy.serve_step(0)
+    more = await train.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
+    action = drop_tied_inputs(train_inputs, [*sample, *more], config.groups_per_step)
+    if action["kept"] < len(train_inputs):
+        by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}
+        step_one = ctx.policy.run_dir / "steps" / "0001"
+        for index, text in enumerate(train.step_inputs(kept_inputs(train_inputs, action), 1, config.groups_per_step)):
+            (step_one / f"group_{index:02d}.json").write_text(by_input[text].model_dump_json())
+    return action
+
+
+def drop_tied_inputs(train_inputs: list[str], groups: list[TrajectoryGroup], groups_per_step: int) -> dict[str, Any]:
+    """The policy `on_tied = "drop"`: which training inputs to train on, from judged groups of base answers to
+    them (`metadata["input"]` names a group's input): those with a group whose answers differ in score. When
+    fewer than `groups_per_step` have one, all are kept (a step needs its groups; the warning stands)."""
+    rewards = {}
+    for group in groups:
+        if group.trajectories:
+            rewards.setdefault(group.trajectories[0].metadata.get("input"), []).append(
+                [t.reward for t in group.trajectories]
+            )
+    with_signal = {text for text, sets in rewards.items() if any(a is not None for a in advantages(sets))}
+    dropped = [text for text in train_inputs if text in rewards and text not in with_signal]
+    if len(train_inputs) - len(dropped) < groups_per_step:
+        dropped = []
+    return {
+        "policy": "drop",
+        "inputs": len(train_inputs),
+        "judged": len(rewards),
+        "with_signal": len(with_signal),
+        "kept": len(train_inputs) - len(dropped),
+        "dropped": dropped,
+    }
+
+
+def kept_inputs(train_inputs: list[str], action: dict[str, Any] | None) -> list[str]:
+    """The training inputs left after the learnability check's action (all of them without one)."""
+    dropped = set(action["dropped"]) if action else set()
+    return [text for text in train_inputs if text not in dropped]
+
+
 def learnability(groups: list[TrajectoryGroup]) -> dict[str, Any]:
     """What GRPO can learn from `groups` (judged groups of base-model answers): how many have answers that
     differ in score (the trainer's own tie rule), the mean reward and the success rate (scored >= `SUCCESS`)."""
@@ -188,12 +246,25 @@ def verdict_lines(summary: dict[str, Any], config: RunConfig) -> tuple[list[str]
             f"base-model answers to training inputs differ in score (what GRPO learns from); base mean reward "
             f"{signal['mean_reward']:.3f}, success rate {signal['success_rate']:.2f} (answers scored >= {SUCCESS})"
         )
-        if signal["signal_share"] < MIN_SIGNAL_SHARE:
+        advice = (
+            f"; most groups tie, so GRPO has little to learn from: try a larger --group-size (now "
+            f"{config.group_size}), a rubric with partial credit, a worked example in the system prompt, or a "
+            "stronger model"
+        )
+        if (action := summary.get("tied_action")) is not None:
             learn += (
-                f"; most groups tie, so GRPO has little to learn from: try a larger --group-size (now "
-                f"{config.group_size}), a rubric with partial credit, a worked example in the system prompt, or a "
-                "stronger model"
+                f"; most groups tie, so the check acted (--on-tied drop): it judged a group for each of the "
+                f"{action['inputs']} training inputs, of which {action['with_signal']} differ in score, and "
+                + (
+                    f"training takes the {action['kept']} that do"
+                    if action["dropped"]
+                    else f"keeps all (too few carry signal to drop the rest){advice}"
+                )
             )
+            if not action["dropped"]:
+                problems.append(learn)
+        elif mostly_tied(signal):
+            learn += advice
             problems.append(learn)
     lines.append(learn)
     if checked.get("checked"):

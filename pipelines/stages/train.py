@@ -76,6 +76,8 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         **group_settings(task, config),
         "train": config.train.model_dump(),
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
+        # the inputs it trains on, when the learnability check may drop some
+        **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
     }
 
 
@@ -97,7 +99,7 @@ def is_done(ctx: StageContext) -> bool:
 async def run(ctx: StageContext) -> dict[str, Any]:
     config, work = ctx.config, ctx.policy.run_dir
     prompt = system_prompt.load(ctx)
-    train_inputs = inputs.load(ctx, "train")
+    train_inputs = training_inputs(ctx)
     await ctx.policy.start()  # from here a remote backend's copy of the run directory is the server's
     step = steps_done(ctx)
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
@@ -140,6 +142,17 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
+
+
+def training_inputs(ctx: RunArtifacts) -> list[str]:
+    """The training inputs steps take in turn: all of them, less those the learnability check dropped
+    (`RunConfig.on_tied`)."""
+    from . import preflight  # it builds on this stage's groups
+
+    train_inputs = inputs.load(ctx, "train")
+    if ctx.config.preflight == "off":
+        return train_inputs
+    return preflight.kept_inputs(train_inputs, preflight.load(ctx).get("tied_action"))
 
 
 def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:

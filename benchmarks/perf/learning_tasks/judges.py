@@ -1,7 +1,14 @@
 """Programmatic judges of the learning benchmark's tasks: `(messages) -> float` in [0, 1].
 
-Each scores the last assistant message only, and densely: a small model's answers to a task differ in
-these scores from the start, so a group carries signal. (All-or-nothing criteria that the embedded base
+Two kinds. The content tasks' judges (`arithmetic`, `capitals`, `opposites`, `alphabetical`, `extract_json`,
+`tictactoe`) work out the right answer from the question and check that the reply gives it; the first two
+and the game are the examples' own (`examples/judges.py`, `examples/tictactoe.py`). The form-only judges
+(`one_word`, `uppercase`, `no_punctuation`, `exclaim`) score the shape of a reply and nothing it says: they
+are probes of reward hacking, on which a trained model reaches a top score with answers that say nothing
+(docs/learning.md), and what the sentinel is calibrated against.
+
+Each scores densely: a small model's answers to a task differ in these scores from the start, so a group
+carries signal. (All-or-nothing criteria that the embedded base
 model never meets, such as "a JSON object with keys a and b" or "end with a fixed sentence", tied nearly
 every group in our trials: GRPO has next to nothing to learn from.) A task file names its judge as
 `benchmarks.perf.learning_tasks.judges:<function>`.
@@ -13,15 +20,86 @@ import json
 import re
 from typing import Any
 
+from examples.judges import answer, arithmetic, capitals, question
+from examples.tictactoe import score as tictactoe
+
+__all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
+
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 PUNCTUATION = set(".,;:!?\"'()[]{}-–—…*#")
 SENTENCE_ENDS = re.compile(r"[.!?]+")
 
 
-def answer(messages: list[dict[str, Any]]) -> str:
-    """The text of the last assistant message ("" when there is none)."""
-    replies = [m for m in messages if m.get("role") == "assistant"]
-    return (replies[-1].get("content") or "").strip() if replies else ""
+OPPOSITES = {
+    "hot": ("cold",), "big": ("small", "little", "tiny"), "up": ("down",), "fast": ("slow",), "happy": ("sad", "unhappy"),
+    "light": ("dark", "heavy"), "old": ("young", "new"), "open": ("closed", "shut", "close"), "rich": ("poor",),
+    "early": ("late",), "hard": ("soft", "easy"), "wet": ("dry",), "full": ("empty",), "strong": ("weak",),
+    "loud": ("quiet", "soft", "silent"), "long": ("short",), "high": ("low",), "left": ("right",), "day": ("night",),
+    "good": ("bad", "evil"), "in": ("out",), "young": ("old",), "push": ("pull",), "clean": ("dirty",),
+    "thick": ("thin",), "win": ("lose",), "buy": ("sell",), "first": ("last",), "near": ("far",), "black": ("white",),
+    "true": ("false",), "heavy": ("light",), "empty": ("full",), "sweet": ("sour", "bitter", "salty"),
+    "asleep": ("awake",), "inside": ("outside",), "always": ("never",), "north": ("south",), "front": ("back", "behind"),
+    "before": ("after",),
+}  # fmt: skip
+"""The words of `opposites.jsonl` and the answers that count as their opposite."""
+QUOTED = re.compile(r'"([^"]+)"')
+ORDER = re.compile(r"alphabetical order:\s*(.+)$")
+EXTRACT = {
+    "name": re.compile(r"(?:Meet |colleague )?([A-Z][a-z]+ [A-Z][a-z]+)"),
+    "age": re.compile(r"\b(\d{2})\b"),
+    "city": re.compile(r"\b(?:in|to|from|the) ([A-Z][a-z]+)"),
+}
+"""Where the right values stand in an `extract_json.jsonl` text (after its colon)."""
+JSON_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
+
+
+def opposites(messages: list[dict[str, Any]]) -> float:
+    """1 when the reply's first word is an opposite of the asked word (`OPPOSITES`), 0.5 when one comes later in
+    the reply (not the asked word's own sentence); else 0."""
+    asked = QUOTED.search(question(messages))
+    if asked is None or asked.group(1).lower() not in OPPOSITES:
+        return 0.0
+    right = OPPOSITES[asked.group(1).lower()]
+    words = _WORD.findall(answer(messages).lower())
+    if words and words[0] in right:
+        return 1.0
+    return 0.5 if any(word in right for word in words) else 0.0
+
+
+def alphabetical(messages: list[dict[str, Any]]) -> float:
+    """The asked words in alphabetical order: 1 when the reply lists exactly them in that order (separated by
+    anything, nothing else beside), else half the share of positions in the reply's list of the asked words
+    that hold the right word (a copy of the question's order scores what it gets right by chance)."""
+    asked = ORDER.search(question(messages))
+    if asked is None:
+        return 0.0
+    want = sorted(w.strip().lower() for w in asked.group(1).split(","))
+    words = _WORD.findall(answer(messages).lower())
+    if words == want:
+        return 1.0
+    listed = [w for w in words if w in want][: len(want)]
+    return round(0.5 * sum(a == b for a, b in zip(listed, want, strict=False)) / len(want), 4)
+
+
+def extract_json(messages: list[dict[str, Any]]) -> float:
+    """0.1 for a JSON object in the reply (the first `{...}`), plus 0.3 for each of "name", "age" and "city"
+    that holds the text's value (case-insensitive; the age as a number or a string)."""
+    text = question(messages).split(":", 1)[-1]
+    found = JSON_OBJECT.search(answer(messages))
+    if found is None:
+        return 0.0
+    try:
+        value = json.loads(found.group(0))
+    except ValueError:
+        return 0.0
+    if not isinstance(value, dict):
+        return 0.0
+    score = 0.1
+    for key, pattern in EXTRACT.items():
+        right = pattern.search(text)
+        if right is not None and str(value.get(key, "")).strip().lower() == right.group(1).lower():
+            score += 0.3
+    return round(score, 4)
 
 
 def one_word(messages: list[dict[str, Any]]) -> float:

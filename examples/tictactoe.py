@@ -1,0 +1,125 @@
+"""Tic-tac-toe against a program opponent: the `play` tool of `tictactoe.toml` and its judge `score`.
+
+The agent plays X. Each input shows a board where X is to move and can win at once; the agent calls
+`play(board, cell)` with the board as a 9-character string (rows top to bottom, `.` for an empty cell) and a
+cell 1-9; the tool plays X there, answers with the opponent's move and the new board, and the agent moves
+again (the task's `max_turns`). The opponent wins when it can, else blocks X's win, else takes the centre,
+a corner, an edge, the first free one.
+
+The judge replays the game from the input's board with the agent's moves (its `play` calls in order; without
+one, the first cell number 1-9 its last reply names), whatever boards the agent passed to the tool, so
+a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each legal move the
+agent made before the game ended or an illegal move stopped it (at most 0.4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)
+"""The opponent's order of cells (0-based) when it has no win and nothing to block: centre, corners, edges."""
+BOARD = re.compile(r"board:\s*([XO.]{9})\b", re.IGNORECASE)
+"""How an input states the starting board (`board: XO..X.O..`)."""
+CELL = re.compile(r"(?<!\d)([1-9])(?!\d)")
+WIN, DRAW, PER_LEGAL_MOVE, MOST_FOR_MOVES = 1.0, 0.5, 0.2, 0.4
+
+
+def winner(board: str) -> str | None:
+    """ "X" or "O" when that player holds a line, else None."""
+    for a, b, c in LINES:
+        if board[a] != "." and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+def winning_cells(board: str, player: str) -> list[int]:
+    """The empty cells (0-based) where `player` would complete a line."""
+    return [i for i in range(9) if board[i] == "." and winner(board[:i] + player + board[i + 1 :]) == player]
+
+
+def opponent_cell(board: str) -> int:
+    """The opponent's (O's) move on `board`, which has an empty cell: win, else block X, else by `PREFERENCE`."""
+    for player in ("O", "X"):
+        if cells := winning_cells(board, player):
+            return cells[0]
+    return next(i for i in PREFERENCE if board[i] == ".")
+
+
+def place(board: str, index: int, player: str) -> str:
+    return board[:index] + player + board[index + 1 :]
+
+
+def show(board: str) -> str:
+    """The board as three rows of cells (`X|O|.`)."""
+    return "\n".join("|".join(board[row : row + 3]) for row in (0, 3, 6))
+
+
+def play(board: str, cell: int) -> str:
+    """Play X at a cell of a tic-tac-toe board; the opponent (O) answers.
+
+    Args:
+        board: The board before your move: 9 characters X, O or . (empty), row by row from the top left.
+        cell: The cell you play, 1 to 9, row by row from the top left.
+    """
+    board = board.strip().upper()
+    if len(board) != 9 or set(board) - set("XO."):
+        return f"error: the board must be 9 characters X, O or ., row by row; got {board!r}"
+    if not 1 <= cell <= 9 or board[cell - 1] != ".":
+        return f"error: cell {cell} is not an empty cell of the board (cells 1-9, row by row)"
+    board = place(board, cell - 1, "X")
+    if winner(board) == "X":
+        return f"You played {cell} and won.\n{show(board)}"
+    if "." not in board:
+        return f"You played {cell}: the game is a draw.\n{show(board)}"
+    reply = opponent_cell(board)
+    board = place(board, reply, "O")
+    if winner(board) == "O":
+        return f"You played {cell}; O played {reply + 1} and won.\n{show(board)}"
+    return f"You played {cell}; O played {reply + 1}. Board: {board}\n{show(board)}\nYour move."
+
+
+def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
+    """The cells (1-9) the agent chose, in order: the `cell` of each `play` call, or, without a call, the first
+    cell number its last reply names (none when it names none)."""
+    cells = []
+    for message in messages:
+        for call in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
+            function = call.get("function") or {}
+            if function.get("name") != "play":
+                continue
+            try:
+                arguments = function.get("arguments")
+                cell = (json.loads(arguments) if isinstance(arguments, str) else arguments or {}).get("cell")
+                cells.append(int(cell))
+            except (ValueError, TypeError, AttributeError):
+                cells.append(0)  # a call without a readable cell is an illegal move
+    if cells:
+        return cells
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    found = CELL.search(str(replies[-1].get("content") or "")) if replies else None
+    return [int(found.group(1))] if found else []
+
+
+def score(messages: list[dict[str, Any]]) -> float:
+    """The agent's game, replayed from the input's board: 1 for a win, 0.5 for a draw, else 0.2 per legal move
+    made (at most 0.4); 0 when the input states no board."""
+    start = next((BOARD.search(str(m.get("content") or "")) for m in messages if m.get("role") == "user"), None)
+    if start is None:
+        return 0.0
+    board, legal = start.group(1).upper(), 0
+    for cell in agent_cells(messages):
+        if not 1 <= cell <= 9 or board[cell - 1] != ".":
+            break
+        legal += 1
+        board = place(board, cell - 1, "X")
+        if winner(board) == "X":
+            return WIN
+        if "." not in board:
+            return DRAW
+        board = place(board, opponent_cell(board), "O")
+        if winner(board) == "O":
+            break
+    return min(MOST_FOR_MOVES, PER_LEGAL_MOVE * legal)
