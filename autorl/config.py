@@ -15,7 +15,7 @@ ScaleRewards = Literal["group", "batch", "none"]
 LOSS_DEFAULTS: dict[str, dict[str, object]] = {
     "dr_grpo": {"scale_rewards": "none"},
     "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4},
-    "cispo": {"epsilon": 1.0, "epsilon_high": 4.0},
+    "cispo": {"epsilon": 1.0, "epsilon_high": 5.0},
 }
 """Per loss, the values that the fields a caller leaves unset take instead of the field defaults."""
 
@@ -46,20 +46,25 @@ class TrainConfig(BaseModel):
     - gspo (GSPO): one ratio per sequence, s_i = exp(mean over its trained tokens of log r), and per
       sequence -min(s_i A, clip(s_i, 1 - epsilon, 1 + epsilon_high) A), averaged over the N sequences.
       Its clip range is ~1000x narrower than grpo's: epsilon / epsilon_high default to 3e-4 / 4e-4.
-    - cispo (CISPO, MiniMax-M1): per token -sg(clip(r, 1 - epsilon, 1 + epsilon_high)) A log pi, a
-      REINFORCE gradient weighted by the clipped ratio with no gradient through it (no token is dropped),
-      divided by the token count. Defaults epsilon 1.0 (no lower bound) and epsilon_high 4.0 (weights up
-      to 5, ScaleRL's epsilon_max)."""
+    - cispo (CISPO, MiniMax-M1): per token -sg(clamp(r, 1 - epsilon, epsilon_high)) A log pi, a
+      REINFORCE gradient weighted by the clamped ratio with no gradient through it (no token is dropped),
+      divided by the token count. epsilon_high is the cap itself, as in TRL (not 1 + epsilon_high).
+      Defaults epsilon 1.0 (no lower bound) and epsilon_high 5.0 (weights up to 5, TRL's recommended value).
+    How autorl's conventions differ from TRL's (advantage scale, sequences without signal, the KL) is in
+    `autorl.training.loss` and docs/training.md."""
     epsilon: float = Field(0.2, ge=0)
     """Lower clip range of the importance ratio (1 - epsilon). In grpo/dr_grpo/dapo/gspo, tokens whose
     ratio fell below it with a negative advantage stop contributing; in cispo the weight is floored there.
     Default 0.2; gspo 3e-4, cispo 1.0 (see `loss`)."""
     epsilon_high: float | None = Field(0.28, ge=0)
-    """Upper clip range (1 + epsilon_high); None uses `epsilon`. Default 0.28; gspo 4e-4, cispo 4.0."""
+    """Upper clip range (1 + epsilon_high; for cispo the weight's cap itself, as in TRL); None uses `epsilon`.
+    Default 0.28; gspo 4e-4, cispo 5.0."""
     scale_rewards: ScaleRewards = "group"
     """What divides the advantages (reward minus its group's mean): group, the group's reward standard
     deviation; batch, the standard deviation of every reward of the step (as TRL's "batch"); none,
-    nothing (the default for dr_grpo). True and False, as older configurations write it, mean group and none."""
+    nothing (the default for dr_grpo). A standard deviation is the population's plus 1e-4, so near-tied
+    groups get advantages near 0 (TRL: the sample's plus 1e-4, sqrt(G / (G - 1)) larger). True and False, as
+    older configurations write it, mean group and none."""
     ppo_epochs: int = Field(1, ge=1)
     """Optimizer steps over the same batch of rollouts (PPO's epochs; TRL's num_iterations). Each pass is one
     step of the whole batch; from the second on, the policy has moved from the one that sampled, and the
@@ -78,8 +83,9 @@ class TrainConfig(BaseModel):
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
     pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
-    exp(ref - logp) - (ref - logp) - 1 is added to the loss and normalised as the loss is. 0: no penalty
-    and no extra pass (and no `kl` metric)."""
+    exp(ref - logp) - (ref - logp) - 1 is added to the loss of every completion of the step, tied groups
+    included (as in TRL), averaged over all their tokens (by the loss's normaliser over every completion).
+    0: no penalty and no extra pass (and no `kl` metric)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)

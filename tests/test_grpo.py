@@ -7,6 +7,7 @@ import torch
 
 from autorl import TrainConfig
 from autorl.training.loss import (
+    STD_FLOOR,
     advantages,
     clipped_policy_loss,
     k3_kl,
@@ -17,16 +18,16 @@ from autorl.training.loss import (
 
 
 def test_advantages_scaled_by_group_batch_or_not_at_all():
-    assert advantages([[1.0, 0.0, 1.0, 0.0]]) == [[1.0, -1.0, 1.0, -1.0]]
+    assert advantages([[1.0, 0.0, 1.0, 0.0]]) == [[a / (0.5 + STD_FLOOR) for a in (0.5, -0.5, 0.5, -0.5)]]  # std 0.5
     assert advantages([[1.0, 0.0, 1.0, 0.0]], "none") == [[0.5, -0.5, 0.5, -0.5]]
     assert sum(advantages([[0.2, 0.4, 0.9]])[0]) == pytest.approx(0.0, abs=1e-12)
     # batch: centred per group, divided by the std of all 6 rewards (mean 0.5, std sqrt(0.75 / 6 * 2) ...)
     batch = [[0.0, 1.0], [0.25, 0.25], [0.5, 0.75]]
-    std = math.sqrt(sum((r - 0.458333333) ** 2 for g in batch for r in g) / 6)
+    std = math.sqrt(sum((r - 0.458333333) ** 2 for g in batch for r in g) / 6) + STD_FLOOR
     got = advantages(batch, "batch")
     assert got[1] is None  # a tie carries no signal under every scale
     assert got[0] == pytest.approx([-0.5 / std, 0.5 / std]) and got[2] == pytest.approx([-0.125 / std, 0.125 / std])
-    assert advantages(batch, "group")[2] == pytest.approx([-1.0, 1.0])
+    assert advantages(batch, "group")[2] == pytest.approx([-1.0, 1.0], rel=1e-3)
 
 
 def test_all_tie_and_single_trajectory_carry_no_signal():
@@ -151,9 +152,9 @@ def test_gspo_clips_one_ratio_per_sequence_and_averages_sequences():
 
 def test_cispo_weights_logprobs_by_the_clipped_ratio_without_its_gradient():
     config = TrainConfig(loss="cispo")
-    assert (config.epsilon, config.epsilon_high) == (1.0, 4.0)
-    value, stats, grad = variant_loss("cispo", 1.0, 0.28)
-    # weights w = clip(r, 0, 1.28): seq 0 [1.28, 1], seq 1 [e^-0.5, 1.28, 1]; per token -w A logprob
+    assert (config.epsilon, config.epsilon_high) == (1.0, 5.0)  # the cap is epsilon_high itself, as in TRL
+    value, stats, grad = variant_loss("cispo", 1.0, 1.28)
+    # weights w = clamp(r, 0, 1.28): seq 0 [1.28, 1], seq 1 [e^-0.5, 1.28, 1]; per token -w A logprob
     weights = [[1.28, 1.0, 0.0], [math.exp(-0.5), 1.28, 1.0]]
     hand = -(1.28 * 1 * -1.0) - (1.0 * 1 * -2.0)
     hand += -(math.exp(-0.5) * -2 * -1.0) - (1.28 * -2 * -0.2) - (1.0 * -2 * -1.0)

@@ -10,6 +10,8 @@ import itertools
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 from rich.console import Console
 
@@ -228,6 +230,23 @@ def test_the_report_puts_the_verdict_the_noise_floor_and_the_sentinel_beside_eve
     section = "\n".join(report._preflight_section(checks()))
     assert "| score change when asked again (the noise floor) | 0.000 |" in section
     assert "learnability: 3 of 3 groups differ" in section and "inputs: not checked" in section
+
+
+def test_the_reward_curve_draws_the_judges_noise_floor_as_a_band_around_the_base_line():
+    steps = pd.DataFrame({"step": [1, 2, 3], "reward": [0.3, 0.4, 0.45], "reward_std": [0.1, 0.1, 0.1]})
+    variants = evaluated(0.5, {})["variants"]
+    figure = report.reward_curve(steps, variants, report.noise_floor(checks("noise", floor=0.3)))
+    ax = figure.axes[0]
+    bands = [p for p in ax.patches if p.get_label().startswith(report.NOISE_BAND)]
+    assert len(bands) == 1 and "(±0.300)" in bands[0].get_label()
+    low, high = bands[0].get_path().transformed(bands[0].get_patch_transform()).get_extents().intervaly
+    assert (low, high) == pytest.approx((0.3 - 0.3, 0.3 + 0.3))  # base 0.3 +- the floor: latest's 0.5 inside
+    assert report.NOISE_BAND in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(figure)
+    unmeasured = report.reward_curve(steps, variants, report.noise_floor({"off": True}))
+    assert not [p for p in unmeasured.axes[0].patches if p.get_label().startswith(report.NOISE_BAND)]
+    assert "noise not measured" in unmeasured.axes[0].get_title()
+    plt.close(unmeasured)
 
 
 @pytest.mark.parametrize("shares_cpu", [False, True])

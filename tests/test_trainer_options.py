@@ -164,6 +164,19 @@ def test_kl_to_the_base_model_starts_at_zero_and_grows(tiny_model, tmp_path):
     assert later[-1]["kl"] > 1e-4
 
 
+def test_with_a_kl_penalty_a_tied_group_is_trained_for_the_kl_alone(tiny_model, tmp_path):
+    """kl_beta > 0: every completion pays the KL penalty, as in TRL; without it a tied group is left out."""
+    trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
+    data = groups(trainer.tokenizer)
+    for trajectory in data[1].trajectories:
+        trajectory.reward = 0.5
+    plain = trainer.step(data, TrainConfig(learning_rate=1e-9))
+    with_kl = trainer.step(data, TrainConfig(learning_rate=1e-9, kl_beta=0.1))
+    tied_tokens = sum(longest_turn(t) for t in data[1].trajectories)
+    assert plain["groups_skipped_tied"] == with_kl["groups_skipped_tied"] == 1
+    assert with_kl["trained_tokens"] == plain["trained_tokens"] + tied_tokens
+
+
 def test_ppo_epochs_take_one_optimizer_step_each_and_then_clip(tiny_model, tmp_path):
     trainer = GRPOTrainer(tiny_model, tmp_path, TrainerConfig(seed=0, dtype="float32"))
     steps = record_gradients(trainer)

@@ -18,6 +18,9 @@ from ..config import LossName, ScaleRewards
 
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""
+STD_FLOOR = 1e-4
+"""Added to the standard deviation that divides the advantages (TRL's 1e-4): a group whose rewards differ by
+far less than this gets advantages near 0, not +-1."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,9 @@ class LossVariant:
     """One importance ratio per sequence, exp(mean of its tokens' log ratios), applied to all its tokens
     and weighted 1 / n_i per token, so that each sequence's loss counts once (GSPO); else one per token."""
     truncated_is: bool
-    """-sg(clip(ratio)) x A x logprob (CISPO) instead of PPO's -min(ratio x A, clip(ratio) x A)."""
+    """-sg(clamp(ratio, 1 - epsilon, epsilon_high)) x A x logprob (CISPO: the weight capped at epsilon_high
+    itself, TRL's and ScaleRL's cap) instead of PPO's -min(ratio x A, clip(ratio, 1 - epsilon,
+    1 + epsilon_high) x A)."""
     normaliser: Callable[[list[int]], int]
     """The divisor of the update's summed loss, from each sequence's trained-token count."""
 
@@ -49,16 +54,16 @@ LOSSES: dict[str, LossVariant] = {
 
 def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list[list[float] | None]:
     """Per group of a step, its rewards minus the group's mean, divided as `TrainConfig.scale_rewards`
-    says (group: by the group's std; batch: by the std of all the step's rewards; none: not divided);
-    None for a group whose rewards tie (no learning signal)."""
-    batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) if scale == "batch" else 1.0
+    says (group: by the group's population std; batch: by the population std of all the step's rewards;
+    none: not divided), a std plus `STD_FLOOR`; None for a group whose rewards tie (no learning signal)."""
+    batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) + STD_FLOOR if scale == "batch" else 1.0
     result: list[list[float] | None] = []
     for rewards in groups:
         if len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE:
             result.append(None)
             continue
         mean = statistics.fmean(rewards)
-        std = statistics.pstdev(rewards) if scale == "group" else batch_std
+        std = statistics.pstdev(rewards) + STD_FLOOR if scale == "group" else batch_std
         result.append([(r - mean) / std for r in rewards])
     return result
 
@@ -90,6 +95,16 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1
 
 
+def kl_weight(loss: LossName, kl_beta: float, trained_tokens: list[int], all_tokens: list[int]) -> float:
+    """The KL coefficient to give `clipped_policy_loss` so that, with its sum divided by the policy term's
+    normaliser (over the sequences with an advantage: `trained_tokens`), the KL term comes out averaged over
+    every completion of the update (`all_tokens`): kl_beta x normaliser(trained) / normaliser(all)."""
+    if not kl_beta:
+        return 0.0
+    trained = loss_normaliser(loss, trained_tokens) if trained_tokens else loss_normaliser(loss, all_tokens)
+    return kl_beta * trained / loss_normaliser(loss, all_tokens)
+
+
 def loss_normaliser(loss: LossName, trained_tokens: list[int]) -> int:
     """What `loss` divides the update's summed loss by, from each sequence's trained-token count:
     grpo/dapo/cispo their sum, dr_grpo sequences x the longest count, gspo the sequence count."""
@@ -112,11 +127,12 @@ def clipped_policy_loss(
     logprobs, old_logprobs, mask (and ref_logprobs): [batch, tokens]; advantages: [batch]. The grpo
     default is the sum over masked tokens of -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
     Old logprobs that are NaN (unknown) are taken from the current policy, detached, so those tokens
-    have ratio 1. With `ref_logprobs`, kl_beta x `k3_kl` joins each token's loss. Divide the returned sum
+    have ratio 1. cispo's weight is clamp(ratio, 1 - eps, eps_high) (the cap is epsilon_high itself, TRL's
+    convention). With `ref_logprobs`, kl_beta x `k3_kl` joins each token's loss. Divide the returned sum
     by `loss_normaliser(loss, ...)` over the whole update.
     The stats sum over the masked tokens: clipped tokens (low: the ratio under 1 - eps, high: over
-    1 + eps_high, counted where clipping changed the objective: for the PPO objective only where it
-    zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
+    1 + eps_high, or for cispo over eps_high, counted where clipping changed the objective: for the PPO
+    objective only where it zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
     ref_logprobs), and |logprob - old logprob| over the tokens whose old logprob is known: how far the
     policy being trained is from the one that sampled (the inference server's numerics).
     """
@@ -131,12 +147,11 @@ def clipped_policy_loss(
         weight = mask / lengths
     ratio = torch.exp(log_ratio)
     adv = advantages.unsqueeze(-1)
-    bounded = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
     if variant.truncated_is:
-        per_token = -bounded.detach() * adv * logprobs
-        low, high = ratio < 1 - epsilon, ratio > 1 + epsilon_high
+        per_token = -torch.clamp(ratio, 1 - epsilon, epsilon_high).detach() * adv * logprobs
+        low, high = ratio < 1 - epsilon, ratio > epsilon_high
     else:
-        unclipped, clipped = ratio * adv, bounded * adv
+        unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv
         per_token = -torch.minimum(unclipped, clipped)
         active = clipped < unclipped
         low, high = active & (adv < 0), active & (adv > 0)

@@ -22,7 +22,7 @@ from ..trajectories import Trajectory, TrajectoryGroup
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .drift import drift_figures
 from .engines import LOADERS, resolve_engine
-from .loss import advantages, clipped_policy_loss, loss_normaliser, overlong_penalty, token_logprobs
+from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -123,7 +123,8 @@ class GRPOTrainer:
                 p.data = p.data.float()
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
-        """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal;
+        """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal (with
+        kl_beta > 0, over every completion: the tied ones pay the KL penalty alone);
         returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
         of the step, tied groups included, before the update (`autorl.training.drift`)."""
         started = time.monotonic()
@@ -142,12 +143,15 @@ class GRPOTrainer:
             sampled += [s for s in sequences if any(s.mask)]
             if group_advantages is None:
                 tied += 1
-                continue
+                if not config.kl_beta:
+                    continue
+                group_advantages = [0.0] * len(sequences)  # only the KL penalty: every completion pays it
             for trajectory, sequence, advantage in zip(group.trajectories, sequences, group_advantages, strict=True):
                 if config.mask_truncated and truncated(trajectory):
                     masked += 1
                     continue
-                if advantage != 0 and any(sequence.mask):
+                # no policy gradient at advantage 0: such a sequence is trained only for the KL penalty
+                if (advantage != 0 or config.kl_beta) and any(sequence.mask):
                     batch.append((sequence, advantage))
         metrics: dict[str, float] = {
             "reward": statistics.fmean(rewards) if rewards else 0.0,
@@ -204,7 +208,8 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
         their metrics. `base` holds each sequence's base-model logprobs (`_base_logprobs`, by `id`): the KL
-        penalty's reference.
+        penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
+        term over every sequence of the batch (`kl_weight`: with kl_beta > 0, advantage-0 ones are in it).
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
@@ -217,7 +222,9 @@ class GRPOTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = config.learning_rate
         total_tokens = sum(sum(s.mask) for s, _ in batch)
-        normaliser = loss_normaliser(config.loss, [sum(s.mask) for s, _ in batch])
+        signal = [sum(s.mask) for s, a in batch if a != 0]
+        normaliser = loss_normaliser(config.loss, signal or [sum(s.mask) for s, _ in batch])
+        kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
         if self._share_prefix:  # a group's sequences side by side; less padding within a prompt
             batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
@@ -238,7 +245,7 @@ class GRPOTrainer:
                 logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
                 loss, stats = clipped_policy_loss(
                     logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=reference, kl_beta=config.kl_beta,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta,
                 )  # fmt: skip
                 (loss / normaliser).backward()
                 sums["loss"] += float(loss.detach())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -39,12 +38,25 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
     summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
-        _plot(history, summary["variants"], out / CURVE)
+        figure = reward_curve(history, summary["variants"], noise_floor(preflight.load(ctx)))
+        figure.savefig(out / CURVE)
+        plt.close(figure)
         (out / REPORT).write_text(redact_text(_markdown(ctx, history, frame, summary)))  # no URL's credentials
     return {variant: round(s["mean"], 4) for variant, s in summary["variants"].items() if "mean" in s}
 
 
-def _plot(history: pd.DataFrame, summary: dict, path: Path) -> None:
+NOISE_BAND = "the judge's noise floor around base"
+"""The label of the band the reward curve draws around the base model's validation line."""
+
+
+def noise_floor(checks: dict) -> float | None:
+    """The judge audit's noise floor (its score change when asked again); None when the checks were off."""
+    return None if checks.get("off") else checks["audit"]["rejudge_gap"]
+
+
+def reward_curve(history: pd.DataFrame, summary: dict, floor: float | None) -> plt.Figure:
+    """The training reward per step, the validation means as lines, and the judge's noise floor as a band
+    around the base line (base +- floor): a trained line inside the band is a gain the report calls noise."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot(history["step"], history["reward"], marker="o", label="train reward (mean of rollouts)")
     ax.fill_between(
@@ -53,14 +65,16 @@ def _plot(history: pd.DataFrame, summary: dict, path: Path) -> None:
     for variant, style in (("base", ":"), ("latest", "--"), ("best", "-.")):
         if "mean" in summary.get(variant, {}):
             ax.axhline(summary[variant]["mean"], linestyle=style, color="gray", label=f"validation: {variant}")
+    base = summary.get("base", {}).get("mean")
+    if base is not None and floor:
+        ax.axhspan(base - floor, base + floor, color="gray", alpha=0.15, label=f"{NOISE_BAND} (±{floor:.3f})")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
-    ax.set_title("Reward per training step")
+    ax.set_title("Reward per training step" + ("" if floor is not None else " (the judge's noise not measured)"))
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 def _validation_table(summary: dict) -> list[str]:
@@ -142,7 +156,7 @@ def _gain_section(checks: dict, summary: dict) -> list[str]:
     figures = sentinel.evaluation_figures(summary.get("drift", {}))
     drift = summary.get("drift", {})
     audit = None if checks.get("off") else checks["audit"]
-    floor = None if audit is None else audit["rejudge_gap"]
+    floor = noise_floor(checks)
     lines = [
         "| variant | gain over base | the judge's noise floor | base log-likelihood / token (vs the base's own) | KL to base / token |",
         "|---|---|---|---|---|",
@@ -216,6 +230,9 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "## Training",
         "",
         f"![reward curve]({CURVE})",
+        "",
+        "The band around the base model's validation line is the judge's noise floor: a validation line",
+        "inside it is a gain the table above calls noise.",
         "",
         "| step | reward | std | loss | groups trained | KL to base | base log-likelihood | step time (s) |",
         "|---|---|---|---|---|---|---|---|",
