@@ -39,3 +39,13 @@ class MissingExtraError(AutoRLError):
 class NoModelCallError(AutoRLError):
     """A wrapped rollout (`autorl.agents.langgraph.wrap_rollout`) made no chat completion through a chat model of
     its model, so there is nothing to train on."""
+
+
+class UnsupportedArgumentError(AutoRLError, TypeError):
+    """A keyword of an ART call (`backend.train(..., advantage_balance=0.5)`) that autorl has no setting for, or a
+    value of one it cannot honour; the message names it (a `TypeError`, as Python's for an unknown keyword)."""
+
+
+class NotInAutoRLError(AutoRLError, NotImplementedError):
+    """A name of ART that autorl does not have (a Tinker or SkyPilot backend, `art.mcp.generate_scenarios`, ...):
+    the message names it and what to use in autorl instead."""
