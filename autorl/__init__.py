@@ -28,6 +28,8 @@ _EXPORTS = {
     "Model": "model",
     "ServerConfig": "serving.config",
     "TrainConfig": "config",
+    "TrainResult": "types",
+    "TrainSFTConfig": "types",
     "TrainableModel": "model",
     "Tools": "types",
     "TrainerConfig": "config",

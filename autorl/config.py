@@ -12,6 +12,14 @@ LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 ScaleRewards = Literal["group", "batch", "none"]
 """What divides the advantages (`TrainConfig.scale_rewards`)."""
 
+ART_FIELD_NAMES = {"beta": "kl_beta", "kl_penalty_coef": "kl_beta"}
+"""ART's names of `TrainConfig` fields: `art.TrainConfig(beta=...)` (ART before 2026) and `kl_penalty_coef` (since)."""
+ART_FIELDS_WITHOUT_EFFECT = {"grad_accumulation_sequences": None, "optimizer_save_interval": 5}
+"""Fields of ART's `TrainConfig` that set how a step is computed, not what it learns (sequences per gradient
+accumulation; how often the optimizer state is saved: here at every step): accepted, with no effect."""
+ART_KL_SOURCE = "current_learner"
+"""The one `kl_penalty_source` of ART's that autorl computes: the KL of the policy being trained to the base model."""
+
 LOSS_DEFAULTS: dict[str, dict[str, object]] = {
     "dr_grpo": {"scale_rewards": "none"},
     "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4},
@@ -23,7 +31,9 @@ LOSS_DEFAULTS: dict[str, dict[str, object]] = {
 class TrainConfig(BaseModel):
     """Settings of one GRPO update (`model.train(groups, config=TrainConfig(...))`)."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)  # field docstrings are CLI help
+    model_config = ConfigDict(
+        use_attribute_docstrings=True, allow_inf_nan=False, extra="forbid"
+    )  # docstrings: CLI help
 
     learning_rate: float = Field(3e-4, gt=0)
     """AdamW learning rate of the LoRA weights. The default is the one the learning benchmark supports
@@ -95,6 +105,28 @@ class TrainConfig(BaseModel):
     benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit: with 8
     answers of 1024 tokens at 8, the trainer went past 20 GB and was killed on a 23 GB CPU machine
     (`benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _art_names(cls, data: object) -> object:
+        """ART's field names (`ART_FIELD_NAMES`) set autorl's fields; its fields without effect here are dropped;
+        any other unknown name is an error naming it (never silently dropped)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for art_name, field in ART_FIELD_NAMES.items():
+            if art_name in data:
+                value = data.pop(art_name)
+                if field in data and data[field] != value:
+                    raise ValueError(f"{art_name}={value!r} and {field}={data[field]!r} set the same field")
+                data[field] = value
+        for name in ART_FIELDS_WITHOUT_EFFECT:
+            data.pop(name, None)
+        source = data.pop("kl_penalty_source", ART_KL_SOURCE)
+        if source != ART_KL_SOURCE:
+            raise ValueError(f"kl_penalty_source={source!r}: autorl's KL penalty is the policy's to the base model "
+                             f"({ART_KL_SOURCE!r})")  # fmt: skip
+        return data
 
     @field_validator("scale_rewards", mode="before")
     @classmethod

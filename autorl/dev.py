@@ -11,7 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any, TypedDict
 
-from .errors import AutoRLError
+from pydantic import ValidationError
+
+from .config import ART_FIELD_NAMES
+from .config import TrainConfig as AutoRLTrainConfig
+from .errors import AutoRLError, UnsupportedArgumentError
 
 log = logging.getLogger("autorl")
 
@@ -151,3 +155,78 @@ def train_config_updates(config: TrainConfig | dict[str, Any]) -> dict[str, Any]
     if ignored:
         log.warning("model.train(_config=...): not supported by autorl, ignored: %s", ", ".join(ignored))
     return updates
+
+
+ART_KEYWORDS_AT_DEFAULT: dict[str, Any] = {
+    "advantage_balance": 0.0, "kl_penalty_reference_step": None, "kl_ref_adapter_path": None,
+    "kl_penalty_source": "current_learner", "max_negative_advantage_importance_sampling_weight": None,
+    "mask_prob_ratio": False, "kimi_k2_tau": None, "truncated_importance_sampling": None,
+    "scale_learning_rate_by_reward_std_dev": False, "num_trajectories_learning_rate_multiplier_power": 0.0,
+    "loss_fn_config": None, "adam_params": None,
+}  # fmt: skip
+"""Keywords of ART's `backend.train` that change what is learned and that autorl has no setting for: accepted at
+ART's default (which is what autorl computes), one `UnsupportedArgumentError` line at any other value."""
+ART_KEYWORDS_WITHOUT_EFFECT = frozenset({
+    "allow_training_without_logprobs", "precalculate_logprobs", "logprob_calculation_chunk_size",
+    "packed_sequence_length", "plot_tensors", "optimizer_save_interval",
+})  # fmt: skip
+"""Keywords of ART's `backend.train` that set how ART computes a step, not what it learns: any value is accepted
+and changes nothing here. autorl trains rollouts without logprobs always (the current policy's stand in, as
+ART's `precalculate_logprobs` computes them), packs no sequences, and saves the optimizer state every step."""
+LOSS_FNS = {"cispo": "cispo", "ppo": "grpo"}
+"""ART's `loss_fn` values, as `TrainConfig.loss`: ppo is the clipped token-level objective, autorl's grpo."""
+
+
+def train_keywords(config: AutoRLTrainConfig | None, keywords: dict[str, Any]) -> tuple[AutoRLTrainConfig, bool, bool]:
+    """The `TrainConfig` that ART's keywords of `backend.train(model, groups, **keywords)` ask for, over `config`
+    (what it leaves unset stays autorl's default), with `verbose` and `save_checkpoint`, in that order.
+
+    Keywords: any `TrainConfig` field, and ART's: `learning_rate`, `epsilon` (None: the loss's default),
+    `epsilon_high`, `scale_rewards` (a bool, or group/batch/none), `normalize_advantages` (False: rewards are
+    centred, not scaled), `kl_penalty_coef` (`kl_beta`), `loss_fn` (cispo, ppo), `importance_sampling_level`
+    (token; sequence: GSPO), `verbose`, `save_checkpoint`, and those of `ART_KEYWORDS_AT_DEFAULT` and
+    `ART_KEYWORDS_WITHOUT_EFFECT`. Anything else, or a value autorl cannot honour, is one
+    `UnsupportedArgumentError` line naming it.
+    """
+    keywords = dict(keywords)
+    verbose = bool(keywords.pop("verbose", False))
+    save_checkpoint = bool(keywords.pop("save_checkpoint", True))
+    for name in ART_KEYWORDS_WITHOUT_EFFECT & set(keywords):
+        del keywords[name]
+    for name, default in ART_KEYWORDS_AT_DEFAULT.items():
+        if name in keywords and keywords.pop(name) != default:
+            raise UnsupportedArgumentError(
+                f"backend.train({name}=...): autorl has no such setting (it computes ART's default, {default!r}); "
+                "see docs/art-api.md"
+            )
+    if keywords.get("epsilon", 0.0) is None:
+        del keywords["epsilon"]
+    if keywords.pop("normalize_advantages", True) is False:
+        keywords["scale_rewards"] = "none"
+    if "loss_fn" in keywords:
+        loss_fn = keywords.pop("loss_fn")
+        if loss_fn not in LOSS_FNS:
+            raise UnsupportedArgumentError(f"backend.train(loss_fn={loss_fn!r}): autorl has {sorted(LOSS_FNS)}")
+        keywords["loss"] = LOSS_FNS[loss_fn]
+    level = keywords.pop("importance_sampling_level", "token")
+    if level == "sequence":
+        if keywords.get("loss", "gspo") not in ("gspo", "grpo"):
+            raise UnsupportedArgumentError(
+                f"backend.train(importance_sampling_level='sequence') with loss {keywords['loss']!r}: autorl's "
+                "sequence-level ratio is GSPO's (loss_fn='ppo')"
+            )
+        keywords["loss"] = "gspo"
+    elif level != "token":
+        raise UnsupportedArgumentError(
+            f"backend.train(importance_sampling_level={level!r}): autorl has 'token' and 'sequence'"
+        )
+    unknown = sorted(set(keywords) - set(AutoRLTrainConfig.model_fields) - set(ART_FIELD_NAMES))
+    if unknown:
+        raise UnsupportedArgumentError(f"backend.train() got an unexpected keyword argument {unknown[0]!r}")
+    given = config.model_dump(exclude_unset=True) if config is not None else {}
+    try:
+        return AutoRLTrainConfig.model_validate({**given, **keywords}), verbose, save_checkpoint
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "config"
+        raise UnsupportedArgumentError(f"backend.train({where}=...): {error['msg']}") from None

@@ -50,3 +50,13 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     names a value a user sent."""
     text = value if isinstance(value, str) else str(value)
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+class UnsupportedArgumentError(AutoRLError, TypeError):
+    """A keyword of an ART call (`backend.train(..., advantage_balance=0.5)`) that autorl has no setting for, or a
+    value of one it cannot honour; the message names it (a `TypeError`, as Python's for an unknown keyword)."""
+
+
+class NotInAutoRLError(AutoRLError, NotImplementedError):
+    """A name of ART that autorl does not have (a Tinker or SkyPilot backend, `art.mcp.generate_scenarios`, ...):
+    the message names it and what to use in autorl instead."""

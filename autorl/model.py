@@ -128,13 +128,15 @@ class Model(BaseModel, Generic[ModelConfig]):
         metrics: dict[str, float] | None = None,
         step: int | None = None,
     ) -> dict[str, float]:
-        """Record an evaluation batch of `split` ("val", "test", ...) at the model's current step (or `step`):
+        """Record a batch of `split` ("val", "train", "test", ...) at the model's current step (or `step`):
         its reward mean (`<split>/reward`), the mean within-group standard deviation (`reward_std_dev`), the
         share of rollouts that raised (`exception_rate`), the mean of every metric the trajectories carry,
         and `metrics` as given. `trajectories`: trajectories (with exceptions, as `gather_trajectories`
         returns them with max_exceptions), which form one group, or groups. Written to the run directory's
         `log_history.jsonl` and `trajectories/<split>/NNNN.parquet`, and to W&B (`report_metrics`);
-        `delete_checkpoints` picks the best checkpoint by these. Returns the metrics recorded."""
+        `delete_checkpoints` picks the best checkpoint by these. With no trajectories, `metrics` alone, as ART's
+        `await model.log(metrics=result.metrics, step=result.step)` after `backend.train`. Returns the metrics
+        recorded."""
         items = list(trajectories or [])
         if any(isinstance(item, Trajectory | BaseException) for item in items):
             groups = [TrajectoryGroup(items)]
@@ -194,7 +196,9 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
         _config: DevTrainConfig | dict[str, Any] | None = None,
         verbose: bool = False,
     ) -> dict:
-        """One GRPO update from scored groups; returns the step's metrics (also in history.jsonl).
+        """One GRPO update from scored groups (older ART code's call; ART 2026 programs call
+        `await backend.train(model, groups, learning_rate=...)`, which this goes through); returns the step's
+        metrics, with `step` (also in history.jsonl).
 
         _config: ART's expert settings (`autorl.dev.TrainConfig`), mapped onto `config`'s fields; an ART
             key autorl has no setting for is a warning, any other key an error naming it.
@@ -207,10 +211,8 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
             config = TrainConfig.model_validate(
                 {**config.model_dump(exclude_unset=True), **train_config_updates(_config)}
             )
-        metrics = await self._require_backend().train(self, list(trajectory_groups), config)
-        if verbose:
-            log.info("model %r trained step %d: %s", self.name, metrics["step"], metrics)
-        return metrics
+        result = await self._require_backend().train(self, list(trajectory_groups), config, verbose=verbose)
+        return {"step": result.step, **result.metrics}
 
     async def get_step(self) -> int:
         """The newest trained step (0 before any training)."""

@@ -1,11 +1,25 @@
-"""ART's type aliases for rollout code (`art.Messages`, `art.MessagesAndChoices`, `art.Tools`): the OpenAI
-message and tool types a conversation is annotated with. They are annotations only: `Trajectory` itself
-takes any dict message and any OpenAI `Choice`."""
+"""ART's `art.types`: the type aliases rollout code annotates conversations with (`art.Messages`,
+`art.MessagesAndChoices`, `art.Tools`), the configs of a training call (`TrainConfig`, `TrainSFTConfig`) and
+what `backend.train` returns (`TrainResult`).
+
+The aliases are annotations only: `Trajectory` itself takes any dict message and any OpenAI `Choice`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Literal
+
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .config import TrainConfig
+
+__all__ = [
+    "Choice", "LocalTrainResult", "Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools",
+    "TrainConfig", "TrainResult", "TrainSFTConfig",
+]  # fmt: skip
 
 Message = ChatCompletionMessageParam
 """One chat message as the OpenAI API takes it (a dict with `role` and `content`, ...)."""
@@ -17,3 +31,64 @@ MessagesAndChoices = list[MessageOrChoice]
 """A rollout's conversation with the policy's `Choice`s in place of its replies (what GRPO trains on)."""
 Tools = list[ChatCompletionToolParam]
 """Tool definitions, as `tools=` of a chat completion request."""
+
+
+@dataclass
+class TrainResult:
+    """What `backend.train(model, groups, ...)` and `backend.train_sft(...)` return (ART's `TrainResult`, with
+    `LocalTrainResult`'s `checkpoint_path`, on every backend)."""
+
+    step: int
+    """The model's step after the call: the checkpoint it wrote."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The step's metrics (loss, gradient norm, reward, ...; as `history.jsonl` records them), without `step`.
+    Log them with `await model.log(metrics=result.metrics, step=result.step)`."""
+    checkpoint_path: str | None = None
+    """The checkpoint's directory on this machine (a PEFT LoRA); None where it is not here (a `RemoteBackend`
+    without `mirror=`)."""
+
+
+LocalTrainResult = TrainResult
+"""ART's name for `LocalBackend.train`'s result; autorl's backends all return a `TrainResult`."""
+
+
+class TrainSFTConfig(BaseModel):
+    """Settings of one supervised step (`model.train_sft(trajectories, config)`), with ART's fields."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False, extra="forbid")
+
+    learning_rate: float | list[float] = 5e-5
+    """AdamW learning rate of the LoRA weights: one for every batch, or a list with one per batch (a schedule,
+    as `autorl.utils.sft.create_sft_dataset_iterator` makes; its length is then the number of batches)."""
+    batch_size: int | Literal["auto"] = "auto"
+    """Trajectories per optimizer step. auto: all of them in as many batches as `learning_rate` lists (one
+    batch with a single rate)."""
+    assistant_turns: Literal["all", "last"] = "all"
+    """Which assistant turns of each trajectory are trained: all of them, or only the last; every other token
+    (system, user, tool results) is context."""
+
+    @field_validator("learning_rate", "batch_size")
+    @classmethod
+    def _positive(cls, value: object) -> object:
+        numbers = value if isinstance(value, list) else [value]
+        if any(isinstance(n, int | float) and n <= 0 for n in numbers):
+            raise ValueError("must be positive")
+        return value
+
+    def rates(self, count: int) -> list[tuple[list[int], float]]:
+        """The batches of `count` trajectories, as their indices, each with its learning rate; one clear error
+        when a list of rates does not match the batches."""
+        listed = self.learning_rate if isinstance(self.learning_rate, list) else None
+        if self.batch_size == "auto":
+            batches = len(listed) if listed else 1
+            size = max(1, -(-count // batches))
+        else:
+            size = self.batch_size
+        starts = range(0, count, size)
+        if listed is not None and len(listed) != len(starts):
+            raise ValueError(
+                f"TrainSFTConfig: {len(listed)} learning rates for {len(starts)} batches of {size} "
+                f"({count} trajectories); give one rate per batch"
+            )
+        rates = listed or [float(self.learning_rate)] * len(starts)  # type: ignore[arg-type]
+        return [(list(range(start, min(start + size, count))), rate) for start, rate in zip(starts, rates, strict=True)]

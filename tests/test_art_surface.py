@@ -17,6 +17,7 @@ from test_inputs import FakeOpenAIServer
 from test_ruler_server import scores_json
 
 import autorl as art
+from autorl.backends.base import TrainingCalls
 from autorl.backends.local import LocalBackend, LocalPlacement
 from autorl.errors import AutoRLError
 from autorl.serving.config import ServerConfig
@@ -227,14 +228,17 @@ def test_internal_config_lands_on_the_server_and_trainer_configs_and_names_what_
         art.TrainableModel(name="agent", server={"max_len": 1})
 
 
-class RecordingBackend:
-    """Answers `train` with the config it was given: the edge of a test of the client's own mapping."""
+class RecordingBackend(TrainingCalls):
+    """Answers a step with the config it was given: the edge of a test of the client's own mapping."""
 
     async def register(self, model):
         pass
 
-    async def train(self, model, groups, config):
+    async def train_step(self, model, groups, config):
         return {"step": 1, "config": config}
+
+    def checkpoint_path(self, model, step):
+        return None
 
 
 def test_train_takes_art_s_keywords_and_maps_its_expert_config(caplog):

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -31,6 +33,7 @@ from ..serving.vllm_server import install_exit_hooks
 from ..tracking import Tracker
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint, remove_checkpoint
 from ..trajectories import TrajectoryGroup
+from ..types import TrainResult
 from .retention import KeepPolicy, best_checkpoint
 from .run_dir import (
     LOG_HISTORY_FILE,
@@ -46,6 +49,8 @@ from .transport import GatedTransport, InferenceGate
 if TYPE_CHECKING:
     from ..model import Model, TrainableModel
 
+log = logging.getLogger("autorl")
+
 
 def inference_name(model_name: str, step: int) -> str:
     """The name a server serves the LoRA of `step` under (adapter serving): `name@NNNN`."""
@@ -60,7 +65,14 @@ class Backend(Protocol):
         """Start serving `model` (its newest checkpoint, if it has one) and set its inference endpoint."""
         ...
 
-    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+    async def train(
+        self, model: TrainableModel, trajectory_groups: Iterable[TrajectoryGroup], config: TrainConfig | None = None,
+        **keywords: Any,
+    ) -> TrainResult:  # fmt: skip
+        """One GRPO step from scored groups, with ART's keywords (`TrainingCalls.train`)."""
+        ...
+
+    async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step from scored groups; returns the step's metrics, with `step`."""
         ...
 
@@ -158,6 +170,46 @@ class Placement(Protocol):
         ...
 
 
+class TrainingCalls:
+    """ART's training calls of a backend (`backend.train(model, groups, learning_rate=...)`), one implementation
+    for every backend over its `train_step`: the keywords mapped onto a `TrainConfig`
+    (`autorl.dev.train_keywords`), the step, and a `TrainResult`."""
+
+    async def train(
+        self, model: TrainableModel, trajectory_groups: Iterable[TrajectoryGroup], config: TrainConfig | None = None,
+        **keywords: Any,
+    ) -> TrainResult:  # fmt: skip
+        """One GRPO step of `model` from scored groups; returns the step, its metrics and its checkpoint.
+
+        config: autorl's `TrainConfig` (older ART code's `model.train(groups, config=...)` comes here with it).
+        keywords: ART's keywords (`learning_rate`, `epsilon`, `epsilon_high`, `importance_sampling_level`,
+            `scale_rewards`, `kl_penalty_coef`, `loss_fn`, `verbose`, ...) and any `TrainConfig` field, over
+            `config`; one with no autorl setting is one `UnsupportedArgumentError` line naming it (see
+            `autorl.dev.train_keywords`).
+
+        As ART's, it logs nothing: record what you want with `model.log(groups, split="train")` and
+        `model.log(metrics=result.metrics, step=result.step)`. (`history.jsonl` keeps every step's metrics.)
+        """
+        from ..dev import train_keywords
+
+        resolved, verbose, save_checkpoint = train_keywords(config, keywords)
+        if not save_checkpoint:
+            log.warning("backend.train(save_checkpoint=False): autorl's step is its checkpoint; it is written")
+        metrics = dict(await self.train_step(model, list(trajectory_groups), resolved))
+        return self._result(model, metrics, verbose, "trained")
+
+    def _result(self, model: TrainableModel, metrics: dict[str, Any], verbose: bool, what: str) -> TrainResult:
+        step = int(metrics.pop("step"))
+        if verbose:
+            log.info("model %r %s step %d: %s", model.name, what, step, metrics)
+        return TrainResult(step=step, metrics=metrics, checkpoint_path=self.checkpoint_path(model, step))
+
+    def checkpoint_path(self, model: TrainableModel, step: int) -> str | None:
+        """Checkpoint `step`'s directory on this machine, if it is here."""
+        path = self.run_dir(model) / "checkpoints" / checkpoint_name(step)  # type: ignore[attr-defined]
+        return str(path) if path.is_dir() else None
+
+
 @dataclass(eq=False)
 class ModelSlot:
     """What a `ModelBackend` holds for one registered model."""
@@ -172,7 +224,7 @@ class ModelSlot:
     """One training step at a time (and no checkpoint deleted during one)."""
 
 
-class ModelBackend:
+class ModelBackend(TrainingCalls):
     """A `Backend` that serves and trains its models itself, on its `placement`.
 
     path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
@@ -213,7 +265,7 @@ class ModelBackend:
         latest = latest_checkpoint(self.run_dir(model) / "checkpoints")
         return latest[0] if latest else 0
 
-    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+    async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step: holds back the model's inference, updates the LoRA, checkpoints it, serves it."""
         slot = self.slot(model)
         async with slot.lock, slot.gate.closed():
@@ -243,15 +295,17 @@ class ModelBackend:
         self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
     ) -> dict[str, float]:
         """Record an evaluation batch: a line of `log_history.jsonl` (metrics as `<split>/<name>`), the
-        trajectories in `trajectories/<split>/NNNN.parquet`, and W&B when the model reports there."""
+        trajectories in `trajectories/<split>/NNNN.parquet`, and W&B when the model reports there. Without
+        groups, `metrics` alone (a training step's, as ART's backend-first programs log them)."""
         from ..model import TrainableModel
 
         if step is None:
             step = await self.get_step(model) if isinstance(model, TrainableModel) else 0
         run_dir = self.run_dir(model)
         ensure_writable(run_dir)
-        recorded = {**batch_metrics(groups), **metrics}
-        save_trajectories(run_dir / "trajectories" / split / f"{checkpoint_name(step)}.parquet", groups, step)
+        recorded = {**batch_metrics(groups), **metrics} if groups else dict(metrics)  # metrics alone: as given
+        if groups:
+            save_trajectories(run_dir / "trajectories" / split / f"{checkpoint_name(step)}.parquet", groups, step)
         record = {f"{split}/{name}": value for name, value in recorded.items() if value == value}  # NaN: no value
         stamp = datetime.now().isoformat(timespec="seconds")
         append_history(run_dir, {"step": step, "split": split, **record, "recorded_at": stamp}, LOG_HISTORY_FILE)

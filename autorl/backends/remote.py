@@ -48,6 +48,7 @@ from ..errors import AutoRLError, quoted
 from ..serving.auth import bearer
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..trajectories import TrajectoryGroup
+from .base import TrainingCalls
 from .run_dir import HISTORY_FILE, ensure_writable
 from .transport import GatedTransport, InferenceGate
 
@@ -165,7 +166,7 @@ def error_line(response: httpx.Response) -> str:
     return " ".join(text.split())[:500] or response.reason_phrase
 
 
-class RemoteBackend:
+class RemoteBackend(TrainingCalls):
     """A `Backend` whose models are served and trained by `autorl serve` at `url`.
 
     url: the server's address (`http://host:7999`); None: `base_url`, else the `AUTORL_URL` variable.
@@ -322,8 +323,9 @@ class RemoteBackend:
         model.inference_model_name = answer.inference_name
         await self._copy_back(model)
 
-    async def train(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
-        """One GRPO step on the server; sent again (same step id) until the server answers it, so a step is
+    async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step on the server (ART's `backend.train` keywords are mapped here, in the client, and sent
+        as the `TrainConfig` they make); sent again (same step id) until the server answers it, so a step is
         trained once however often the connection fails. The id names this client and the step it asks for
         (the one after the server's newest when this client last heard): a client of the same id started again
         (`autorl run` after a kill) that asks for a step the killed one asked for gets that step's result, the
@@ -339,6 +341,11 @@ class RemoteBackend:
 
     async def get_step(self, model: TrainableModel) -> int:
         return int((await self.request("GET", f"/models/{model.name}/step"))["step"])
+
+    def checkpoint_path(self, model: TrainableModel, step: int) -> str | None:
+        """The mirror's copy of checkpoint `step` (None without `mirror=`: the checkpoint is on the server only;
+        `download_checkpoint` fetches it)."""
+        return None if self.mirror is None else super().checkpoint_path(model, step)
 
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
         """The name to request checkpoint `step` under (0: the base model). With merged serving (the server's
