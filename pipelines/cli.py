@@ -128,7 +128,7 @@ RUN_FLAGS = field_flags(
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "audit_groups": {},
         "learnability_groups": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
-        "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
+        "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"}, "force": {"metavar": "STAGE"}, "resume": {},
         "keep_checkpoints": {"metavar": "POLICY"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},

@@ -2,7 +2,7 @@
 
 The run directory holds `run.json` (task, config, stage keys, status, figures per stage; secrets redacted,
 the task file's path kept), links to the training directory's `checkpoints/`, `history.jsonl` and
-`trajectories/`, the report (`report.md`, `reward_curve.png`) and the W&B offline files (`wandb/`).
+`trajectories/`, the report (`report.md`, `reward_curve.png`) and the trackers' files (`wandb/`, `mlruns/`, `tensorboard/`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from autorl.errors import AutoRLError
 from autorl.redaction import redact_text, redacted
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
-from autorl.tracking import Tracker
+from autorl.tracking import Tracker, tracker_names
 from autorl.training.engines import resolve_engine
 from ruler import Judge
 from ruler.calls import CallRecord, summarize
@@ -82,6 +82,7 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     store = ArtifactStore(config.home / "artifacts")
     # a user's mistake fails here, before a run directory, a lock or a server exists
     forced = forced_stages(config.force)
+    tracker_names(config.trackers())  # a tracker's missing package
     judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
     engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
@@ -103,7 +104,7 @@ async def _run_locked(
     record = _open_record(run_dir, name, task, config)
     calls: Counter = Counter()
     policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
-    tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
+    tracker = Tracker(config.trackers(), run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
     record.update(keys=keys, status="running", stages={}, trainer_engine=engine)
     _link_training(run_dir, policy.run_dir)
