@@ -98,6 +98,15 @@ class RunConfig(BaseModel):
     """Trackers that get the run's metrics (TRL's report_to): wandb, mlflow (a file store under the run directory
     unless MLFLOW_TRACKING_URI is set), tensorboard (event files under the run directory), or none; unset:
     wandb. Each needs its package (`pip install 'autorl[mlflow]'`)."""
+    price_per_hour: float = Field(0.0, ge=0)
+    """USD per hour of the machine (or cluster) that serves and trains the policy: a stage's or step's seconds
+    are priced at it; API models' tokens are priced at LiteLLM's price table. 0: seconds and tokens only."""
+    budget_usd: float | None = Field(None, gt=0)
+    """Stop the run at the end of the training step (or stage) at which its cost reaches this many USD; the
+    same command with a higher budget continues it. Not part of any cache key."""
+    budget_tokens: int | None = Field(None, ge=1)
+    """Stop the run at the end of the training step (or stage) at which its model calls' tokens (policy, judge,
+    generator; prompt and completion) reach this many; the same command with a higher budget continues it."""
     force: list[str] = Field(default_factory=list)
     """Stages to recompute even if cached (each also recomputes the stages after it); "all" for every stage."""
     resume: bool = False
