@@ -48,7 +48,8 @@ class Model(BaseModel, Generic[ModelConfig]):
     report_metrics: list[str] | None = None
     """Where the backend reports the model's metrics (training steps, `log`) besides its run directory:
     None, to W&B when WANDB_API_KEY is set (as ART); ["wandb"], to W&B always; [], nowhere. W&B writes
-    offline files under the run directory unless WANDB_MODE says otherwise."""
+    offline files under the run directory unless WANDB_MODE says otherwise. "mlflow" and "tensorboard" are
+    trackers too (`autorl.tracking`)."""
     _backend: Backend | None = PrivateAttr(default=None)
 
     async def register(self, backend: Backend) -> None:

@@ -128,7 +128,8 @@ RUN_FLAGS = field_flags(
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "audit_groups": {},
         "learnability_groups": {}, "on_tied": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
-        "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},
+        "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"},
+        "price_per_hour": {"metavar": "USD"}, "budget_usd": {"metavar": "USD"}, "budget_tokens": {"metavar": "N"}, "force": {"metavar": "STAGE"}, "resume": {},
         "keep_checkpoints": {"metavar": "POLICY"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
@@ -195,15 +196,17 @@ def show_command(
     run: Annotated[str, typer.Argument(help="Run name (see `autorl runs`).")],
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
-    """Print a run's stages (cache key, whether cached, time, model calls, figures) and its model requests
-    (per stage: the judge's and the generator's requests, failures by cause, seconds, tokens)."""
-    from pipelines.runs import calls_table, load_run, show_table
+    """Print a run's stages (cache key, whether cached, time, model calls, figures), its model requests
+    (per stage: the judge's and the generator's requests, failures by cause, seconds, tokens) and its cost
+    (per stage: seconds, tokens, USD)."""
+    from pipelines.runs import calls_table, cost_table, load_run, show_table
 
     try:
         console = Console(width=200)
         console.print(show_table(home, run))
-        if (requests := calls_table(load_run(home, run))) is not None:
-            console.print(requests)
+        for table in (calls_table(load_run(home, run)), cost_table(load_run(home, run))):
+            if table is not None:
+                console.print(table)
     except USER_ERRORS as exc:
         fail(str(exc))
 

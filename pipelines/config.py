@@ -17,6 +17,7 @@ from autorl.errors import AutoRLError
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
+from autorl.tracking import PACKAGES
 
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")
@@ -96,7 +97,21 @@ class RunConfig(BaseModel):
     """Run name (letters, digits, '.', '_', '-'; a directory name under `runs/`); unset: one derived from the
     task text and the model."""
     wandb: bool = True
-    """Log to Weights & Biases (offline unless WANDB_MODE says otherwise)."""
+    """Log to Weights & Biases (offline unless WANDB_MODE says otherwise); --no-wandb takes W&B out of
+    `report_to`."""
+    report_to: list[str] | None = None
+    """Trackers that get the run's metrics (TRL's report_to): wandb, mlflow (a file store under the run directory
+    unless MLFLOW_TRACKING_URI is set), tensorboard (event files under the run directory), or none; unset:
+    wandb. Each needs its package (`pip install 'autorl[mlflow]'`)."""
+    price_per_hour: float = Field(0.0, ge=0)
+    """USD per hour of the machine (or cluster) that serves and trains the policy: a stage's or step's seconds
+    are priced at it; API models' tokens are priced at LiteLLM's price table. 0: seconds and tokens only."""
+    budget_usd: float | None = Field(None, gt=0)
+    """Stop the run at the end of the training step (or stage) at which its cost reaches this many USD; the
+    same command with a higher budget continues it. Not part of any cache key."""
+    budget_tokens: int | None = Field(None, ge=1)
+    """Stop the run at the end of the training step (or stage) at which its model calls' tokens (policy, judge,
+    generator; prompt and completion) reach this many; the same command with a higher budget continues it."""
     force: list[str] = Field(default_factory=list)
     """Stages to recompute even if cached (each also recomputes the stages after it); "all" for every stage."""
     resume: bool = False
@@ -118,6 +133,14 @@ class RunConfig(BaseModel):
         KeepPolicy.parse(text)
         return text
 
+    @field_validator("report_to")
+    @classmethod
+    def _known_trackers(cls, names: list[str] | None) -> list[str] | None:
+        for name in names or []:
+            if name not in (*PACKAGES, "none"):
+                raise ValueError(f"{name}: no such tracker; trackers are {', '.join(PACKAGES)} (or none)")
+        return names
+
     @field_validator("name")
     @classmethod
     def _a_directory_name(cls, name: str | None) -> str | None:
@@ -125,6 +148,11 @@ class RunConfig(BaseModel):
             return None if name is None else check_run_name(name)
         except AutoRLError as exc:
             raise ValueError(str(exc)) from None
+
+    def trackers(self) -> list[str]:
+        """The trackers the run reports to: `report_to` (default W&B), without W&B under --no-wandb."""
+        names = ["wandb"] if self.report_to is None else [n for n in self.report_to if n != "none"]
+        return [n for n in names if n != "wandb" or self.wandb]
 
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:

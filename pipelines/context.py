@@ -35,6 +35,7 @@ from ruler.endpoint import EMBEDDED
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
+from .costs import Meter
 
 TRAIN_PROJECT = "train"
 
@@ -60,6 +61,8 @@ class Policy:
         self.task = task
         self._log_dir = log_dir
         self._calls = calls
+        self.meter = Meter()
+        """The tokens of the policy's rollouts in this process (`pipelines.costs`)."""
         self._client = None
         self._toolbox: Toolbox | None = None
         self._tokenizer = None
@@ -141,7 +144,10 @@ class Policy:
         await self.start()
         self._calls["policy"] += 1
         complete = openai_completion(self._client, name or self.model.get_inference_name(), config.rollout)
-        return await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
+        trajectory = await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
+        metrics = trajectory.metrics
+        self.meter.add("policy", config.model, metrics.get("prompt_tokens", 0), metrics.get("completion_tokens", 0))
+        return trajectory
 
     async def base_logprobs(self, trajectories: list[Trajectory]) -> list[tuple[Sequence, list[float | None] | None]]:
         """Each trajectory as the trainer tokenizes it, and each of its tokens' logprob under the base model

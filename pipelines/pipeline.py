@@ -2,7 +2,7 @@
 
 The run directory holds `run.json` (task, config, stage keys, status, figures per stage; secrets redacted,
 the task file's path kept), links to the training directory's `checkpoints/`, `history.jsonl` and
-`trajectories/`, the report (`report.md`, `reward_curve.png`) and the W&B offline files (`wandb/`).
+`trajectories/`, the report (`report.md`, `reward_curve.png`) and the trackers' files (`wandb/`, `mlruns/`, `tensorboard/`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from autorl.errors import AutoRLError
 from autorl.redaction import redact_text, redacted
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
-from autorl.tracking import Tracker
+from autorl.tracking import Tracker, tracker_names
 from autorl.training.engines import resolve_engine
 from ruler import Judge
 from ruler.calls import CallRecord, summarize
 from ruler.endpoint import EMBEDDED
 from ruler.loading import load_judge
 
+from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
@@ -82,6 +83,7 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     store = ArtifactStore(config.home / "artifacts")
     # a user's mistake fails here, before a run directory, a lock or a server exists
     forced = forced_stages(config.force)
+    tracker_names(config.trackers())  # a tracker's missing package
     judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
     engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
@@ -103,7 +105,7 @@ async def _run_locked(
     record = _open_record(run_dir, name, task, config)
     calls: Counter = Counter()
     policy = Policy(config, store.root, keys["train"], calls, task, run_dir / "logs")
-    tracker = Tracker(config.wandb, run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
+    tracker = Tracker(config.trackers(), run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
     record.update(keys=keys, status="running", stages={}, trainer_engine=engine)
     _link_training(run_dir, policy.run_dir)
@@ -121,6 +123,7 @@ async def _run_locked(
         for stage in STAGES:
             started, before = time.monotonic(), sum(calls.values())
             marks = len(ctx.judge_calls()), len(ctx.generator_calls)
+            reading = policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
             if STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
@@ -130,17 +133,28 @@ async def _run_locked(
                 summary = await STAGE_MODULES[stage].run(ctx)
                 if ctx.judging != judged:  # what the judge did in this stage
                     summary["judging"] = {kind: ctx.judging[kind] - judged[kind] for kind in ctx.judging}
+                if stage != "train":  # training's cost is its steps' (`pipelines.costs`)
+                    summary["cost"] = policy.meter.since(
+                        reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour
+                    )
                 store.write_summary(stage, keys[stage], summary)
                 entry = {"cached": False, "summary": summary}
             entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
             if logged := call_log(ctx.judge_calls()[marks[0] :], ctx.generator_calls[marks[1] :]):
                 entry["calls"] = logged
             record["stages"][stage] = entry
+            _record_cost(record, ctx)
             write_json(run_dir / RUN_FILE, record)
             if gate := getattr(STAGE_MODULES[stage], "gate", None):  # cached or not: may stop the run here
                 gate(ctx, entry["summary"])
+            costs.check_run_budget(ctx, f"stage {stage}")
         _copy_report(store.path("report", keys["report"]), run_dir)
         record.update(status="done")
+    except costs.BudgetReached as exc:  # a clean stop: the run resumes with a higher budget
+        _record_cost(record, ctx)
+        record.update(status="budget", stopped=str(exc))
+        (run_dir / "report.md").write_text(costs.budget_report(name, str(exc), ctx), encoding="utf-8")
+        console.print(f"[yellow]{exc}[/yellow]", highlight=False)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError)  # Ctrl-C cancels
         record.update(status="interrupted" if interrupted else "failed")
@@ -174,6 +188,15 @@ def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: Sta
     if (config.judge == EMBEDDED and "policy" in needed) or (config.generator == EMBEDDED and generates):
         needed.add("embedded")
     return needed
+
+
+def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
+    """Each stage's cost (`pipelines.costs.run_costs`) into its entry, and their sum as the run's."""
+    per_stage = costs.run_costs(ctx)
+    for stage, entry in record["stages"].items():
+        if stage in per_stage:
+            entry["cost"] = per_stage[stage]
+    record["cost"] = costs.added(list(per_stage.values()))
 
 
 def call_log(judge: list[CallRecord], generator: list[CallRecord]) -> dict[str, Any]:

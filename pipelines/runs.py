@@ -116,3 +116,26 @@ def calls_table(record: dict[str, Any]) -> Table | None:
                     f"{s['max_s']:.1f}", f"{s['prompt_tokens']}/{s['completion_tokens']}",
                 )  # fmt: skip
     return table if table.rows else None
+
+
+def cost_table(record: dict[str, Any]) -> Table | None:
+    """What making a run's artifacts cost (run.json's `cost` per stage and in all: `pipelines.costs`): seconds,
+    tokens per kind, USD of this machine's time and of API models; None for a run recorded before costs were."""
+    from .costs import KINDS
+
+    if "cost" not in record:
+        return None
+    table = Table(title="cost (tokens of every model call; USD: --price-per-hour and LiteLLM's prices)")
+    for column in ("stage", "seconds", *(f"{kind} tokens" for kind in KINDS), "compute USD", "API USD", "total USD"):
+        table.add_column(column)
+    stages = record.get("stages", {})
+    rows = [(stage, stages[stage]["cost"]) for stage in STAGES if "cost" in stages.get(stage, {})]
+    for name, cost in [*rows, ("total", record["cost"])]:
+        usd = cost["usd"]
+        table.add_row(
+            name, f"{cost['seconds']:.1f}", *(str(sum(cost["tokens"].get(kind, {}).values())) for kind in KINDS),
+            f"{usd['compute']:.4f}", f"{usd['api']:.4f}", f"{usd['total']:.4f}",
+        )  # fmt: skip
+    if record.get("status") == "budget":
+        table.caption = record.get("stopped", "stopped by its budget")
+    return table

@@ -67,6 +67,7 @@ def test_a_tool_call_is_executed_and_its_result_answered():
         "tool_calls": 1,
         "tool_errors": 0,
         "completion_tokens": 10,
+        "prompt_tokens": 0,
         "truncated": False,
     }
     assert trajectory.tools and trajectory.tools[0]["function"]["name"] == "convert"

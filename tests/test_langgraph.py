@@ -140,6 +140,7 @@ def test_a_react_agent_becomes_a_trajectory_that_trains_every_model_turn(server,
         "turns": 2,
         "tool_calls": 1,
         "completion_tokens": len(call_ids) + len(final_ids),
+        "prompt_tokens": 2 * 50,
         "truncated": False,
     }
     # the requests asked for what training needs

@@ -293,3 +293,10 @@ def test_where_a_run_is_served_changes_no_cache_key():
     assert stage_keys(task, RunConfig(cluster=cluster)) == stage_keys(task, RunConfig())
     served = ClusterConfig(backend="http://gpu-box:7999")
     assert stage_keys(task, RunConfig(cluster=served)) == stage_keys(task, RunConfig())
+
+
+def test_report_to_takes_a_list_and_no_wandb_stays_its_alias(run):
+    _, config = run(TASK, "--report-to", "mlflow,tensorboard", "--report-to", "wandb", "--no-wandb")
+    assert config.report_to == ["mlflow", "tensorboard", "wandb"] and config.trackers() == ["mlflow", "tensorboard"]
+    assert run(TASK)[1].trackers() == ["wandb"]
+    assert "--report-to" in error_line(TASK, "--report-to", "comet")

@@ -44,6 +44,8 @@ class Turn:
     item: MessageOrChoice
     finish_reason: str | None
     completion_tokens: int
+    prompt_tokens: int = 0
+    """The turn's input tokens as the server counted them (the whole conversation so far)."""
 
 
 Complete = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], Awaitable[Turn]]
@@ -72,16 +74,19 @@ def response_turn(response: ChatCompletion) -> Turn:
     """The model turn of a chat completion: its first choice (trained on), why it stopped, its completion tokens."""
     choice = response.choices[0]
     usage = response.usage
-    return Turn(choice, choice.finish_reason, usage.completion_tokens if usage else 0)
+    if usage is None:
+        return Turn(choice, choice.finish_reason, 0)
+    return Turn(choice, choice.finish_reason, usage.completion_tokens, usage.prompt_tokens)
 
 
 def turn_metrics(turns: list[Turn], **counts: int) -> dict[str, float | int | bool]:
     """A rollout's metrics from its model turns: `turns`, then `counts` (tool calls, ...), `completion_tokens`
-    (all turns) and `truncated` (a turn cut by max_tokens)."""
+    and `prompt_tokens` (all turns: what the rollout cost) and `truncated` (a turn cut by max_tokens)."""
     return {
         "turns": len(turns),
         **counts,
         "completion_tokens": sum(turn.completion_tokens for turn in turns),
+        "prompt_tokens": sum(turn.prompt_tokens for turn in turns),
         "truncated": any(turn.finish_reason == "length" for turn in turns),
     }
 

@@ -339,9 +339,9 @@ class ModelBackend(TrainingCalls):
         run_dir = self.run_dir(model)
         if run_dir not in self._trackers:
             wanted = model.report_metrics
-            enabled = "WANDB_API_KEY" in os.environ if wanted is None else "wandb" in wanted
+            report_to = ("WANDB_API_KEY" in os.environ) if wanted is None else wanted
             run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
-            self._trackers[run_dir] = Tracker(enabled, run_dir, model.name, run_id, project=model.project)
+            self._trackers[run_dir] = Tracker(report_to, run_dir, model.name, run_id, project=model.project)
         return self._trackers[run_dir]
 
     async def recover(self, model: TrainableModel) -> bool:

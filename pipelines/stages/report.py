@@ -14,7 +14,7 @@ from matplotlib.ticker import MaxNLocator
 from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
-from .. import evaluation, sentinel
+from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
 from . import evaluate, inputs, preflight, system_prompt, train
@@ -255,4 +255,5 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
                 f"**Judge:** {row.explanation}",
                 "",
             ]
+    lines += costs.report_section(ctx)
     return "\n".join(lines) + "\n"

@@ -29,7 +29,7 @@ from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
-from .. import sentinel
+from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
@@ -40,7 +40,7 @@ UPSTREAM = ("inputs", "system_prompt")
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
 `model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
-cost column adds them up."""
+cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.costs.priced`)."""
 GROUP_COST = "cost"
 """The metadata key of a saved group's own cost: `seconds` from the start of its answers to its judging's end,
 and `model_calls` (policy: its answers, judge: the requests that scored it)."""
@@ -111,6 +111,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
         started, calls_before = time.monotonic(), Counter(ctx.calls)
+        reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
         texts = step_inputs(train_inputs, step, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
         made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
@@ -125,6 +126,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
         cost = step_cost(time.monotonic() - started, ctx.calls - calls_before, made_earlier)
+        cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
@@ -138,6 +140,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         if not warned and (warning := sentinel.training_warning(history)):
             warned = True
             sentinel.warn_or_stop(ctx.console, warning, config.preflight)
+        costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
