@@ -332,6 +332,7 @@ SERVE_FLAGS = field_flags(
         "host": {}, "port": {}, "home": {"envvar": "AUTORL_HOME"}, "token_file": {"metavar": "FILE"},
         "max_body_mb": {}, "lease_s": {}, "server.lora_serving": {}, "server.max_lora_rank": {},
         "server.max_model_len": {}, "server.kv_cache_bytes": {},
+        "limits.*": {"rich_help_panel": "What clients may ask for (ServeLimits)"},
     },
 )  # fmt: skip
 """The `serve` command's options: ServeConfig's fields and some of its vLLM servers' (ServerConfig)."""

@@ -36,7 +36,7 @@ from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
 from pipelines.cli import app as cli
-from pipelines.server.app import INFLATED_PER_BYTE, STEP_IDS_FILE, Refused, ServedModels, make_app
+from pipelines.server.app import STEP_IDS_FILE, Refused, ServedModels, make_app
 from pipelines.server.config import MODELS_DIR, ServeConfig, resolve_token
 
 TOKEN = secrets.token_urlsafe(32)
@@ -89,11 +89,13 @@ class ScriptedPlacement(LocalPlacement):
 class Harness:
     """The server's app on 127.0.0.1 in a thread of its own (its own event loop, as uvicorn runs it)."""
 
-    def __init__(self, home: Path, chat: ChatCompletionServer, port: int = 0, lease_s: float = 60, serving="adapter"):
+    def __init__(
+        self, home: Path, chat: ChatCompletionServer, port: int = 0, lease_s: float = 60, serving="adapter", limits=None
+    ):
         config = ServerConfig(lora_serving=serving)
         backend = art.LocalBackend(home / MODELS_DIR, server=config)
         backend.placement = ScriptedPlacement(chat, config)
-        self.served = ServedModels(backend, private_dir(home / "serve"), lease_s)
+        self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, limits)
         app = make_app(self.served, TOKEN, MAX_BODY)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -480,7 +482,7 @@ def test_large_bodies_travel_gzipped_and_one_inflating_past_the_limit_is_refused
 
     metrics, sent = asyncio.run(train())
     assert metrics["groups"] == 40 and sent < json_bytes / 3
-    bomb = gzip.compress(b" " * (MAX_BODY * INFLATED_PER_BYTE + 1))  # small on the wire
+    bomb = gzip.compress(b" " * (MAX_BODY + 1))  # small on the wire
     assert len(bomb) < MAX_BODY
     response = call("POST", f"{served.url}/models", content=bomb, headers={"Content-Encoding": "gzip"})
     assert response.status_code == 413 and "inflates past" in response.json()["error"]

@@ -7,13 +7,27 @@ normalisation). The same against a real vLLM server on the embedded model: tests
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
+import pytest
+from chat_server import ChatCompletionServer
+from test_benchmark_optimize import completion
 from test_cluster_routing import CHAT, proxied, serve  # noqa: F401 (fixtures)
-from test_remote_backend import TOKEN, call, chat, register_body, served  # noqa: F401 (fixtures)
+from test_remote_backend import MAX_BODY, TOKEN, Harness, call, chat, register_body, served  # noqa: F401 (fixtures)
+from test_trainer_options import groups
 
+from autorl.backends.remote import CLIENT_HEADER, RegisterRequest, TrainRequest
+from autorl.config import TrainConfig, TrainerConfig
 from autorl.serving.routes import INFERENCE_ROUTES, allowed_route, normalised
+from pipelines.server.app import STEP_IDS_FILE
+from pipelines.server.limits import ServeLimits
 
 OUTSIDE = [
     "/v1/../collective_rpc",
@@ -114,3 +128,139 @@ def test_the_pool_proxy_passes_on_the_allowlist_only_whatever_the_spelling(serve
     for path, route in INSIDE.items():
         assert raw_post(port, path, CHAT, token=proxy.api_key)[0] == 200, path
         assert servers[0].seen[-1][0] == route, path
+
+
+# --- limits: every client knob at its bound and past it, models, requests at once, bodies -------------------
+
+LIMITS = ServeLimits()
+KNOBS = {
+    "server.max_model_len": LIMITS.max_client_model_len,
+    "server.kv_cache_bytes": LIMITS.max_kv_cache_bytes,
+    "server.max_num_seqs": LIMITS.max_num_seqs,
+    "server.max_lora_rank": LIMITS.max_client_lora_rank,
+    "server.max_loras": LIMITS.max_loras,
+    "server.startup_timeout_s": LIMITS.max_startup_timeout_s,
+    "server.max_restarts": LIMITS.max_restarts,
+    "trainer.lora_rank": LIMITS.max_client_lora_rank,
+    "config.ppo_epochs": LIMITS.max_ppo_epochs,
+    "config.micro_batch_size": LIMITS.max_micro_batch_size,
+    "config.max_completion_tokens": LIMITS.max_client_model_len,
+    "config.overlong_buffer": LIMITS.max_client_model_len,
+}
+"""Each bounded knob of a request, and its default bound."""
+
+
+def request_with(path: str, value) -> RegisterRequest | TrainRequest:
+    part, name = path.split(".")
+    if part == "config":
+        return TrainRequest(groups=[], config=TrainConfig(**{name: value}), step_id="s" * 8)
+    fields = {"server": {name: value}} if part == "server" else {"trainer": TrainerConfig(**{name: value})}
+    return RegisterRequest(name="m", base_model="b", **fields)
+
+
+@pytest.mark.parametrize("path", sorted(KNOBS))
+def test_each_client_knob_is_taken_at_its_bound_and_refused_past_it(path):
+    assert set(KNOBS) == set(LIMITS.bounds())
+    bound = KNOBS[path]
+    assert LIMITS.check(request_with(path, bound)) is None
+    past = bound + 1 if isinstance(bound, int) else bound * 1.001
+    why = LIMITS.check(request_with(path, past))
+    assert why is not None and why.startswith(f"{path}=") and "autorl serve --max-" in why, why
+    if path.startswith("server."):  # a client's server table is its own JSON: any value, strings included
+        for value in (math.inf, math.nan, str(past), "1" * 10_000):
+            why = LIMITS.check(request_with(path, value))
+            assert why is not None and len(why) < 200, (value, why)
+
+
+def test_a_request_past_a_limit_is_400_before_anything_starts(tmp_path, chat, tiny_model, tokenizer):  # noqa: F811
+    harness = Harness(tmp_path, chat)
+    try:
+        over = register_body(tiny_model, server={"max_model_len": LIMITS.max_client_model_len + 1})
+        response = call("POST", f"{harness.url}/models", content=json.dumps(over))
+        assert response.status_code == 400 and "--max-client-model-len" in response.json()["error"]
+        infinite = json.dumps(register_body(tiny_model, server={"startup_timeout_s": 1})).replace("1}", "Infinity}")
+        response = call("POST", f"{harness.url}/models", content=infinite)
+        assert response.status_code == 400 and "startup_timeout_s" in response.json()["error"]
+        assert harness.served.models == {} and not (tmp_path / "serve" / "models.json").exists()
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        body = TrainRequest(groups=groups(tokenizer), config=TrainConfig(ppo_epochs=9), step_id="s" * 8)
+        response = call("POST", f"{harness.url}/models/agent/train", content=body.model_dump_json())
+        assert response.status_code == 400 and "config.ppo_epochs=9" in response.json()["error"]
+        assert not (tmp_path / "models" / "remote" / "agent" / STEP_IDS_FILE).exists()  # no step began
+    finally:
+        harness.stop()
+
+
+def test_models_are_bounded_per_server_and_per_client(tmp_path, chat, tiny_model):  # noqa: F811
+    harness = Harness(tmp_path, chat, limits=ServeLimits(max_models=2, max_models_per_client=1))
+
+    def register(name: str, client: str) -> httpx.Response:
+        body = json.dumps(register_body(tiny_model, name=name))
+        return call("POST", f"{harness.url}/models", content=body, headers={CLIENT_HEADER: client})
+
+    try:
+        assert register("a", "client-one").status_code == 200
+        assert register("a", "client-one").status_code == 200  # again: the same model
+        answer = register("b", "client-one")
+        assert answer.status_code == 429 and "--max-models-per-client" in answer.json()["error"]
+        assert register("b", "client-two").status_code == 200
+        answer = register("c", "client-three")
+        assert answer.status_code == 429 and "--max-models" in answer.json()["error"]
+        assert register("a", "client-three").status_code == 200  # a model it holds stays open to every client
+    finally:
+        harness.stop()
+
+
+def test_requests_at_once_are_bounded_and_health_still_answers(tmp_path, tiny_model):
+    gate = threading.Event()
+    held = ChatCompletionServer(lambda body: gate.wait(30) and completion(body, "hello"))
+    harness = Harness(tmp_path, held, limits=ServeLimits(max_concurrent_requests=2))
+    chat_body = json.dumps({"model": "agent", "messages": [{"role": "user", "content": "hi"}]})
+    try:
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        with ThreadPoolExecutor(2) as pool:
+            running = [
+                pool.submit(call, "POST", f"{harness.url}/v1/chat/completions", content=chat_body) for _ in range(2)
+            ]
+            deadline = time.monotonic() + 30
+            while len(held.paths) < 2:
+                assert time.monotonic() < deadline, "the two requests did not reach the model"
+                time.sleep(0.01)
+            answer = call("GET", f"{harness.url}/v1/models")
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+            assert "--max-concurrent-requests" in answer.json()["error"]
+            assert call("GET", f"{harness.url}/health", key=None).status_code == 200
+            gate.set()
+            assert [future.result(30).status_code for future in running] == [200, 200]
+        assert call("GET", f"{harness.url}/v1/models").status_code == 200  # the count went back down
+    finally:
+        gate.set()
+        harness.stop()
+        held.close()
+
+
+def test_bodies_are_bounded_as_sent_and_as_inflated_compressed_or_chunked(served):  # noqa: F811
+    url = f"{served.url}/models"
+    gzipped = {"Content-Encoding": "gzip"}
+    at_bound = gzip.compress(b" " * MAX_BODY)  # inflates to the limit: read, then refused as no JSON object
+    assert call("POST", url, content=at_bound, headers=gzipped).status_code == 400
+    past = gzip.compress(b" " * (MAX_BODY + 1))
+    for content in (past, iter([past[:100], past[100:]])):  # declared, and chunked without a length
+        answer = call("POST", url, content=content, headers=gzipped)
+        assert answer.status_code == 413 and "inflates past 2 MiB" in answer.json()["error"]
+    bomb = gzip.compress(b"x" * (64 * MAX_BODY))  # 128 MiB inflated from ~130 KB: refused after 2 MiB
+    assert call("POST", url, content=bomb, headers=gzipped).status_code == 413
+    assert call("POST", url, content=past[:-20], headers=gzipped).status_code == 400  # cut short
+    plain = iter([b"y" * (MAX_BODY // 2)] * 3)
+    assert call("POST", url, content=plain).status_code == 413
+    assert call("POST", url, content=b" " * MAX_BODY).status_code == 400  # at the limit: read
+
+
+def test_a_bad_value_is_quoted_by_a_short_prefix_only(served):  # noqa: F811
+    huge = "n" * (MAX_BODY - 100)
+    for path, body in [("/models", {"name": huge, "base_model": "b"}), ("/v1/chat/completions", {"model": huge})]:
+        answer = call("POST", f"{served.url}{path}", content=json.dumps(body))
+        assert answer.status_code in (400, 404) and len(answer.content) < 600, (path, len(answer.content))
+        assert f"({len(huge)} characters)" in answer.json()["error"]
+    answer = call("POST", f"{served.url}/v1/{huge[:50_000]}", content=b"{}")
+    assert answer.status_code == 404 and len(answer.content) < 600

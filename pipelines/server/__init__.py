@@ -41,7 +41,7 @@ def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> Non
         serve_dir / "lock", f"home {config.home}", "stop the other `autorl serve`, or choose another --home"
     ):
         backend = LocalBackend(config.home / MODELS_DIR, server=config.server)
-        served = ServedModels(backend, serve_dir, config.lease_s)
+        served = ServedModels(backend, serve_dir, config.lease_s, config.limits)
         app = make_app(served, token, config.max_body_bytes)
         announce(f"autorl serve: {config.url} (OpenAI-compatible at {config.url}/v1); token: {source}")
         server = uvicorn.Server(

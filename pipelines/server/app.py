@@ -74,6 +74,8 @@ from autorl.serving.routes import INFERENCE_ROUTES, allowed_route
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
 from ruler.errors import RulerError
 
+from .limits import Concurrency, ServeLimits
+
 log = logging.getLogger("autorl")
 M = TypeVar("M", bound=BaseModel)
 
@@ -84,9 +86,8 @@ STEP_IDS_FILE = "remote_steps.jsonl"
 says whether a step id was trained."""
 STEP = re.compile(r"\d{1,6}")
 ROUTES = ", ".join(f"{' '.join(sorted(methods))} {route}" for route, methods in INFERENCE_ROUTES.items())
-INFLATED_PER_BYTE = 16
-"""A gzip body may inflate to this many times the size limit, no more (a small body that inflates to
-gigabytes is refused)."""
+MAX_ERROR_CHARS = 400
+"""The longest error line the server answers (a value is quoted by a short prefix: `autorl.errors.quoted`)."""
 
 
 class Refused(Exception):
@@ -112,10 +113,13 @@ class ServedModels:
     """The models of a `ModelBackend` as the server serves them: registered on first use (again after a
     restart, from the registry), trained by one client at a time, each step id trained once."""
 
-    def __init__(self, backend: ModelBackend, serve_dir: Path, lease_s: float):
+    def __init__(self, backend: ModelBackend, serve_dir: Path, lease_s: float, limits: ServeLimits | None = None):
         self.backend = backend
         self.registry_path = serve_dir / REGISTRY_FILE
         self.lease_s = lease_s
+        self.limits = limits or ServeLimits()
+        self._owned: dict[str, set[str]] = defaultdict(set)
+        """The names each client (by its id) registered while the server runs."""
         self.models: dict[str, TrainableModel] = {}
         self._starting: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stepping: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -129,9 +133,15 @@ class ServedModels:
         except FileNotFoundError:
             return {}
 
-    async def register(self, request: RegisterRequest) -> Registered:
+    def check_limits(self, request: BaseModel) -> None:
+        """400 when a knob of `request` is past the server's limits (`ServeLimits`)."""
+        if (why := self.limits.check(request)) is not None:
+            raise Refused(400, why)
+
+    async def register(self, request: RegisterRequest, client: str = "") -> Registered:
         check_name(request.name)
         check_name(request.project, "project")
+        self.check_limits(request)
         if set(request.server) & CLIENT_SET:
             field = sorted(set(request.server) & CLIENT_SET)[0]
             raise Refused(400, f"server.{field} is set by `autorl serve` for every model, not by a client")
@@ -139,11 +149,28 @@ class ServedModels:
         if known and (known["project"], known["base_model"]) != (request.project, request.base_model):
             raise Refused(
                 409,
-                f"model {request.name!r} is served here with project {known['project']!r} and base model "
+                f"model {quoted(request.name)} is served here with project {known['project']!r} and base model "
                 f"{known['base_model']!r}; register another name",
             )
+        if known is None and request.name not in self.models:
+            self.check_room(request.name, client)
         model = await self._start(request)
         return await self.registered(model)
+
+    def check_room(self, name: str, client: str) -> None:
+        """429 when the server holds `max_models` models, or `client` registered `max_models_per_client`."""
+        held = set(self.models) | set(self.registry())
+        if len(held) >= self.limits.max_models:
+            raise Refused(
+                429, f"this server holds {len(held)} models, its limit (autorl serve --max-models); use one of them"
+            )
+        if len(self._owned[client] - {name}) >= self.limits.max_models_per_client:
+            raise Refused(
+                429,
+                f"this client registered {self.limits.max_models_per_client} models, the limit per client "
+                "(autorl serve --max-models-per-client)",
+            )
+        self._owned[client].add(name)
 
     async def _start(self, request: RegisterRequest) -> TrainableModel:
         async with self._starting[request.name]:  # concurrent first requests start one vLLM server
@@ -164,7 +191,9 @@ class ServedModels:
             return self.models[name]
         known = self.registry().get(name)
         if known is None:
-            raise Refused(404, f"model {name!r} is not served here; register it with `await model.register(backend)`")
+            raise Refused(
+                404, f"model {quoted(name)} is not served here; register it with `await model.register(backend)`"
+            )
         return await self._start(RegisterRequest.model_validate(known))
 
     async def registered(self, model: TrainableModel) -> Registered:
@@ -252,12 +281,12 @@ class ServedModels:
         """The model a chat request names, and the name its vLLM server serves that checkpoint under."""
         name, at, step_text = requested.partition("@")
         if name not in self.models and name not in self.registry():
-            raise Refused(404, f"model {requested!r} is not served here (GET /v1/models lists what is)")
+            raise Refused(404, f"model {quoted(requested)} is not served here (GET /v1/models lists what is)")
         model = await self.get(name)
         if not at:
             return model, model.get_inference_name()
         if not STEP.fullmatch(step_text):
-            raise Refused(400, f"model {requested!r}: expected NAME@NNNN, a checkpoint's step")
+            raise Refused(400, f"model {quoted(requested)}: expected NAME@NNNN, a checkpoint's step")
         return model, await self.serve(model, int(step_text))
 
     async def serve(self, model: TrainableModel, step: int) -> str:
@@ -365,17 +394,23 @@ class BodyLimit:
 
 
 async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
-    """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400)."""
-    raw = await request.body()
-    if request.headers.get("content-encoding", "").lower() == "gzip":
-        inflater = zlib.decompressobj(wbits=31)
-        try:
-            raw = inflater.decompress(raw, max_bytes * INFLATED_PER_BYTE)
-        except zlib.error as exc:
-            raise Refused(400, f"the gzip body could not be read ({exc})") from None
-        if inflater.unconsumed_tail:
-            raise Refused(413, f"the gzip body inflates past {max_bytes * INFLATED_PER_BYTE / 2**20:g} MiB")
-    return kind.model_validate_json(raw or b"{}")
+    """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400). A gzip body is
+    inflated as it arrives, and refused (413) as soon as it inflates past `max_bytes`."""
+    if request.headers.get("content-encoding", "").lower() != "gzip":
+        return kind.model_validate_json(await request.body() or b"{}")
+    inflater, raw = zlib.decompressobj(wbits=31), bytearray()
+    try:
+        async for chunk in request.stream():
+            raw += inflater.decompress(chunk, max_bytes + 1 - len(raw))  # at most one byte past the limit
+            if len(raw) > max_bytes:
+                raise Refused(
+                    413, f"the gzip body inflates past {max_bytes / 2**20:g} MiB (autorl serve --max-body-mb)"
+                )
+        if not inflater.eof:
+            raise Refused(400, "the gzip body could not be read (it ends early)")
+    except zlib.error as exc:
+        raise Refused(400, f"the gzip body could not be read ({exc})") from None
+    return kind.model_validate_json(bytes(raw) or b"{}")
 
 
 def one_line(exc: ValidationError) -> str:
@@ -385,12 +420,13 @@ def one_line(exc: ValidationError) -> str:
 
 
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status)
+    line = " ".join(str(message).split())
+    return JSONResponse({"error": line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS] + "..."}, status)
 
 
 def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     """The server's app over `served`: the token required on every path but /health, bodies up to
-    `max_body_bytes`."""
+    `max_body_bytes`, at most `served.limits.max_concurrent_requests` requests at once."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -445,7 +481,8 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.post("/models")
     async def register(request: Request) -> Registered:
-        return await served.register(await parsed(request, RegisterRequest, max_body_bytes))
+        body = await parsed(request, RegisterRequest, max_body_bytes)
+        return await served.register(body, request.headers.get(CLIENT_HEADER, "")[:64])
 
     @app.get("/models/{name}/step")
     async def step(name: str) -> dict:
@@ -454,7 +491,9 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     @app.post("/models/{name}/train")
     async def train(name: str, request: Request) -> Trained:
         client = client_of(request)
-        return await served.train(name, await parsed(request, TrainRequest, max_body_bytes), client)
+        body = await parsed(request, TrainRequest, max_body_bytes)
+        served.check_limits(body)
+        return await served.train(name, body, client)
 
     @app.post("/models/{name}/release")
     async def release(name: str, request: Request) -> dict:
@@ -463,7 +502,9 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.post("/models/{name}/log")
     async def log_batch(name: str, request: Request) -> dict:
-        return await served.log(check_name(name), await parsed(request, LogRequest, max_body_bytes))
+        body = await parsed(request, LogRequest, max_body_bytes)
+        served.check_limits(body)
+        return await served.log(check_name(name), body)
 
     @app.post("/models/{name}/delete_checkpoints")
     async def delete_checkpoints(name: str, request: Request) -> dict:
@@ -521,5 +562,6 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         return await served.forward(request, route, body)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Concurrency, limit=served.limits.max_concurrent_requests)
     app.add_middleware(RequireKey, key=token)  # added last: the outermost, before anything reads the body
     return app

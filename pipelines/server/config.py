@@ -18,6 +18,8 @@ from autorl.errors import AutoRLError
 from autorl.serving.config import LOOPBACK_HOSTS, ServerConfig
 from pipelines.config import DEFAULT_HOME
 
+from .limits import ServeLimits
+
 SERVE_DIR = "serve"
 """The server's own files under the home: `token` (when it made one), `models.json` (what it serves)."""
 MODELS_DIR = "models"
@@ -28,7 +30,7 @@ MIN_TOKEN_CHARS = 16
 class ServeConfig(BaseModel):
     """How `autorl serve` runs."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     host: str = "127.0.0.1"
     """Interface to bind, loopback unless told; another (0.0.0.0: every interface) needs a token from --token-file
@@ -40,13 +42,16 @@ class ServeConfig(BaseModel):
     token_file: Path | None = None
     """File holding the token every client must send (Authorization: Bearer ...); unset: AUTORL_TOKEN, else a
     token made once and kept in HOME/serve/token (mode 0600)."""
-    max_body_mb: float = Field(64.0, gt=0)
-    """Largest request body accepted, in MiB (a training step's groups, compressed); larger is refused (413)."""
-    lease_s: float = Field(120.0, ge=0)
+    max_body_mb: float = Field(64.0, gt=0, le=4096)
+    """Largest request body accepted, in MiB, as sent and once a gzip body is inflated (a training step's
+    groups); larger is refused (413) as soon as the bytes read pass it."""
+    lease_s: float = Field(120.0, ge=0, le=86400)
     """Seconds after a client's last training step during which no other client may train that model (409);
     a client that closes its backend frees it at once."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """How each model's vLLM server starts (on loopback, behind this server)."""
+    limits: ServeLimits = Field(default_factory=ServeLimits)
+    """What clients may ask of this server: models, requests at once, each knob of a model (pipelines/server/limits.py)."""
 
     @property
     def max_body_bytes(self) -> int:

@@ -1,0 +1,140 @@
+"""What one `autorl serve` lets its clients ask for (`ServeLimits`, its `--max-*` options), and how it holds them.
+
+Every setting a client sends that costs the server memory, processes or time is bounded here: how many
+models (each one a vLLM server and a trainer), how many requests at once, and each knob of a model's
+vLLM server (`RegisterRequest.server`), trainer (`RegisterRequest.trainer`) and training step
+(`TrainRequest.config`) that scales with what it is given. A value past its bound is a 400 naming the bound
+and the option that raises it; a value is quoted by a short prefix only (`autorl.errors.quoted`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autorl.errors import quoted
+
+
+class ServeLimits(BaseModel):
+    """What clients may ask of one `autorl serve`; each is an option of the command (`--max-models`, ...)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+
+    max_concurrent_requests: int = Field(32, ge=1, le=100_000)
+    """Requests the server handles at once (an inference stream or a training step counts until it ends);
+    one more is answered 503 at once, not queued."""
+    max_models: int = Field(8, ge=1, le=10_000)
+    """Models the server holds (each starts a vLLM server and a trainer when used), those of its registry
+    included; registering one more is refused (429)."""
+    max_models_per_client: int = Field(4, ge=1, le=10_000)
+    """Models one client (its `X-AutoRL-Client` id) may register while the server runs; a client id is the
+    client's own choice, so `max_models` is the bound that holds against a client that changes it."""
+    max_client_model_len: int = Field(8192, ge=16)
+    """Largest context a client may give its model's vLLM server (`server.max_model_len`), and bound of
+    `config.max_completion_tokens` and `config.overlong_buffer`."""
+    max_kv_cache_gb: float = Field(32.0, gt=0)
+    """Largest KV cache a client may give its model's vLLM server (`server.kv_cache_bytes`), in GiB."""
+    max_num_seqs: int = Field(256, ge=1)
+    """Most sequences a model's vLLM server may run at once (`server.max_num_seqs`)."""
+    max_client_lora_rank: int = Field(64, ge=1)
+    """Largest LoRA rank a client may train or serve (`trainer.lora_rank`, `server.max_lora_rank`)."""
+    max_loras: int = Field(8, ge=1)
+    """Most LoRA adapters a model's vLLM server may hold at once (`server.max_loras`)."""
+    max_startup_timeout_s: float = Field(1800.0, gt=0)
+    """Longest a client may let its model's vLLM server take to start (`server.startup_timeout_s`)."""
+    max_restarts: int = Field(10, ge=0)
+    """Most restarts of a dead vLLM server a client may ask for (`server.max_restarts`)."""
+    max_ppo_epochs: int = Field(8, ge=1)
+    """Most passes over a step's groups a client may ask for (`config.ppo_epochs`)."""
+    max_micro_batch_size: int = Field(64, ge=1)
+    """Largest micro-batch a client may ask the trainer for (`config.micro_batch_size`)."""
+    max_groups_per_step: int = Field(1024, ge=1)
+    """Most trajectory groups in one training step or log batch."""
+
+    @property
+    def max_kv_cache_bytes(self) -> int:
+        return int(self.max_kv_cache_gb * 2**30)
+
+    def bounds(self) -> dict[str, tuple[float, str]]:
+        """Each bounded knob of a request (a dotted path into it) with its bound and the option that sets it."""
+        return {
+            "server.max_model_len": (self.max_client_model_len, "max_client_model_len"),
+            "server.kv_cache_bytes": (self.max_kv_cache_bytes, "max_kv_cache_gb"),
+            "server.max_num_seqs": (self.max_num_seqs, "max_num_seqs"),
+            "server.max_lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "server.max_loras": (self.max_loras, "max_loras"),
+            "server.startup_timeout_s": (self.max_startup_timeout_s, "max_startup_timeout_s"),
+            "server.max_restarts": (self.max_restarts, "max_restarts"),
+            "trainer.lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "config.ppo_epochs": (self.max_ppo_epochs, "max_ppo_epochs"),
+            "config.micro_batch_size": (self.max_micro_batch_size, "max_micro_batch_size"),
+            "config.max_completion_tokens": (self.max_client_model_len, "max_client_model_len"),
+            "config.overlong_buffer": (self.max_client_model_len, "max_client_model_len"),
+        }
+
+    def check(self, request: BaseModel) -> str | None:
+        """The one line that says which knob of `request` (a `RegisterRequest`, `TrainRequest` or
+        `LogRequest`) is past its bound, or not finite; None when all are within."""
+        for path, (bound, option) in self.bounds().items():
+            value: Any = request
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+            if value is None or isinstance(value, bool):
+                continue
+            if not isinstance(value, int | float | str) or not math.isfinite(number(value)) or number(value) > bound:
+                flag = "--" + option.replace("_", "-")
+                return f"{path}={shown(value)} is over this server's limit of {bound:g} (autorl serve {flag})"
+        groups = getattr(request, "groups", None)
+        if isinstance(groups, list) and len(groups) > self.max_groups_per_step:
+            return (
+                f"{len(groups)} groups in one request; this server takes at most {self.max_groups_per_step} "
+                "(autorl serve --max-groups-per-step)"
+            )
+        return None
+
+
+def shown(value: int | float | str) -> str:
+    """A knob's value in an error line: a number as it is, a string by a short prefix."""
+    return (
+        repr(value) if isinstance(value, float) or (isinstance(value, int) and abs(value) < 10**18) else quoted(value)
+    )
+
+
+def number(value: int | float | str) -> float:
+    """A knob's value as a number: a string as pydantic would read it, one that reads as none as NaN."""
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+class Concurrency:
+    """ASGI middleware: at most `limit` requests at once (a streamed answer counts until it ends); one more is
+    answered 503 with Retry-After at once. /health is always answered."""
+
+    def __init__(self, app: Any, limit: int):
+        self.app = app
+        self.limit = limit
+        self.running = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/health":
+            return await self.app(scope, receive, send)
+        if self.running >= self.limit:
+            body = json.dumps(
+                {
+                    "error": f"the server is handling {self.limit} requests; retry later (autorl serve --max-concurrent-requests)"
+                }
+            ).encode()
+            headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return None
+        self.running += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.running -= 1
