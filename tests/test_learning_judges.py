@@ -1,11 +1,15 @@
-"""The tool-use learning task's judge (benchmarks/perf/learning_tasks/judges.py:tool_call) and task file."""
+"""The learning benchmark's judges (benchmarks/perf/learning_tasks/judges.py): the content tasks' (right, wrong
+and partly right answers; the examples' judges and game among them), the tool-use task's and its task file."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from autorl.task import load_task
-from benchmarks.perf.learning_tasks.judges import json_keys, tool_call
+from benchmarks.perf.learning_tasks import judges
+from benchmarks.perf.learning_tasks.judges import json_keys, tictactoe, tool_call
+from examples.tictactoe import opponent_cell, play, show, winner
 
 TASK = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
 QUESTION = [{"role": "system", "content": "Convert units."}, {"role": "user", "content": "3 miles in km?"}]
@@ -57,3 +61,174 @@ def test_the_tool_task_loads_its_tool_and_inputs():
 )
 def test_json_keys_is_all_or_nothing(answer, score):
     assert json_keys([*QUESTION, {"role": "assistant", "content": answer}]) == score
+
+
+def asked(question: str, reply: str) -> list[dict]:
+    return [
+        {"role": "system", "content": "Answer."},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": reply},
+    ]
+
+
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("12 + 7 = 19", 1.0),  # right
+        ("19", 1.0),
+        ("12 + 7 = 20", 0.5),  # one off: partial credit
+        ("12 + 7 = 24", round(0.5 * (1 - 4 / 9), 4)),
+        ("12 + 7 = 40", 0.0),  # far off
+        ("The sum is nineteen.", 0.0),  # no number
+        ("19 is not it, it is 21", round(0.5 * (1 - 1 / 9), 4)),  # the last number counts
+    ],
+)
+def test_arithmetic_checks_the_sum(reply, score):
+    assert judges.arithmetic(asked("What is 12 + 7?", reply)) == score
+
+
+def test_arithmetic_needs_a_sum_to_check():
+    assert judges.arithmetic(asked("What is the capital of Peru?", "19")) == 0.0
+
+
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("Lima", 1.0),
+        ("The capital of Peru is Lima.", 1.0),
+        ("Lima is the capital of Peru, a country in South America with a long history of Inca rule and more.", 0.7),
+        ("Lima or maybe Santiago or Quito", 0.1),  # a list of guesses that holds the right one
+        ("Cusco", 0.0),
+        ("Peru", 0.0),
+        ("Limassol", 0.0),  # a whole word only
+    ],
+)
+def test_capitals_checks_the_city(reply, score):
+    assert judges.capitals(asked("What is the capital of Peru?", reply)) == score
+
+
+def test_capitals_accepts_other_spellings_and_knows_only_its_table():
+    assert judges.capitals(asked("What is the capital of India?", "Delhi")) == 1.0
+    assert judges.capitals(asked("What is the capital of Atlantis?", "Poseidonia")) == 0.0
+
+
+@pytest.mark.parametrize(
+    "reply, score",
+    [("Cold.", 1.0), ("cold", 1.0), ("The opposite of hot is cold.", 0.5), ("Warm", 0.0), ("hot", 0.0), ("", 0.0)],
+)
+def test_opposites_checks_the_word(reply, score):
+    assert judges.opposites(asked('What is the opposite of "hot"?', reply)) == score
+
+
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("apple, fig, pear", 1.0),
+        ("Apple\nFig\nPear", 1.0),  # separated by anything
+        ("apple, pear, fig", round(0.5 / 3, 4)),  # one position right
+        ("pear, apple, fig", 0.0),  # the question's order: nothing right here
+        ("Sure! apple, fig, pear", round(0.5 * 3 / 3, 4)),  # right order with words beside it
+        ("apple, fig", round(0.5 * 2 / 3, 4)),  # one word missing
+        ("banana", 0.0),
+    ],
+)
+def test_alphabetical_checks_the_order(reply, score):
+    assert judges.alphabetical(asked("Put these words in alphabetical order: pear, apple, fig", reply)) == score
+
+
+EXTRACT = 'Extract the person\'s name, age and city as JSON with keys "name", "age", "city": '
+
+
+@pytest.mark.parametrize(
+    "text, reply, score",
+    [
+        (
+            "Maria Lopez is 34 years old and lives in Madrid.",
+            '{"name": "Maria Lopez", "age": 34, "city": "Madrid"}',
+            1.0,
+        ),
+        (
+            "Maria Lopez is 34 years old and lives in Madrid.",
+            '```json\n{"name": "maria lopez", "age": "34", "city": "Madrid"}\n```',
+            1.0,
+        ),
+        ("Meet Tom Green from Rome; Tom turned 33 this year.", '{"name": "Tom Green", "age": 33, "city": "Rome"}', 1.0),
+        (
+            "Our new colleague Ivan Diaz (28) works in the Seville office.",
+            '{"name": "Ivan Diaz", "age": 28, "city": "Seville"}',
+            1.0,
+        ),
+        (
+            "Maria Lopez is 34 years old and lives in Madrid.",
+            '{"name": "Maria Lopez", "age": 43, "city": "Spain"}',
+            0.4,
+        ),
+        ("Maria Lopez is 34 years old and lives in Madrid.", '{"name": "John", "age": 1}', 0.1),  # JSON, wrong values
+        (
+            "Maria Lopez is 34 years old and lives in Madrid.",
+            "name: Maria Lopez, age: 34, city: Madrid",
+            0.0,
+        ),  # no JSON
+        ("Maria Lopez is 34 years old and lives in Madrid.", '{"name": "Maria Lopez", "age": 34,', 0.0),  # broken
+    ],
+)
+def test_extract_json_checks_each_field(text, reply, score):
+    assert judges.extract_json(asked(EXTRACT + text, reply)) == pytest.approx(score)
+
+
+# X to move; X wins at 5 (the diagonal 1-5-9); O threatens 3-5-7 as well
+GAME = "Tic-tac-toe: you are X and it is your move. Board: X.OX.OO.X\n" + show("X.OX.OO.X")
+
+
+def played(*cells: int | str, text: str = "") -> list[dict]:
+    """A game in which the agent called play with each of `cells` in turn (tool results as the tool gives them)."""
+    messages, board = [{"role": "user", "content": GAME}], "X.OX.OO.X"
+    for index, cell in enumerate(cells):
+        arguments = json.dumps({"board": board, "cell": cell})
+        call = {"id": f"c{index}", "type": "function", "function": {"name": "play", "arguments": arguments}}
+        result = play(board, cell) if isinstance(cell, int) else "error: ..."
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{index}", "content": result},
+        ]
+        board = result.split("Board: ")[1][:9] if "Board: " in result else board
+    return [*messages, {"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize(
+    "messages, score",
+    [
+        (played(5), 1.0),  # the winning move through the tool
+        (played(text="I play 5."), 1.0),  # named in text, no call: the same move
+        (played(2), 0.2),  # legal, then O takes 5 and wins
+        (played(8, 2), 0.2),  # legal, O wins at 5 at once: the second call comes after the game ended
+        (played(1), 0.0),  # taken cell
+        (played("five"), 0.0),  # no readable cell
+        (played(text="Let me think."), 0.0),  # no move at all
+    ],
+)
+def test_tictactoe_replays_the_game(messages, score):
+    assert tictactoe(messages) == score
+
+
+def test_tictactoe_ignores_the_board_the_agent_passes():
+    messages = played(5)
+    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"board": "XX.......", "cell": 3})
+    assert tictactoe(messages) == 0.0  # 3 is O's cell on the real board
+
+
+def test_the_play_tool_answers_with_the_opponent_s_move():
+    assert play("X.OX.OO.X", 5).startswith("You played 5 and won.")
+    assert play("X.OX.OO.X", 2).startswith("You played 2; O played 5 and won.")
+    assert play("X........", 1).startswith("error: cell 1 is not an empty cell")
+    assert play("X..", 2).startswith("error: the board must be 9 characters")
+    assert play("X........", 5).startswith("You played 5; O played 9. Board: X...X...O")  # blocks 1-5-9
+    assert opponent_cell("XX.O.....") == 2  # blocks X
+    assert opponent_cell("XX.OO....") == 5  # wins before blocking
+    assert opponent_cell(".........") == 4  # the centre first
+
+
+def test_a_game_that_fills_the_board_is_a_draw():
+    board = "XXOOXX.OO"  # X to move at 7 (cell index 6): no line, and the board is full
+    assert winner(board[:6] + "X" + board[7:]) is None
+    assert tictactoe([{"role": "user", "content": f"Board: {board}"}, {"role": "assistant", "content": "7"}]) == 0.5

@@ -162,6 +162,48 @@ def test_groups_that_tie_warn_before_training_and_strict_stops_there(tmp_path):
     assert "stopped before training (--preflight strict" in str(stopped.value) and "\n" not in str(stopped.value)
 
 
+def test_when_most_groups_tie_the_check_drops_the_inputs_that_carry_no_signal(tmp_path):
+    def only_some(messages: list[dict]) -> float:  # inputs 3 and 4 are scored by length; the rest always tie at 0
+        return words(messages) if messages[1]["content"] in TRAIN[3:5] else 0.0
+
+    ctx = context(tmp_path, FunctionJudge(only_some), ["Paris", "It is Paris", "Lyon"])
+    summary = asyncio.run(preflight.run(ctx))
+    assert summary["learnability"]["groups_with_signal"] == 0  # the sample (inputs 0-2) all tied
+    # it acted: one group of base answers to each other training input, judged
+    assert [text for text, _ in ctx.policy.answered[::4]] == TRAIN
+    assert summary["tied_action"] == {
+        "policy": "drop",
+        "inputs": 6,
+        "judged": 6,
+        "with_signal": 2,
+        "kept": 2,
+        "dropped": [TRAIN[0], TRAIN[1], TRAIN[2], TRAIN[5]],
+    }
+    learn = next(line for line in summary["lines"] if line.startswith("learnability"))
+    assert "the check acted (--on-tied drop)" in learn and "training takes the 2 that do" in learn
+    assert learn not in summary["problems"]  # acted on, not only warned about
+    # training takes the kept inputs from step 1 on, whose saved groups are now theirs
+    assert train.training_inputs(ctx) == TRAIN[3:5]
+    step_one = ctx.policy.run_dir / "steps" / "0001"
+    saved = [TrajectoryGroup.model_validate_json((step_one / f"group_{i:02d}.json").read_text()) for i in range(2)]
+    assert [g.trajectories[0].metadata["input"] for g in saved] == TRAIN[3:5]
+    # the report says what was done
+    assert learn in "\n".join(report._preflight_section(preflight.load(ctx)))
+
+
+def test_the_check_only_warns_under_on_tied_warn_or_when_no_input_carries_signal(tmp_path):
+    ctx = context(tmp_path / "warn", FunctionJudge(lambda messages: 0.0), ["Paris", "It is Paris"], on_tied="warn")
+    summary = asyncio.run(preflight.run(ctx))
+    assert summary["tied_action"] is None and len(ctx.policy.answered) == 3 * 4  # the sample only
+    assert train.training_inputs(ctx) == TRAIN
+    ctx = context(tmp_path / "drop", FunctionJudge(lambda messages: 0.0), ["Paris", "It is Paris"])
+    summary = asyncio.run(preflight.run(ctx))
+    assert summary["tied_action"]["with_signal"] == 0 and summary["tied_action"]["dropped"] == []
+    learn = next(line for line in summary["lines"] if line.startswith("learnability"))
+    assert "keeps all (too few carry signal" in learn and learn in summary["problems"]
+    assert train.training_inputs(ctx) == TRAIN
+
+
 def test_preflight_off_asks_nothing(tmp_path):
     ctx = context(tmp_path, FunctionJudge(words), ["Paris"], preflight="off")
     assert asyncio.run(preflight.run(ctx)) == {"off": True}

@@ -59,9 +59,21 @@ def test_tool_parameters_default_to_an_empty_object_schema():
     assert ToolSpec(name="now").parameters == {"type": "object", "properties": {}}
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "pipelines" / "tasks").glob("*.toml")), ids=lambda p: p.name)
+READY_MADE = ("pipelines/tasks", "examples", "benchmarks/perf/learning_tasks")
+"""Where task files ship: the pipeline's, the examples a user runs, the learning benchmark's."""
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(path for folder in READY_MADE for path in (REPO / folder).glob("*.toml")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_ready_made_task_files_load(path):
-    assert load_task(path).description
+    task = load_task(path)
+    assert task.description
+    if task.inputs_file is not None:  # fixed splits: both present
+        rows = task.inputs_file.read_text().splitlines()
+        assert any('"split": "train"' in row for row in rows) and any('"split": "val"' in row for row in rows)
 
 
 @pytest.mark.parametrize(

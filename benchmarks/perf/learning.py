@@ -105,7 +105,12 @@ def preflight_figures(checks: dict) -> dict:
     audit, signal = checks["audit"], checks["learnability"]
     keep = ("verdict", "groups", "answers", "rejudge_gap", "answer_spread", "reliability", "position_effect",
             "duplicate_gap", "attempts")  # fmt: skip
-    return {"audit": {k: audit[k] for k in keep}, "learnability": signal, "lines": checks["lines"]}
+    return {
+        "audit": {k: audit[k] for k in keep},
+        "learnability": signal,
+        "tied_action": checks.get("tied_action"),
+        "lines": checks["lines"],
+    }
 
 
 def sentinel_figures(evaluated: dict, history: list[dict]) -> dict:
