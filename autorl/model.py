@@ -16,6 +16,7 @@ from .serving.config import ServerConfig
 from .serving.embedded import DEFAULT_BASE_MODEL
 from .training.checkpoints import checkpoint_name
 from .trajectories import Trajectory, TrajectoryGroup
+from .types import TrainResult, TrainSFTConfig
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -214,6 +215,25 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
             )
         result = await self._require_backend().train(self, list(trajectory_groups), config, verbose=verbose)
         return {"step": result.step, **result.metrics}
+
+    async def train_sft(
+        self,
+        trajectories: Iterable[Trajectory],
+        config: TrainSFTConfig | None = None,
+        _config: dict[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> TrainResult:
+        """Supervised fine-tuning on whole trajectories (ART's `model.train_sft`): a LoRA step on their assistant
+        turns, tools and multi-turn included, at `config`'s learning rate per batch (a schedule:
+        `autorl.utils.sft.create_sft_dataset_iterator`). Its checkpoint is the model's next step, served as any
+        other; RL continues from it. Returns the step, its metrics and its checkpoint.
+
+        _config: ART's experimental SFT settings (metric logging); autorl records every step's metrics in
+            history.jsonl anyway, so any given is one warning line and changes nothing.
+        """
+        if _config:
+            log.warning("train_sft(_config=...): not supported by autorl, ignored: %s", ", ".join(sorted(_config)))
+        return await self._require_backend().train_sft(self, trajectories, config, verbose=verbose)
 
     async def get_step(self) -> int:
         """The newest trained step (0 before any training)."""

@@ -15,6 +15,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .config import TrainConfig
+from .errors import AutoRLError
 
 __all__ = [
     "Choice", "LocalTrainResult", "Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools",
@@ -67,12 +68,18 @@ class TrainSFTConfig(BaseModel):
     """Which assistant turns of each trajectory are trained: all of them, or only the last; every other token
     (system, user, tool results) is context."""
 
-    @field_validator("learning_rate", "batch_size")
+    @field_validator("learning_rate")
     @classmethod
-    def _positive(cls, value: object) -> object:
-        numbers = value if isinstance(value, list) else [value]
-        if any(isinstance(n, int | float) and n <= 0 for n in numbers):
-            raise ValueError("must be positive")
+    def _not_negative(cls, value: float | list[float]) -> float | list[float]:
+        if any(rate < 0 for rate in (value if isinstance(value, list) else [value])):
+            raise ValueError("a learning rate cannot be negative")  # 0: a schedule's last batch, a step that stays
+        return value
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1")
         return value
 
     def rates(self, count: int) -> list[tuple[list[int], float]]:
@@ -86,7 +93,7 @@ class TrainSFTConfig(BaseModel):
             size = self.batch_size
         starts = range(0, count, size)
         if listed is not None and len(listed) != len(starts):
-            raise ValueError(
+            raise AutoRLError(
                 f"TrainSFTConfig: {len(listed)} learning rates for {len(starts)} batches of {size} "
                 f"({count} trajectories); give one rate per batch"
             )

@@ -170,24 +170,30 @@ backend.placement = ScriptedReplicas(cluster, backend.server_config)
 model = art.TrainableModel(name="agent", project="cluster", base_model={model!r},
                            trainer=TrainerConfig(dtype="float32"))
 
+SFT = [art.Trajectory(messages_and_choices=[{{"role": "user", "content": "hi"}}, {{"role": "assistant", "content": "yes"}}])]
+
 async def program():
     await model.register(backend)
-    return await backend.train(model, groups(AutoTokenizer.from_pretrained({model!r})), learning_rate=1e-9)
+    rl = await backend.train(model, groups(AutoTokenizer.from_pretrained({model!r})), learning_rate=1e-9)
+    sft = await model.train_sft(SFT, art.TrainSFTConfig(learning_rate=1e-3))
+    return rl, sft
 
-result = asyncio.run(program())
+results = asyncio.run(program())
 backend.close()
 chat.close()
-print(json.dumps({{"step": result.step, "metrics": result.metrics, "checkpoint_path": result.checkpoint_path}}))
+print(json.dumps([{{"step": r.step, "metrics": r.metrics, "checkpoint_path": r.checkpoint_path}} for r in results]))
 """
 
 
 @pytest.mark.timeout(240)  # a local Ray cluster's start and a trainer actor's first step on 2 cores
-def test_backend_train_on_the_cluster_backend_returns_a_train_result_from_its_trainer_actor(tmp_path, tiny_model):
+def test_train_and_train_sft_on_the_cluster_backend_return_train_results_from_its_trainer_actor(tmp_path, tiny_model):
     pytest.importorskip("ray")
     script = CLUSTER_PROGRAM.format(tests=str(Path(__file__).parent), home=str(tmp_path), model=str(tiny_model))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, sft = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["step"] == 1 and result["metrics"]["trained_tokens"] > 0 and "step" not in result["metrics"]
     assert result["checkpoint_path"] == str(tmp_path / "cluster" / "agent" / "checkpoints" / "0001")
     assert Path(result["checkpoint_path"], "adapter_model.safetensors").is_file()
+    assert sft["step"] == 2 and sft["metrics"]["sft"] == 1.0 and sft["metrics"]["trained_tokens"] > 0  # SFT too
+    assert Path(sft["checkpoint_path"], "adapter_model.safetensors").is_file()

@@ -19,7 +19,7 @@ import hashlib
 import logging
 import os
 import statistics
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,8 +32,8 @@ from ..errors import AutoRLError
 from ..serving.vllm_server import install_exit_hooks
 from ..tracking import Tracker
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint, remove_checkpoint
-from ..trajectories import TrajectoryGroup
-from ..types import TrainResult
+from ..trajectories import Trajectory, TrajectoryGroup
+from ..types import TrainResult, TrainSFTConfig
 from .retention import KeepPolicy, best_checkpoint
 from .run_dir import (
     LOG_HISTORY_FILE,
@@ -74,6 +74,17 @@ class Backend(Protocol):
 
     async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step from scored groups; returns the step's metrics, with `step`."""
+        ...
+
+    async def train_sft(
+        self, model: TrainableModel, trajectories: Iterable[Trajectory], config: TrainSFTConfig | None = None,
+        *, verbose: bool = False,
+    ) -> TrainResult:  # fmt: skip
+        """One supervised step on whole trajectories (`TrainingCalls.train_sft`)."""
+        ...
+
+    async def sft_step(self, model: TrainableModel, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict:
+        """One supervised step; returns its metrics, with `step`."""
         ...
 
     async def get_step(self, model: TrainableModel) -> int:
@@ -148,6 +159,10 @@ class Trainer(Protocol):
         """One GRPO update; returns its metrics once checkpoint `step` is complete in the run directory."""
         ...
 
+    async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
+        """One supervised step (`GRPOTrainer.sft_step`); returns its metrics once checkpoint `step` is complete."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -197,6 +212,25 @@ class TrainingCalls:
             log.warning("backend.train(save_checkpoint=False): autorl's step is its checkpoint; it is written")
         metrics = dict(await self.train_step(model, list(trajectory_groups), resolved))
         return self._result(model, metrics, verbose, "trained")
+
+    async def train_sft(
+        self,
+        model: TrainableModel,
+        trajectories: Iterable[Trajectory],
+        config: TrainSFTConfig | None = None,
+        *,
+        verbose: bool = False,
+    ) -> TrainResult:
+        """One supervised fine-tuning step of `model` (ART's `train_sft`): a LoRA update on the assistant turns of
+        whole trajectories (multi-turn and tool calls included), one optimizer step per batch of `config` at its
+        learning rate; its checkpoint is the model's next step, served as any other, and RL continues from it."""
+        trajectories = list(trajectories)
+        config = config or TrainSFTConfig()
+        if not trajectories:
+            raise AutoRLError(f"train_sft of {model.name!r}: no trajectories to train on")
+        config.rates(len(trajectories))  # a schedule that does not fit the batches: one line, before anything runs
+        metrics = dict(await self.sft_step(model, trajectories, config))
+        return self._result(model, metrics, verbose, "fine-tuned (SFT)")
 
     def _result(self, model: TrainableModel, metrics: dict[str, Any], verbose: bool, what: str) -> TrainResult:
         step = int(metrics.pop("step"))
@@ -267,13 +301,27 @@ class ModelBackend(TrainingCalls):
 
     async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
         """One GRPO step: holds back the model's inference, updates the LoRA, checkpoints it, serves it."""
+
+        async def update(trainer: Trainer, step: int) -> dict:
+            metrics = await trainer.step(groups, config, step)
+            warn_untrained(step, groups, metrics)
+            return metrics
+
+        return await self._advance(model, update)
+
+    async def sft_step(self, model: TrainableModel, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict:
+        """One supervised step, as a GRPO step: the next checkpoint, recorded and served as any other."""
+        return await self._advance(model, lambda trainer, step: trainer.sft(trajectories, config, step))
+
+    async def _advance(self, model: TrainableModel, update: Callable[[Trainer, int], Awaitable[dict]]) -> dict:
+        """The model's next step by `update` (its trainer, the step): inference held back meanwhile; its history
+        line and W&B record; its checkpoint served. Returns its metrics, with `step`."""
         slot = self.slot(model)
         async with slot.lock, slot.gate.closed():
             if slot.trainer is None:
                 slot.trainer = self.placement.trainer(model, slot.run_dir)
             step = await self.get_step(model) + 1
-            metrics = await slot.trainer.step(groups, config, step)
-            warn_untrained(step, groups, metrics)
+            metrics = await update(slot.trainer, step)
             append_history(slot.run_dir, {"step": step, **metrics})
             self._tracker(model).log(metrics, step, "train")
             previous = model.inference_model_name

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,11 +17,13 @@ from ..serving.config import ServerConfig
 from ..serving.embedded import resolve_base_model
 from ..serving.vllm_server import VLLMServer
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
-from ..trajectories import TrajectoryGroup
+from ..trajectories import Trajectory, TrajectoryGroup
+from ..types import TrainSFTConfig
 from .base import ModelBackend, inference_name
 
 if TYPE_CHECKING:
     from ..model import TrainableModel
+    from ..training.trainer import GRPOTrainer
 
 log = logging.getLogger("autorl")
 
@@ -138,12 +141,19 @@ class ThreadTrainer:
         self._thread = torch_thread
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
+        return await self._update(lambda trainer: trainer.step(groups, config), step)
+
+    async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
+        return await self._update(lambda trainer: trainer.sft_step(trajectories, config), step)
+
+    async def _update(self, update: Callable[[GRPOTrainer], dict], step: int) -> dict:
+        """`update` of the trainer (built first, if it is not yet) and checkpoint `step`, on the torch thread."""
         on_thread = functools.partial(asyncio.get_running_loop().run_in_executor, self._thread)
         if self._trainer is None:
             from ..training.trainer import GRPOTrainer  # torch, transformers and peft load only to train
 
             self._trainer = await on_thread(GRPOTrainer, self._model_dir, self._checkpoints, self._config)
-        metrics = await on_thread(self._trainer.step, groups, config)
+        metrics = await on_thread(update, self._trainer)
         await on_thread(self._trainer.save, step, metrics)
         return metrics
 

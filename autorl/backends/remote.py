@@ -47,7 +47,8 @@ from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError, quoted
 from ..serving.auth import bearer
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
-from ..trajectories import TrajectoryGroup
+from ..trajectories import Trajectory, TrajectoryGroup
+from ..types import TrainSFTConfig
 from .base import TrainingCalls
 from .run_dir import HISTORY_FILE, ensure_writable
 from .transport import GatedTransport, InferenceGate
@@ -98,12 +99,16 @@ class Registered(BaseModel):
 
 
 class TrainRequest(BaseModel):
-    """`POST /models/NAME/train`: one GRPO step."""
+    """`POST /models/NAME/train`: one GRPO step, or with `sft`, one supervised step on `trajectories`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    groups: list[TrajectoryGroup]
+    groups: list[TrajectoryGroup] = Field(default_factory=list)
     config: TrainConfig = Field(default_factory=TrainConfig)
+    sft: TrainSFTConfig | None = None
+    """A supervised step (`train_sft`) of these settings on `trajectories`, instead of a GRPO step."""
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    """The supervised step's trajectories."""
     step_id: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     """Chosen by the client, the same on every try of one step: a step the server finished is answered
     from its record instead of trained again."""
@@ -330,9 +335,17 @@ class RemoteBackend(TrainingCalls):
         (the one after the server's newest when this client last heard): a client of the same id started again
         (`autorl run` after a kill) that asks for a step the killed one asked for gets that step's result, the
         step under way included, instead of a step more."""
+        return await self._step(model, groups=groups, config=config)
+
+    async def sft_step(self, model: TrainableModel, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict:
+        """One supervised step on the server, over the training route with its step id (as `train_step`)."""
+        return await self._step(model, trajectories=trajectories, sft=config)
+
+    async def _step(self, model: TrainableModel, **fields: Any) -> dict:
+        """A step of `model` on the server: a `TrainRequest` of `fields` under this client's id for it."""
         async with self._stepping[model.name]:  # one step of a model at a time from here: each its own id
             step = await self.get_step(model) + 1
-            request = TrainRequest(groups=groups, config=config, step_id=f"{self.client_id}-{step}")
+            request = TrainRequest(**fields, step_id=f"{self.client_id}-{step}")
             answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
             self._trained.add(model.name)
             model.inference_model_name = answer.inference_name

@@ -1,7 +1,8 @@
 """Turn trajectories into training sequences: token ids, a mask of policy tokens, rollout logprobs.
 
 The conversation is rendered with the tokenizer's chat template turn by turn. Everything is context
-(mask 0) except the tokens of each `Choice` the policy sampled (mask 1). When the rollout asked for
+(mask 0) except the tokens of each `Choice` the policy sampled (mask 1); for supervised fine-tuning, the
+assistant messages too (all of them, or the last: `TrainedTurns`). When the rollout asked for
 logprobs from our vLLM server (which returns sampled tokens as ids), the trained tokens are exactly
 the sampled ids, end-of-turn token included, with the policy's logprobs at sampling time; otherwise
 the template's rendering of the reply is trained and its old logprobs are unknown (NaN; the trainer
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from openai.types.chat.chat_completion import Choice
 
@@ -20,6 +21,9 @@ from ..errors import AutoRLError
 from ..trajectories import Trajectory
 
 TOKEN_ID_PREFIX = "token_id:"
+TrainedTurns = Literal["sampled", "all", "last"]
+"""What of a conversation is trained: sampled, the policy's `Choice`s (RL); all, every assistant turn, message or
+`Choice` (SFT); last, the last assistant turn only (SFT)."""
 
 
 @dataclass
@@ -41,11 +45,19 @@ def sampled_tokens(choice: Choice) -> tuple[list[int], list[float]] | None:
     return [int(t.token.removeprefix(TOKEN_ID_PREFIX)) for t in content], [t.logprob for t in content]
 
 
-def tokenize_trajectory(trajectory: Trajectory, tokenizer: Any) -> Sequence:
-    """Render a trajectory with `tokenizer`'s chat template and mark the policy's tokens."""
+def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: TrainedTurns = "sampled") -> Sequence:
+    """Render a conversation (a `Trajectory`, or anything with `messages_and_choices`, `messages()` and `tools`,
+    as ART's `History`) with `tokenizer`'s chat template and mark the tokens `trained` names."""
     items = trajectory.messages_and_choices
     messages = trajectory.messages()
     tools = trajectory.tools
+    turns = [
+        index
+        for index, item in enumerate(items)
+        if isinstance(item, Choice) or (trained != "sampled" and messages[index].get("role") == "assistant")
+    ]
+    if trained == "last":
+        turns = turns[-1:]
 
     def render(upto: int, generation_prompt: bool) -> str:
         return tokenizer.apply_chat_template(
@@ -69,12 +81,11 @@ def tokenize_trajectory(trajectory: Trajectory, tokenizer: Any) -> Sequence:
         extend(encode(text[len(rendered) :]), trained=False)
         return text
 
-    for index, item in enumerate(items):
-        if not isinstance(item, Choice):
-            continue
+    for index in turns:
+        item = items[index]
         rendered = extend_context(render(index, generation_prompt=True))
         reply = render(index + 1, generation_prompt=False)[len(rendered) :]
-        sampled = sampled_tokens(item)
+        sampled = sampled_tokens(item) if isinstance(item, Choice) else None
         if sampled is None:
             extend(encode(reply), trained=True)
             rendered += reply

@@ -19,6 +19,7 @@ from ..atomic import atomic_dir
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
+from ..types import TrainSFTConfig
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .drift import drift_figures
 from .engines import LOADERS, resolve_engine
@@ -176,6 +177,57 @@ class GRPOTrainer:
         release_freed_memory()
         return metrics
 
+    def _order(self, sequence: Sequence) -> tuple:
+        """Where a sequence goes in a batch sorted for micro-batches: a group's sequences side by side (a shared
+        prompt runs once) when prompts are shared, else by length (less padding)."""
+        return (_prompt(sequence), len(sequence.input_ids)) if self._share_prefix else (len(sequence.input_ids),)
+
+    def sft_step(self, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict[str, float]:
+        """One supervised fine-tuning step (ART's `train_sft`): the trajectories in `config`'s batches, one AdamW
+        step per batch at that batch's learning rate, each minimising the mean negative log-likelihood of the
+        batch's assistant tokens (`config.assistant_turns`; system, user and tool tokens are context). Gradients
+        are clipped as `TrainConfig.max_grad_norm`'s default; micro-batches as its `micro_batch_size`'s."""
+        started = time.monotonic()
+        defaults = TrainConfig()
+        sequences = [tokenize_trajectory(t, self.tokenizer, config.assistant_turns) for t in trajectories]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.model.train()
+        losses, norms, rates, trained, tokens = [], [], [], 0, 0
+        for indices, rate in config.rates(len(sequences)):
+            batch = sorted((sequences[i] for i in indices if any(sequences[i].mask)), key=self._order)
+            if not batch:
+                continue
+            count = sum(sum(s.mask) for s in batch)
+            for group in self.optimizer.param_groups:
+                group["lr"] = rate
+            total = 0.0
+            for start in range(0, len(batch), defaults.micro_batch_size):
+                input_ids, attention, mask, _ = self._pad(batch[start : start + defaults.micro_batch_size])
+                logprobs, _ = self._token_logprobs(input_ids, attention, mask, with_entropy=False)
+                loss = -(logprobs * mask[:, 1:]).sum()
+                (loss / count).backward()
+                total += float(loss.detach())
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, defaults.max_grad_norm)))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            losses.append(total / count)
+            rates.append(rate)
+            trained += count
+            tokens += sum(len(s.input_ids) for s in batch)
+        release_freed_memory()
+        return {
+            "sft": 1.0,
+            "loss": statistics.fmean(losses) if losses else float("nan"),
+            "grad_norm": statistics.fmean(norms) if norms else 0.0,
+            "learning_rate": statistics.fmean(rates) if rates else 0.0,
+            "batches": len(losses),
+            "trajectories": len(trajectories),
+            "trajectories_untrained": sum(not any(s.mask) for s in sequences),
+            "trained_tokens": trained,
+            "tokens": tokens,
+            "step_time_s": time.monotonic() - started,
+        }
+
     @staticmethod
     def _overlong_penalty(trajectory: Trajectory, config: TrainConfig) -> float:
         if not config.overlong_buffer:
@@ -188,10 +240,7 @@ class GRPOTrainer:
         """Each sequence's logprob of every token after its first under the base weights (the LoRA switched
         off; no gradient), [len - 1] on the trainer's device: the sentinel's figures and the KL penalty's
         reference, one forward per sequence and step."""
-        if self._share_prefix:
-            order = sorted(range(len(sequences)), key=lambda i: (_prompt(sequences[i]), len(sequences[i].input_ids)))
-        else:
-            order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+        order = sorted(range(len(sequences)), key=lambda i: self._order(sequences[i]))
         result: list[torch.Tensor | None] = [None] * len(sequences)
         with torch.inference_mode(), self.model.disable_adapter():
             for start in range(0, len(order), micro_batch_size):
@@ -226,10 +275,7 @@ class GRPOTrainer:
         normaliser = loss_normaliser(config.loss, signal or [sum(s.mask) for s, _ in batch])
         kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        if self._share_prefix:  # a group's sequences side by side; less padding within a prompt
-            batch = sorted(batch, key=lambda item: (_prompt(item[0]), len(item[0].input_ids)))
-        else:  # less padding per micro-batch
-            batch = sorted(batch, key=lambda item: len(item[0].input_ids))
+        batch = sorted(batch, key=lambda item: self._order(item[0]))
         micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]

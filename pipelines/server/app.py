@@ -247,7 +247,10 @@ class ServedModels:
                 return trained
             step = await self.backend.get_step(model) + 1
             append_history(run_dir, {"step_id": request.step_id, "step": step}, STEP_IDS_FILE)
-            metrics = await self.backend.train_step(model, request.groups, request.config)
+            if request.sft is not None:
+                metrics = await self.backend.sft_step(model, request.trajectories, request.sft)
+            else:
+                metrics = await self.backend.train_step(model, request.groups, request.config)
             return Trained(metrics=metrics, inference_name=inference_name(model.name, metrics["step"]))
 
     async def trained(self, model: TrainableModel, step_id: str) -> Trained | None:

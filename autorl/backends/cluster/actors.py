@@ -12,7 +12,8 @@ from pathlib import Path
 from ...config import TrainConfig, TrainerConfig
 from ...serving.config import ServerConfig
 from ...training.checkpoints import checkpoint_name
-from ...trajectories import TrajectoryGroup
+from ...trajectories import Trajectory, TrajectoryGroup
+from ...types import TrainSFTConfig
 
 
 def _threads(count: int) -> None:
@@ -115,9 +116,15 @@ class TrainerActor:
         self.trainer = GRPOTrainer(resolve_base_model(base_model), self._dir, config)
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
+        return self._saved(self.trainer.step(groups, config), step)
+
+    def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> tuple[dict, dict[str, bytes]]:
+        return self._saved(self.trainer.sft_step(trajectories, config), step)
+
+    def _saved(self, metrics: dict, step: int) -> tuple[dict, dict[str, bytes]]:
+        """The step's metrics and its checkpoint's files, once saved."""
         from ...training.trainer import release_freed_memory
 
-        metrics = self.trainer.step(groups, config)
         path = self.trainer.save(step, metrics)
         release_freed_memory()
         files = read_files(path)

@@ -40,7 +40,8 @@ from ...errors import AutoRLError
 from ...serving.config import ServerConfig, cuda_available
 from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
 from ...training.checkpoints import checkpoint_name, latest_checkpoint, missing_checkpoint
-from ...trajectories import TrajectoryGroup
+from ...trajectories import Trajectory, TrajectoryGroup
+from ...types import TrainSFTConfig
 from ..base import ModelBackend, inference_name
 from .actors import ReplicaActor, TrainerActor, read_files, write_files
 from .config import ClusterConfig
@@ -205,7 +206,14 @@ class ClusterTrainer:
         self.actor = actor.remote(model.base_model, model.trainer, cpus, files, done)
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
-        metrics, files = await self.actor.step.remote(groups, config, step)
+        return self._written(await self.actor.step.remote(groups, config, step), step)
+
+    async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
+        return self._written(await self.actor.sft.remote(trajectories, config, step), step)
+
+    def _written(self, answer: tuple[dict, dict[str, bytes]], step: int) -> dict:
+        """The step's metrics, once the checkpoint files the actor sent are written under the run directory."""
+        metrics, files = answer
         with atomic_dir(self.run_dir / "checkpoints" / checkpoint_name(step)) as tmp:
             write_files(files, tmp)
         return metrics
