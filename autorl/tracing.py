@@ -48,7 +48,10 @@ def configure(endpoint: str | None = None, exporter: Any = None) -> bool:
             "tracing (--otlp-endpoint, OTEL_EXPORTER_OTLP_ENDPOINT) needs opentelemetry-sdk and "
             "opentelemetry-exporter-otlp-proto-http: pip install 'autorl[tracing]'"
         ) from None
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
+    # the project name is Phoenix's (OpenInference) grouping of traces; other backends show it as a resource attribute
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": SERVICE, "openinference.project.name": SERVICE})
+    )
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -83,7 +86,15 @@ def span(name: str, attributes: dict[str, Any] | None = None) -> AbstractContext
     """A span made current for the block (None inside when tracing is off), its attributes `safe`."""
     if not enabled():
         return _OFF
-    return _state["tracer"].start_as_current_span(name, attributes=safe(attributes or {}))
+    return _state["tracer"].start_as_current_span(name, attributes=safe({**kind(name), **(attributes or {})}))
+
+
+KINDS = {"chat": "LLM", "execute_tool": "TOOL", "autorl.rollout": "AGENT", "autorl.judge": "EVALUATOR"}
+"""OpenInference's span kind by the span name's first word (CHAIN for the others), which Phoenix's views use."""
+
+
+def kind(name: str) -> dict[str, str]:
+    return {"openinference.span.kind": KINDS.get(name.split(" ", 1)[0], "CHAIN")}
 
 
 def set_attributes(span: Any, attributes: dict[str, Any]) -> None:
@@ -123,7 +134,7 @@ class Begun:
         if enabled():
             from opentelemetry import context, trace
 
-            self.span = _state["tracer"].start_span(name, attributes=safe(attributes or {}))
+            self.span = _state["tracer"].start_span(name, attributes=safe({**kind(name), **(attributes or {})}))
             self._token = context.attach(trace.set_span_in_context(self.span))
 
     def end(self, attributes: dict[str, Any] | None = None) -> None:
