@@ -112,6 +112,10 @@ class RunConfig(BaseModel):
     budget_tokens: int | None = Field(None, ge=1)
     """Stop the run at the end of the training step (or stage) at which its model calls' tokens (policy, judge,
     generator; prompt and completion) reach this many; the same command with a higher budget continues it."""
+    otlp_endpoint: str | None = None
+    """Send the run's OpenTelemetry traces (run, stages, steps, rollouts, judge requests, updates) to this OTLP/HTTP
+    traces URL (`http://127.0.0.1:6006/v1/traces` for a local Phoenix); unset: off, unless the standard
+    OTEL_EXPORTER_OTLP_ENDPOINT variable is set. Needs `pip install 'autorl[tracing]'`."""
     force: list[str] = Field(default_factory=list)
     """Stages to recompute even if cached (each also recomputes the stages after it); "all" for every stage."""
     resume: bool = False

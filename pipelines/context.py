@@ -12,7 +12,7 @@ from typing import Protocol
 
 from rich.console import Console
 
-from autorl import TrainableModel, gather_trajectory_groups
+from autorl import TrainableModel, gather_trajectory_groups, tracing
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
@@ -143,8 +143,13 @@ class Policy:
         after the earlier turns `demos` if any."""
         await self.start()
         self._calls["policy"] += 1
-        complete = openai_completion(self._client, name or self.model.get_inference_name(), config.rollout)
-        trajectory = await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
+        served = name or self.model.get_inference_name()
+        complete = openai_completion(self._client, served, config.rollout)
+        with tracing.span("autorl.rollout", {"gen_ai.request.model": served, "autorl.input": text[:500]}) as span:
+            trajectory = await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
+            tracing.set_attributes(span, {f"autorl.{k}": v for k, v in trajectory.metrics.items()})
+        if span is not None:  # the trajectory links to its trace
+            trajectory.metadata.update(tracing.ids(span))
         metrics = trajectory.metrics
         self.meter.add("policy", config.model, metrics.get("prompt_tokens", 0), metrics.get("completion_tokens", 0))
         return trajectory
@@ -294,9 +299,14 @@ class StageContext:
 
     async def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
         """The group scored by the run's judge, told the task; None (logged) when the judge cannot score it."""
-        scored = await ruler_score_group(
-            group, self.judge, self.rubric, swallow_exceptions=True, task=self.task.description
-        )
+        with tracing.span("autorl.judge", {"autorl.judge": self.config.judge, "autorl.answers": len(group)}) as span:
+            scored = await ruler_score_group(
+                group, self.judge, self.rubric, swallow_exceptions=True, task=self.task.description
+            )
+            if span is not None and scored is not None:
+                tracing.set_attributes(span, judge_attributes(scored))
+                for trajectory in scored.trajectories:  # each answer links to the judging that scored it
+                    trajectory.metadata["judge_span_id"] = tracing.ids(span)["span_id"]
         self.judging["groups"] += 1
         if scored is None:
             self.judging["failed"] += 1
@@ -307,3 +317,17 @@ class StageContext:
             self.judging["retries"] += max(attempts - 1, 0)
             self.judging["shortened"] += int(sum(m.get("ruler_shortened", 0) for m in metrics))
         return scored
+
+
+def judge_attributes(scored: TrajectoryGroup) -> dict:
+    """A judging's span attributes: the parsed scores, the requests it took, its tokens (RULER's metrics)."""
+    metrics = [t.metrics for t in scored.trajectories]
+    attempts = int(metrics[0].get("ruler_attempts", 0)) if metrics else 0
+    return {
+        "autorl.judge.scores": [float(t.reward) for t in scored.trajectories],
+        "autorl.judge.requests": attempts,
+        "autorl.judge.retries": max(attempts - 1, 0),
+        "gen_ai.usage.input_tokens": round(sum(m.get("ruler_prompt_tokens", 0) for m in metrics)),
+        "gen_ai.usage.output_tokens": round(sum(m.get("ruler_completion_tokens", 0) for m in metrics)),
+        "autorl.judge.explanations": " | ".join(t.logs[-1] if t.logs else "" for t in scored.trajectories)[:2000],
+    }

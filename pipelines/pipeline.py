@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from autorl import tracing
 from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
 from autorl.redaction import redact_text, redacted
@@ -87,7 +88,13 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
     engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
-        return await _run_locked(task, config, console, name, run_dir, keys, store, forced, judge, engine)
+        traced = tracing.configure(config.otlp_endpoint)  # off unless asked for: then every span below
+        try:
+            with tracing.span("autorl.run", {"autorl.run": name, "gen_ai.request.model": config.model}):
+                return await _run_locked(task, config, console, name, run_dir, keys, store, forced, judge, engine)
+        finally:
+            if traced:
+                tracing.shutdown()  # what is buffered is sent
 
 
 async def _run_locked(
@@ -130,7 +137,9 @@ async def _run_locked(
             else:
                 console.print(f"[bold]{stage}[/bold] ({keys[stage]})")
                 judged = Counter(ctx.judging)
-                summary = await STAGE_MODULES[stage].run(ctx)
+                with tracing.span(f"autorl.stage {stage}", {"autorl.stage": stage, "autorl.key": keys[stage]}) as span:
+                    summary = await STAGE_MODULES[stage].run(ctx)
+                    tracing.set_attributes(span, {"autorl.model_calls": sum(calls.values()) - before})
                 if ctx.judging != judged:  # what the judge did in this stage
                     summary["judging"] = {kind: ctx.judging[kind] - judged[kind] for kind in ctx.judging}
                 if stage != "train":  # training's cost is its steps' (`pipelines.costs`)

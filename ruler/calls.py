@@ -36,6 +36,15 @@ class CallRecord:
     def as_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "seconds": round(self.seconds, 3)}
 
+    def span_attributes(self) -> dict[str, Any]:
+        """The request's span attributes (GenAI semantic conventions where they fit)."""
+        return {
+            "gen_ai.usage.input_tokens": self.prompt_tokens,
+            "gen_ai.usage.output_tokens": self.completion_tokens,
+            "ruler.seconds": round(self.seconds, 3),
+            "ruler.outcome": self.outcome,
+        }
+
 
 def failure_cause(exc: BaseException) -> str:
     """A short name for why a model call failed: the cause an invalid answer states (`InvalidAnswer.cause`:

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from . import tracing
 from .backend import (
     DEFAULT_JUDGE_MODEL,
     JudgeClient,
@@ -185,22 +186,31 @@ class RulerJudge:
                 self._console.print(message["content"], markup=False, highlight=False)
         started, before = time.monotonic(), dataclasses.replace(usage)
         outcome = OK
-        try:
-            text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
-            if self.debug:
-                self._console.rule("RULER answer")
-                self._console.print(text, markup=False, highlight=False)
-            return parse_verdicts(text, prompt.ids)
-        except Exception as exc:
-            outcome = failure_cause(exc)
-            raise
-        finally:
-            self.calls.append(
-                CallRecord(
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": self.model.model,
+            "ruler.prompt.chars": sum(len(str(m.get("content") or "")) for m in prompt.messages),
+            "ruler.prompt.estimated_tokens": prompt.estimated_tokens,
+            "ruler.answers": len(prompt.ids),
+        }
+        with tracing.span(f"chat {self.model.model}", attributes) as span:
+            try:
+                text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
+                if self.debug:
+                    self._console.rule("RULER answer")
+                    self._console.print(text, markup=False, highlight=False)
+                return parse_verdicts(text, prompt.ids)
+            except Exception as exc:
+                outcome = failure_cause(exc)
+                raise
+            finally:
+                record = CallRecord(
                     self.model.model,
                     time.monotonic() - started,
                     usage.prompt_tokens - before.prompt_tokens,
                     usage.completion_tokens - before.completion_tokens,
                     outcome,
                 )
-            )
+                self.calls.append(record)
+                if span is not None:
+                    span.set_attributes(record.span_attributes())

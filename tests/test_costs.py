@@ -80,3 +80,27 @@ def test_show_prints_the_cost_per_stage_and_the_budget_stop(tmp_path):
     assert shown.exit_code == 0, shown.output
     rows = [line for line in shown.output.splitlines() if "baseline" in line and "0.06" in line]
     assert rows and "90" in rows[0] and stopped in " ".join(shown.output.split())
+
+
+def test_cost_per_point_gained_over_the_base_with_its_interval(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from pipelines.benchmark.gain_cost import gain_costs, markdown
+    from pipelines.benchmark.variants import Cost
+    from pipelines.stats import mean_ci
+
+    scores = pd.DataFrame(
+        {"base": [0.2, 0.4, 0.5, 0.1], "run@latest": [0.6, 0.5, 0.9, np.nan], "worse": [0.1, 0.3, 0.5, 0.1]},
+        index=["a", "b", "c", "d"],
+    )
+    costs = {"run@latest": Cost(10, 60.0, "2 training steps", usd=0.5), "worse": Cost(usd=None)}
+    table = gain_costs(scores, costs).set_index("variant")
+    gain, low, high = mean_ci([0.4, 0.1, 0.4])  # the inputs both answered
+    row = table.loc["run@latest"]
+    assert (row["gain"], row["gain_ci_low"], row["gain_ci_high"]) == pytest.approx((gain, low, high))
+    assert row["usd_per_point"] == pytest.approx(0.5 / (gain / 0.01)) and row["cost_usd"] == 0.5
+    assert row["usd_per_point_ci"] == f"[{0.5 / (high / 0.01):.4f}, {0.5 / (low / 0.01):.4f}]"
+    assert np.isnan(table.loc["worse", "usd_per_point"]) and table.loc["worse", "usd_per_point_ci"] == ""
+    assert markdown(table.reset_index())[0] == "## Cost per point gained over the base model"
+    assert gain_costs(scores.drop(columns="base"), costs).empty

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ruler.messages import as_message
 
+from .. import tracing
 from ..trajectories import MessageOrChoice, Trajectory
 
 if TYPE_CHECKING:
@@ -79,6 +80,16 @@ def response_turn(response: ChatCompletion) -> Turn:
     return Turn(choice, choice.finish_reason, usage.completion_tokens, usage.prompt_tokens)
 
 
+def turn_attributes(turn: Turn) -> dict[str, Any]:
+    """A chat turn's span attributes (GenAI semantic conventions): its tokens, why it stopped, its tool calls."""
+    return {
+        "gen_ai.usage.input_tokens": turn.prompt_tokens,
+        "gen_ai.usage.output_tokens": turn.completion_tokens,
+        "gen_ai.response.finish_reasons": turn.finish_reason or "",
+        "autorl.tool_calls": len(tool_calls(turn.item)),
+    }
+
+
 def turn_metrics(turns: list[Turn], **counts: int) -> dict[str, float | int | bool]:
     """A rollout's metrics from its model turns: `turns`, then `counts` (tool calls, ...), `completion_tokens`
     and `prompt_tokens` (all turns: what the rollout cost) and `truncated` (a turn cut by max_tokens)."""
@@ -130,8 +141,10 @@ async def agent_rollout(
     items: list[MessageOrChoice] = list(messages)
     taken: list[Turn] = []
     counts = {"tool_calls": 0, "tool_errors": 0}
-    for _ in range(max_turns):
-        turn = await complete(messages, tools)
+    for number in range(1, max_turns + 1):
+        with tracing.span("chat", {"gen_ai.operation.name": "chat", "autorl.turn": number}) as span:
+            turn = await complete(messages, tools)
+            tracing.set_attributes(span, turn_attributes(turn))
         taken.append(turn)
         items.append(turn.item)
         messages.append(as_message(turn.item))
@@ -139,7 +152,14 @@ async def agent_rollout(
         if not calls:
             break
         for call_id, name, arguments in calls:
-            result = await toolbox.call(name, arguments)
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+            }
+            with tracing.span(f"execute_tool {name}", attributes) as span:
+                result = await toolbox.call(name, arguments)
+                tracing.set_attributes(span, {"autorl.tool.ok": result.ok})
             counts["tool_calls"] += 1
             counts["tool_errors"] += int(not result.ok)
             message = {"role": "tool", "tool_call_id": call_id, "content": result.text}

@@ -33,6 +33,7 @@ from autorl.inputs.files import read_input_rows
 from autorl.redaction import REDACTED, redact_text, redacted
 from autorl.task import TaskSpec, load_task
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
+from pipelines import costs
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.context import Policy
@@ -142,12 +143,15 @@ class Cost:
     """Wall-clock seconds; None where they were not recorded."""
     made_by: str = ""
     """How it was made: training steps, an optimizer; empty for a plain variant."""
+    usd: float | None = 0.0
+    """USD (`pipelines.costs`: its training steps' recorded spending); None where it was not recorded."""
 
     def plus(self, other: Cost) -> Cost:
         """Both costs: a variant made on top of another (an optimized prompt for a checkpoint)."""
         calls = None if self.calls is None or other.calls is None else self.calls + other.calls
         seconds = None if self.seconds is None or other.seconds is None else self.seconds + other.seconds
-        return Cost(calls, seconds, " + ".join(filter(None, [self.made_by, other.made_by])))
+        usd = None if self.usd is None or other.usd is None else self.usd + other.usd
+        return Cost(calls, seconds, " + ".join(filter(None, [self.made_by, other.made_by])), usd)
 
 
 @dataclass
@@ -221,7 +225,9 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
         calls, seconds = train.training_cost(run, step) or (None, None)
-        cost = Cost(calls, seconds, f"{step} training steps")
+        spent = costs.steps_cost(run.policy.run_dir, step, train.STEP_COST)
+        usd = costs.added(spent)["usd"]["total"] if len(spent) == step else None
+        cost = Cost(calls, seconds, f"{step} training steps", usd)
         variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)
     else:
         raise AutoRLError(f"variant {label!r} resolves to nothing; use {FORMS}")

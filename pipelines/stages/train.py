@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from autorl import tracing
 from autorl.atomic import atomic_text
 from autorl.backends.retention import best_step as best_by
 from autorl.backends.run_dir import read_history, save_trajectories
@@ -112,6 +113,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         step_dir.mkdir(parents=True, exist_ok=True)
         started, calls_before = time.monotonic(), Counter(ctx.calls)
         reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
+        step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
         texts = step_inputs(train_inputs, step, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
         made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
@@ -121,13 +123,16 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
-        metrics = await ctx.policy.model.train(groups, config=step_config(config))
+        with tracing.span("autorl.update", {"autorl.step": step, "autorl.groups": len(groups)}) as span:
+            metrics = await ctx.policy.model.train(groups, config=step_config(config))
+            tracing.set_attributes(span, tracing.update_attributes(metrics))
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
         cost = step_cost(time.monotonic() - started, ctx.calls - calls_before, made_earlier)
         cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
+        step_span.end({"autorl.reward": metrics["reward"], "autorl.usd": cost["spent"]["usd"]["total"]})
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(

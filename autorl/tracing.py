@@ -1,0 +1,162 @@
+"""OpenTelemetry traces of a run: a span per run, stage, training step, rollout (its chat turns and tool calls),
+judge request and update, named and described by the GenAI semantic conventions where they fit (`chat MODEL`
+spans with `gen_ai.*` attributes, `execute_tool NAME`), sent over OTLP/HTTP.
+
+Off by default: `configure(endpoint)` (`--otlp-endpoint URL`, or the standard `OTEL_EXPORTER_OTLP_ENDPOINT` /
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables) turns it on. Off, `span` returns one shared no-op context and
+imports nothing. Every string attribute goes through `autorl.redaction.redact_text` (no URL's credentials),
+and none holds a key. Where openinference-instrumentation-openai is installed, the OpenAI clients of a user's
+rollout code are traced too (OpenInference's spans, under the current span).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import ruler.tracing
+
+from .errors import AutoRLError
+from .redaction import redact_text
+
+SERVICE = "autorl"
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_OFF = nullcontext()
+_state: dict[str, Any] = {}
+"""When on: the `tracer` and its `provider` (and `instrumentor`, OpenInference's, if installed)."""
+
+
+def enabled() -> bool:
+    return "tracer" in _state
+
+
+def configure(endpoint: str | None = None, exporter: Any = None) -> bool:
+    """Turn tracing on when `endpoint` (an OTLP/HTTP traces URL, `http://host:4318/v1/traces`), an
+    `OTEL_EXPORTER_OTLP_*` endpoint variable or `exporter` (a span exporter: tests) says where spans go;
+    returns whether it is on. A missing package is one AutoRLError line."""
+    if enabled():
+        return True
+    if exporter is None and not endpoint and not any(os.environ.get(name) for name in ENDPOINT_VARIABLES):
+        return False
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    except ImportError:
+        raise AutoRLError(
+            "tracing (--otlp-endpoint, OTEL_EXPORTER_OTLP_ENDPOINT) needs opentelemetry-sdk and "
+            "opentelemetry-exporter-otlp-proto-http: pip install 'autorl[tracing]'"
+        ) from None
+    # the project name is Phoenix's (OpenInference) grouping of traces; other backends show it as a resource attribute
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": SERVICE, "openinference.project.name": SERVICE})
+    )
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        # an explicit URL is the traces endpoint itself; otherwise the exporter reads the variables
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint or None)))
+    _state.update(provider=provider, tracer=provider.get_tracer("autorl"))
+    ruler.tracing.set_tracer(_state["tracer"])
+    try:
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+    except ImportError:
+        pass
+    else:
+        _state["instrumentor"] = OpenAIInstrumentor()
+        _state["instrumentor"].instrument(tracer_provider=provider)
+    return True
+
+
+def shutdown() -> None:
+    """Send what is buffered and turn tracing off."""
+    if not enabled():
+        return
+    if instrumentor := _state.pop("instrumentor", None):
+        instrumentor.uninstrument()
+    ruler.tracing.set_tracer(None)
+    _state.pop("tracer")
+    _state.pop("provider").shutdown()
+
+
+def span(name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
+    """A span made current for the block (None inside when tracing is off), its attributes `safe`."""
+    if not enabled():
+        return _OFF
+    return _state["tracer"].start_as_current_span(name, attributes=safe({**kind(name), **(attributes or {})}))
+
+
+KINDS = {"chat": "LLM", "execute_tool": "TOOL", "autorl.rollout": "AGENT", "autorl.judge": "EVALUATOR"}
+"""OpenInference's span kind by the span name's first word (CHAIN for the others), which Phoenix's views use."""
+
+
+def kind(name: str) -> dict[str, str]:
+    return {"openinference.span.kind": KINDS.get(name.split(" ", 1)[0], "CHAIN")}
+
+
+def set_attributes(span: Any, attributes: dict[str, Any]) -> None:
+    """Add `attributes` (made `safe`) to `span`; nothing when it is None (tracing off)."""
+    if span is not None:
+        span.set_attributes(safe(attributes))
+
+
+def ids(span: Any) -> dict[str, str]:
+    """`trace_id` and `span_id` of `span` in hex, as a trajectory's metadata links to it; {} when off."""
+    if span is None:
+        return {}
+    context = span.get_span_context()
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+def safe(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Attributes OpenTelemetry takes: None dropped, strings redacted, lists of numbers kept, other values as text."""
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        if isinstance(value, bool | int | float):
+            out[key] = value
+        elif isinstance(value, list | tuple) and all(isinstance(v, int | float) for v in value):
+            out[key] = list(value)
+        else:
+            out[key] = redact_text(str(value))
+    return out
+
+
+class Begun:
+    """A span begun by `begin` and made current until `end` (for a loop body too long to indent under `with`)."""
+
+    def __init__(self, name: str, attributes: dict[str, Any] | None):
+        self.span = self._token = None
+        if enabled():
+            from opentelemetry import context, trace
+
+            self.span = _state["tracer"].start_span(name, attributes=safe({**kind(name), **(attributes or {})}))
+            self._token = context.attach(trace.set_span_in_context(self.span))
+
+    def end(self, attributes: dict[str, Any] | None = None) -> None:
+        """Add `attributes`, end the span and make the one before it current again."""
+        if self.span is not None:
+            from opentelemetry import context
+
+            set_attributes(self.span, attributes or {})
+            self.span.end()
+            context.detach(self._token)
+            self.span = None
+
+
+def begin(name: str, attributes: dict[str, Any] | None = None) -> Begun:
+    """A span made current until its `end` (nothing when tracing is off)."""
+    return Begun(name, attributes)
+
+
+UPDATE_METRICS = ("loss", "grad_norm", "trained_tokens", "step_time_s", "groups_trained", "reward", "kl_to_base")
+"""What an update span records of the step's metrics (as `autorl.update.<name>`)."""
+
+
+def update_attributes(metrics: dict[str, Any]) -> dict[str, Any]:
+    """An update span's attributes: its tokens, loss and time (`UPDATE_METRICS` found in `metrics`)."""
+    return {f"autorl.update.{name}": metrics[name] for name in UPDATE_METRICS if name in metrics}
