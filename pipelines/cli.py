@@ -331,6 +331,7 @@ SERVE_FLAGS = field_flags(
     ServeConfig,
     {
         "host": {}, "port": {}, "home": {"envvar": "AUTORL_HOME"}, "token_file": {"metavar": "FILE"},
+        "ssl_certfile": {"metavar": "FILE"}, "ssl_keyfile": {"metavar": "FILE"},
         "max_body_mb": {}, "lease_s": {}, "server.lora_serving": {}, "server.max_lora_rank": {},
         "server.max_model_len": {}, "server.kv_cache_bytes": {},
         "limits.*": {"rich_help_panel": "What clients may ask for (ServeLimits)"},
@@ -344,9 +345,9 @@ def serve_command(ctx: typer.Context, **values: Any) -> None:
 
     Clients register models, send trajectory groups to train and reach each model at URL/v1 (OpenAI-compatible:
     NAME is its newest checkpoint, NAME@NNNN an earlier one where the serving allows). Every request but /health
-    needs the token (Authorization: Bearer ...). Binds loopback unless --host says otherwise; put TLS in front
-    (a reverse proxy) on a network you do not trust. A restarted server resumes every model from its newest
-    checkpoint.
+    needs the token (Authorization: Bearer ...). Binds loopback unless --host says otherwise; serve TLS
+    (--ssl-certfile, --ssl-keyfile) or put a TLS proxy in front on a network you do not trust. A restarted
+    server resumes every model from its newest checkpoint.
     """
     from pipelines.server import serve
 

@@ -90,14 +90,22 @@ class Harness:
     """The server's app on 127.0.0.1 in a thread of its own (its own event loop, as uvicorn runs it)."""
 
     def __init__(
-        self, home: Path, chat: ChatCompletionServer, port: int = 0, lease_s: float = 60, serving="adapter", limits=None
+        self,
+        home: Path,
+        chat: ChatCompletionServer,
+        port: int = 0,
+        lease_s: float = 60,
+        serving="adapter",
+        limits=None,
+        options: ServeConfig | None = None,
     ):
         config = ServerConfig(lora_serving=serving)
         backend = art.LocalBackend(home / MODELS_DIR, server=config)
         backend.placement = ScriptedPlacement(chat, config)
         self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, limits)
         app = make_app(self.served, TOKEN, MAX_BODY)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        options = options or ServeConfig(home=home)  # as `autorl serve` starts uvicorn (TLS included)
+        self.server = uvicorn.Server(uvicorn.Config(app, **{**options.uvicorn_options(), "port": port}))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
@@ -105,7 +113,7 @@ class Harness:
             assert self.thread.is_alive() and time.monotonic() < deadline, "the app did not start"
             time.sleep(0.02)
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{options.url.partition(':')[0]}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         self.server.should_exit = True

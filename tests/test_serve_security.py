@@ -7,26 +7,41 @@ normalisation). The same against a real vLLM server on the embedded model: tests
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import http.client
+import ipaddress
 import json
+import logging
 import math
+import os
+import signal
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
 from chat_server import ChatCompletionServer
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from pydantic import ValidationError
 from test_benchmark_optimize import completion
 from test_cluster_routing import CHAT, proxied, serve  # noqa: F401 (fixtures)
 from test_remote_backend import MAX_BODY, TOKEN, Harness, call, chat, register_body, served  # noqa: F401 (fixtures)
 from test_trainer_options import groups
 
-from autorl.backends.remote import CLIENT_HEADER, RegisterRequest, TrainRequest
+from autorl.backends.remote import CLIENT_HEADER, RegisterRequest, RemoteBackend, TrainRequest
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.serving.routes import INFERENCE_ROUTES, allowed_route, normalised
 from pipelines.server.app import STEP_IDS_FILE
+from pipelines.server.config import ServeConfig
 from pipelines.server.limits import ServeLimits
 
 OUTSIDE = [
@@ -264,3 +279,91 @@ def test_a_bad_value_is_quoted_by_a_short_prefix_only(served):  # noqa: F811
         assert f"({len(huge)} characters)" in answer.json()["error"]
     answer = call("POST", f"{served.url}/v1/{huge[:50_000]}", content=b"{}")
     assert answer.status_code == 404 and len(answer.content) < 600
+
+
+# --- TLS, and a word wherever the token would travel in clear -------------------------------------------------
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A real self-signed certificate for 127.0.0.1 and localhost, and its key (PEM files)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "autorl test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert, key_file = directory / "cert.pem", directory / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    key_file.chmod(0o600)
+    return cert, key_file
+
+
+def test_autorl_serve_answers_https_with_its_certificate_and_nothing_in_clear(tmp_path, chat, monkeypatch):  # noqa: F811
+    cert, key = self_signed(tmp_path)
+    options = ServeConfig(home=tmp_path, ssl_certfile=cert, ssl_keyfile=key)
+    assert options.url.startswith("https://") and options.uvicorn_options()["ssl_certfile"] == str(cert)
+    harness = Harness(tmp_path, chat, options=options)
+    try:
+        assert harness.url.startswith("https://127.0.0.1:")
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            httpx.get(f"{harness.url}/health")  # a client that does not trust the certificate stops there
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{harness.port}/health", timeout=5)  # no plain HTTP on the TLS port
+        trusted = ssl.create_default_context(cafile=str(cert))
+        assert httpx.get(f"{harness.url}/health", verify=trusted).status_code == 200
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # how a client trusts a self-signed server
+        RemoteBackend(harness.url, api_key=TOKEN).check_reachable()
+    finally:
+        harness.stop()
+    with pytest.raises(ValidationError, match="go together"):
+        ServeConfig(ssl_certfile=cert)
+    with pytest.raises(ValidationError, match="is not a file"):
+        ServeConfig(ssl_certfile=cert, ssl_keyfile=tmp_path / "missing.pem")
+
+
+def test_plain_http_off_loopback_is_said_once_by_the_client_and_the_server(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="autorl"):
+        RemoteBackend("http://203.0.113.5:7999", api_key=TOKEN)
+        for quiet in ("http://127.0.0.1:7999", "http://localhost:7999", "https://203.0.113.5"):
+            RemoteBackend(quiet, api_key=TOKEN)
+    (warning,) = [r.getMessage() for r in caplog.records if "in clear" in r.getMessage()]
+    assert warning.startswith("RemoteBackend http://203.0.113.5:7999: plain HTTP") and TOKEN not in warning
+    line = ServeConfig(host="0.0.0.0").plain_http_warning()
+    assert line is not None and "--ssl-certfile" in line and "\n" not in line
+    cert, key = self_signed(tmp_path)
+    assert ServeConfig(host="0.0.0.0", ssl_certfile=cert, ssl_keyfile=key).plain_http_warning() is None
+    assert ServeConfig().plain_http_warning() is None  # loopback
+    said = started_serve_lines(tmp_path, ["--host", "0.0.0.0"])  # as it starts, after its address
+    assert (
+        said[0].startswith("autorl serve: http://0.0.0.0:")
+        and said[1] == ServeConfig(host="0.0.0.0", port=int(said[0].split(":")[3].split(" ")[0])).plain_http_warning()
+    )
+
+
+def started_serve_lines(home: Path, flags: list[str]) -> list[str]:
+    """The first two lines a real `autorl serve` says (it is stopped once it said them)."""
+    from test_remote_serve import ROOT, free_port  # which imports this module
+
+    command = [sys.executable, "-m", "pipelines.cli", "serve", "--port", str(free_port()), "--home", str(home), *flags]
+    env = {**os.environ, "AUTORL_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        return [process.stderr.readline().strip() for _ in range(2)]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)

@@ -38,6 +38,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +47,7 @@ from ..atomic import atomic_dir, atomic_text
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError, quoted
 from ..serving.auth import bearer
+from ..serving.config import LOOPBACK_HOSTS
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
@@ -211,6 +213,12 @@ class RemoteBackend(TrainingCalls):
         if not url.startswith(("http://", "https://")):
             raise AutoRLError(f"RemoteBackend url {url!r}: expected http://host:port or https://host")
         self.url = url.rstrip("/").removesuffix("/v1")
+        if self.url.startswith("http://") and urlsplit(self.url).hostname not in LOOPBACK_HOSTS:
+            log.warning(
+                "RemoteBackend %s: plain HTTP to another machine sends the token and every trajectory in clear; "
+                "use https:// (autorl serve --ssl-certfile/--ssl-keyfile, or a TLS proxy)",
+                self.url,
+            )
         api_key = api_key if api_key is not None else os.environ.get(TOKEN_ENV)
         if not api_key:
             raise AutoRLError(

@@ -44,11 +44,9 @@ def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> Non
         served = ServedModels(backend, serve_dir, config.lease_s, config.limits)
         app = make_app(served, token, config.max_body_bytes)
         announce(f"autorl serve: {config.url} (OpenAI-compatible at {config.url}/v1); token: {source}")
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app, host=config.host, port=config.port, log_level="warning", access_log=False, lifespan="on"
-            )
-        )
+        if (warning := config.plain_http_warning()) is not None:
+            announce(warning)
+        server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **config.uvicorn_options()))
         server.run()
         if not server.started:
             raise AutoRLError(f"autorl serve could not start on {config.url}; see the lines above")

@@ -10,7 +10,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autorl.atomic import private_dir
 from autorl.backends.remote import DEFAULT_PORT, TOKEN_ENV
@@ -34,11 +34,17 @@ class ServeConfig(BaseModel):
 
     host: str = "127.0.0.1"
     """Interface to bind, loopback unless told; another (0.0.0.0: every interface) needs a token from --token-file
-    or AUTORL_TOKEN, and TLS in front (a reverse proxy) on a network you do not trust."""
+    or AUTORL_TOKEN, and TLS (--ssl-certfile and --ssl-keyfile, or a reverse proxy) on a network you do not
+    trust: without it the token travels in clear, and the server says so when it starts."""
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     """TCP port (ART's server's, 7999, by default)."""
     home: Path = DEFAULT_HOME
     """Where the served models' runs (models/PROJECT/NAME/) and the server's token live."""
+    ssl_certfile: Path | None = None
+    """Serve HTTPS with this certificate (PEM; a chain after it), with --ssl-keyfile; clients trust it through
+    their system's CAs, or SSL_CERT_FILE naming it (a self-signed one)."""
+    ssl_keyfile: Path | None = None
+    """The private key of --ssl-certfile (PEM)."""
     token_file: Path | None = None
     """File holding the token every client must send (Authorization: Bearer ...); unset: AUTORL_TOKEN, else a
     token made once and kept in HOME/serve/token (mode 0600)."""
@@ -53,6 +59,19 @@ class ServeConfig(BaseModel):
     limits: ServeLimits = Field(default_factory=ServeLimits)
     """What clients may ask of this server: models, requests at once, each knob of a model (pipelines/server/limits.py)."""
 
+    @model_validator(mode="after")
+    def _tls_files(self) -> ServeConfig:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("--ssl-certfile and --ssl-keyfile go together: give both, or neither")
+        for path in (self.ssl_certfile, self.ssl_keyfile):
+            if path is not None and not path.is_file():
+                raise ValueError(f"{path} is not a file")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None
+
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 2**20)
@@ -60,7 +79,21 @@ class ServeConfig(BaseModel):
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def uvicorn_options(self) -> dict[str, object]:
+        """What uvicorn is started with: the address, TLS when given, quiet logs."""
+        tls = {"ssl_certfile": str(self.ssl_certfile), "ssl_keyfile": str(self.ssl_keyfile)} if self.tls else {}
+        return {"host": self.host, "port": self.port, "log_level": "warning", "access_log": False, **tls}
+
+    def plain_http_warning(self) -> str | None:
+        """The line a server on another interface than loopback without TLS says when it starts."""
+        if self.tls or self.host in LOOPBACK_HOSTS:
+            return None
+        return (
+            f"warning: {self.url} is plain HTTP on {self.host}, not loopback: the token and every request travel "
+            "in clear; give --ssl-certfile and --ssl-keyfile, or put a TLS proxy in front"
+        )
 
     def serve_dir(self) -> Path:
         return private_dir(self.home / SERVE_DIR)
