@@ -6,9 +6,9 @@ cell 1-9; the tool plays X there, answers with the opponent's move and the new b
 again (the task's `max_turns`). The opponent wins when it can, else blocks X's win, else takes the centre,
 a corner, an edge, the first free one.
 
-The judge replays the game from the input's board with the agent's moves (its `play` calls in order; without
-one, the first cell number 1-9 its last reply names), whatever boards the agent passed to the tool, so
-a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each legal move the
+The judge replays the game from the input's board with the agent's moves (its `play` calls in order, a call
+the tool rejected counting as an illegal move; without a call, the first cell number 1-9 its last reply
+names), whatever boards the agent passed to the tool, so a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each legal move the
 agent made before the game ended or an illegal move stopped it (at most 0.4).
 """
 
@@ -82,13 +82,22 @@ def play(board: str, cell: int) -> str:
 
 
 def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
-    """The cells (1-9) the agent chose, in order: the `cell` of each `play` call, or, without a call, the first
-    cell number its last reply names (none when it names none)."""
+    """The cells (1-9) the agent chose, in order: the `cell` of each `play` call (0, an illegal move, for a call
+    the tool rejected or without a readable cell), or, without a call, the first cell number its last reply
+    names (none when it names none)."""
+    rejected = {
+        m.get("tool_call_id")
+        for m in messages
+        if m.get("role") == "tool" and str(m.get("content")).startswith("error:")
+    }
     cells = []
     for message in messages:
         for call in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
             function = call.get("function") or {}
             if function.get("name") != "play":
+                continue
+            if call.get("id") in rejected:
+                cells.append(0)
                 continue
             try:
                 arguments = function.get("arguments")

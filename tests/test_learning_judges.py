@@ -211,6 +211,13 @@ def test_tictactoe_replays_the_game(messages, score):
     assert tictactoe(messages) == score
 
 
+def test_tictactoe_counts_a_call_the_tool_rejected_as_an_illegal_move():
+    messages = played(5)
+    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"board": "X.OX.OO.X", "cell": "5"})
+    messages[2]["content"] = "error: invalid arguments for 'play': '5' is not of type 'integer' (at cell)"
+    assert tictactoe(messages) == 0.0
+
+
 def test_tictactoe_ignores_the_board_the_agent_passes():
     messages = played(5)
     messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"board": "XX.......", "cell": 3})
