@@ -2,7 +2,7 @@
 
 The client API follows OpenPipe ART, so ART rollout code runs with ``import autorl as art``: the names below,
 and ART's module paths (``autorl.langgraph``, ``autorl.local``, ``autorl.rewards``, ``autorl.utils``,
-``autorl.dev``, ``autorl.types``; the README lists them). Names are imported on first use, so ``import autorl`` does
+``autorl.dev``, ``autorl.types``; docs/python-api.md lists them). Names are imported on first use, so ``import autorl`` does
 not load torch until a trainer is needed. The library's packages: ``backends`` (where a model is served
 and trained), ``serving`` (vLLM, the embedded model), ``training`` (the trainer and the loss), ``agents``
 (the agent loop, tools, MCP, LangGraph), ``inputs`` (generation, checks, dedup).

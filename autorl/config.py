@@ -37,7 +37,7 @@ class TrainConfig(BaseModel):
 
     learning_rate: float = Field(3e-4, gt=0)
     """AdamW learning rate of the LoRA weights. The default is the one the learning benchmark supports
-    for the embedded model with a rank-8 LoRA (benchmarks/perf/learning.py; README, "What training buys");
+    for the embedded model with a rank-8 LoRA (benchmarks/perf/learning.py; docs/what-training-buys.md);
     larger models usually want less."""
     loss: LossName = "grpo"
     """The policy objective, named as TRL names it. A, the advantage; r, the importance ratio

@@ -5,8 +5,8 @@ tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[tr
 `[cluster]` tables, `inputs_file` and `keep_checkpoints`), and a key that is not a field is an error that names it. Relative paths in a task file (an
 inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
-themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. The README documents the
-fields with an example; `pipelines/tasks/` holds ready-made task files.
+themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. docs/inputs.md documents
+the fields with an example; `pipelines/tasks/` holds ready-made task files.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ rose, say so (and under `--preflight strict`, stop).
 The figures come from `autorl.training.drift`: per training step in the history (`kl_to_base`,
 `base_logprob` of the step's rollouts), and in the evaluate stage per variant on the validation answers.
 "Far" is calibrated on the learning benchmark (`benchmarks/perf/learning.py`), whose judges score form,
-not content, and whose trained answers game them (README, "What training buys").
+not content, and whose trained answers game them (docs/what-training-buys.md).
 """
 
 from __future__ import annotations

@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from chat_server import ChatCompletionServer
@@ -30,11 +28,12 @@ from autorl.errors import AutoRLError, MissingExtraError, NoModelCallError
 from autorl.langgraph import init_chat_model, wrap_rollout
 from autorl.serving.embedded import TEMPLATES
 from autorl.training.sequences import TOKEN_ID_PREFIX, tokenize_trajectory
+from tests.helpers.docs import DOCS, marked_block
 
 # create_react_agent is LangGraph 1.x's ReAct agent (its successor lives in the `langchain` package)
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = DOCS / "langgraph.md"
 SYSTEM = "You add numbers with the add tool."
 QUESTION = "What is 2 + 3?"
 
@@ -257,17 +256,16 @@ def test_init_chat_model_inside_a_rollout_takes_its_model(server, model):
     assert server.requests[0]["max_completion_tokens"] == 16
 
 
-def readme_example() -> dict:
-    """The names the README's LangGraph example defines (`rollout`, `adder_group`, ...), run as written."""
-    docs = README.read_text().split("### LangGraph agents")[1]
-    code = re.search(r"<!-- tested by tests/test_langgraph.py -->\n```python\n(.*?)```", docs, re.S).group(1)
+def docs_example() -> dict:
+    """The names the docs' LangGraph example defines (`rollout`, `adder_group`, ...), run as written."""
+    code = marked_block(DOC, "tests/test_langgraph.py")
     namespace: dict = {"__name__": "__docs__"}
-    exec(compile(code, str(README), "exec"), namespace)
+    exec(compile(code, str(DOC), "exec"), namespace)
     return namespace
 
 
-def test_the_readme_example_runs(server, model):
-    group = asyncio.run(readme_example()["adder_group"](model))
+def test_the_docs_example_runs(server, model):
+    group = asyncio.run(docs_example()["adder_group"](model))
     assert not group.exceptions and [t.reward for t in group] == [1.0, 1.0]
     assert [m["role"] for m in group.trajectories[0].messages()] == ["system", "user", "assistant", "tool", "assistant"]
     assert len(server.requests) == 4 and {r["max_completion_tokens"] for r in server.requests} == {48}

@@ -23,6 +23,7 @@ from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
 from pipelines.stages.train import step_config
+from tests.helpers.docs import DOCS, marked_block
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
@@ -193,9 +194,8 @@ def test_an_unknown_or_bad_task_table_key_is_one_line(tmp_path):
         RunConfig.for_task(TaskSpec(description="x", trainer={"rank": 4}))
 
 
-def test_the_readme_example_of_the_tables_loads(tmp_path):
-    docs = (REPO / "README.md").read_text()
-    example = docs.split("### Training settings")[1].split("```toml\n")[1].split("```")[0]
+def test_the_docs_example_of_the_tables_loads(tmp_path):
+    example = marked_block(DOCS / "settings.md", "tests/test_run_config.py")
     config = RunConfig.for_task(load_task(task_file(tmp_path, example.split("\n", 1)[1])))
     assert (config.train.loss, config.train.epsilon, config.trainer.lora_rank) == ("gspo", 3e-4, 16)
 

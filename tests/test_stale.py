@@ -123,11 +123,15 @@ def test_check_fails_only_when_the_readme_quotes_a_stale_result(repo, capsys):
     commit(repo, "faster", "2026-01-02T10:00:00+00:00")
     assert stale.main([], repo, MAP) == 0  # without --check: the table only
     assert stale.main(["--check"], repo, MAP) == 1
-    assert "stale results quoted in README.md: x" in capsys.readouterr().err
+    assert "stale results quoted in README.md or docs/: x" in capsys.readouterr().err
 
     write(repo, "README.md", "Rollouts: 5 tok/s (not re-measured\nsince abc; `benchmarks/perf/results/x.json`).\n")
     commit(repo, "marked", "2026-01-02T11:00:00+00:00")
     assert stale.main(["--check"], repo, MAP) == 0
+
+    write(repo, "docs/perf.md", "Rollouts: 5 tok/s (`benchmarks/perf/results/x.json`).\n")  # a docs page quotes too
+    commit(repo, "docs", "2026-01-02T12:00:00+00:00")
+    assert stale.main(["--check"], repo, MAP) == 1
 
 
 def test_every_result_and_every_script_that_writes_one_has_an_entry():

@@ -8,6 +8,7 @@ import pytest
 
 from autorl.errors import AutoRLError
 from autorl.task import RUN_SETTINGS, TaskSpec, ToolSpec, load_task
+from tests.helpers.docs import DOCS, marked_block, pages
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,10 +121,10 @@ def test_missing_task_file_is_reported(tmp_path):
 
 
 def test_docs_describe_every_field_and_their_example_loads(tmp_path):
-    docs = (REPO / "README.md").read_text()
+    docs = "\n".join(page.read_text() for page in pages())
     for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:
         assert f"`{field}`" in docs, field
-    example = docs.split("### Task files")[1].split("```toml\n")[1].split("```")[0]
+    example = marked_block(DOCS / "inputs.md", "tests/test_task.py", after="## Task files")
     task = load_task(write(tmp_path, example))
     # the run settings have their own example (tests/test_run_config.py)
     assert set(task.model_fields_set) == set(TaskSpec.model_fields) - RUN_SETTINGS

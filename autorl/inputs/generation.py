@@ -11,7 +11,7 @@ the answer starts as `The user writes: "` and stops at the closing quote, which 
 one message and nothing else; one request returns `samples_per_call` answers, sampled at temperature 1.
 This replaced a JSON batch of five inputs per call (DSPy's JSON adapter with a schema bounding every
 string), which the embedded model answered with echoes of its own instructions and, on CPU, at a few
-tokens a second (benchmarks/perf/perf_structured_output.py, perf_generator.py; README "Inputs").
+tokens a second (benchmarks/perf/perf_structured_output.py, perf_generator.py; docs/inputs.md).
 
 Answers that are empty, cut off (no closing quote, or the token cap), placeholder-like junk (template
 echoes, single identifiers, copies of the instructions: `autorl.inputs.checks.junk_reason`) or exact or
@@ -57,7 +57,7 @@ PROMPT_PREFILL = "You are"
 """How a system prompt's answer starts where the server continues a prefilled answer (and the prompt with it)."""
 DIFFICULTIES: dict[Difficulty, str] = {"easy": "", "medium": " that needs some care", "hard": " that is unusual"}
 """What each difficulty adds to the request ("Write a message ... that is unusual"). A 135M generator writes
-its best inputs when asked plainly (README "Inputs"), so only every third request asks for more."""
+its best inputs when asked plainly (docs/inputs.md), so only every third request asks for more."""
 
 RETRY = RetryPolicy(max_attempts=3, initial_backoff_s=1.0)
 """Attempts per generator request that fails transiently, and the waits between them."""

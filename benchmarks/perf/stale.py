@@ -1,7 +1,7 @@
 """Which results in `benchmarks/perf/results/` are stale: a file of the code they measure changed since.
 
     python benchmarks/perf/stale.py            # the table
-    python benchmarks/perf/stale.py --check    # also: exit 1 when the README quotes a stale result
+    python benchmarks/perf/stale.py --check    # also: exit 1 when the docs quote a stale result
 
 `MEASURES` (below, the one place) names for every result the script that writes it and the code it measures
 (files, or folders ending in "/"). The commit a result measured is its `commit` field (written by
@@ -17,8 +17,9 @@ Python file whose code is the same: only its docstrings, comments or layout chan
 can be brought up to date without making its result stale), or changed in that window (any change there
 counts). Uncommitted edits are not looked at: commit, then check.
 
-The README quotes a result when a paragraph (text between blank lines) names its file, `results/NAME.json`;
-a paragraph that also says "not re-measured since" marks its figures as not current, and is not a quote.
+The docs (README.md and `docs/`) quote a result when a paragraph (text between blank lines) names its file,
+`results/NAME.json`; a paragraph that also says "not re-measured since" marks its figures as not current, and
+is not a quote.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 PERF = Path(__file__).resolve().parent
 ROOT = PERF.parents[1]
 NOT_CURRENT = "not re-measured since"
-"""What a README paragraph says when the figures it gives are from a stale result."""
+"""What a docs paragraph says when the figures it gives are from a stale result."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def statuses(root: Path = ROOT, measures: dict[str, Measures] = MEASURES) -> lis
 
 
 def quoted(readme: str) -> set[str]:
-    """The results the README quotes: named as `results/NAME.json` in a paragraph that does not say `NOT_CURRENT`."""
+    """The results the docs quote: named as `results/NAME.json` in a paragraph that does not say `NOT_CURRENT`."""
     names: set[str] = set()
     for paragraph in re.split(r"\n\s*\n", readme):
         if NOT_CURRENT not in " ".join(paragraph.lower().split()):
@@ -277,8 +278,13 @@ def quoted(readme: str) -> set[str]:
     return names
 
 
+def doc_pages(root: Path) -> list[Path]:
+    """The pages that may quote results: README.md and every Markdown page under `docs/`."""
+    return [page for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if page.exists()]
+
+
 def print_statuses(rows: list[Status], quotes: set[str]) -> None:
-    header = ("result", "measured commit", "date", "machine CPU", "stale", "first changed file", "in README")
+    header = ("result", "measured commit", "date", "machine CPU", "stale", "first changed file", "in docs")
     table = [header]
     for row in rows:
         if row.sha is None:
@@ -302,16 +308,15 @@ def print_statuses(rows: list[Status], quotes: set[str]) -> None:
 
 def main(argv: list[str] | None = None, root: Path = ROOT, measures: dict[str, Measures] = MEASURES) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when the README quotes a stale result")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the docs quote a stale result")
     args = parser.parse_args(argv)
     rows = statuses(root, measures)
-    readme = root / "README.md"
-    quotes = quoted(readme.read_text()) if readme.exists() else set()
+    quotes = quoted("\n\n".join(page.read_text() for page in doc_pages(root)))
     print_statuses(rows, quotes)
     bad = [row.name for row in rows if row.stale and row.name in quotes]
     if args.check and bad:
         print(
-            f"stale results quoted in README.md: {', '.join(bad)}; re-run their scripts, or say "
+            f"stale results quoted in README.md or docs/: {', '.join(bad)}; re-run their scripts, or say "
             f'"{NOT_CURRENT} <commit>" in the paragraphs that quote them',
             file=sys.stderr,
         )

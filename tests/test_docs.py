@@ -1,0 +1,63 @@
+"""The docs site builds with no warning (a broken link or reference fails), and the README stays a short page
+whose example runs as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.docs import DOCS, ROOT, marked_block, marked_blocks
+
+README = ROOT / "README.md"
+
+
+def test_the_site_builds_strict(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "site" / "cli" / "index.html").read_text().count("Usage: autorl") >= 7  # autorl + 6 commands
+    assert "TrainableModel" in (tmp_path / "site" / "api" / "autorl" / "index.html").read_text()
+
+
+def test_the_readme_is_short_and_links_to_pages_that_exist():
+    text = README.read_text()
+    assert len(text.splitlines()) < 200
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links and all((ROOT / link).is_file() for link in links), links
+    listed = {link.removeprefix("docs/") for link in links}
+    assert {p.name for p in DOCS.glob("*.md")} - listed <= {"index.md", "cli.md"}  # every guide is linked
+
+
+def test_every_marked_block_is_read_by_the_test_it_names():
+    blocks = marked_blocks()
+    assert len(blocks) >= 5
+    for page, test in blocks:
+        source = (ROOT / test).read_text()
+        name = "README" if page == README else page.name
+        assert name in source, f"{page.name}'s block says {test} runs it, but {test} never names {name}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a vLLM server start on the embedded model, 4 rollouts and one step
+def test_the_readme_example_runs_as_written(tmp_path):
+    code = marked_block(README, "tests/test_docs.py")
+    assert len(code.strip().splitlines()) <= 25
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=560
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    step, reward = result.stdout.split()[-2:]
+    assert int(step) == 1 and 0.0 <= float(reward) <= 1.0
+    assert (tmp_path / ".autorl").is_dir()
