@@ -37,17 +37,44 @@ _EXPORTS = {
     "TrajectoryGroup": "trajectories",
     "gather_trajectories": "gather",
     "gather_trajectory_groups": "gather",
+    "trajectory_group_batches": "gather",
     "retry": "utils.retry",
 }
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = {"dev", "langgraph", "local", "rewards", "types", "utils"}
+_SUBMODULES = {"dev", "langgraph", "local", "mcp", "rewards", "skypilot", "tinker", "types", "utils"}
 """Reachable as attributes (`art.langgraph.wrap_rollout`, `art.dev.InternalModelConfig`), as in ART; imported on
 first use."""
+_CAPTURE = (
+    "autorl does not record a rollout's OpenAI calls by itself; append each `completion.choices[0]` to the "
+    "trajectory's `messages_and_choices` (or wrap a LangGraph agent with `autorl.langgraph.wrap_rollout`)"
+)
+_REFUSED = {
+    **{
+        name: _CAPTURE
+        for name in (
+            "capture_auto_trajectory",
+            "auto_trajectory",
+            "current_trajectory",
+            "trajectory",
+            "trajectory_group",
+            "no_capture",
+        )
+    },
+    "TinkerBackend": "see `autorl.tinker`: autorl has no Tinker backend; use LocalBackend, ClusterBackend or RemoteBackend",
+    "SkyPilotBackend": "see `autorl.skypilot`: autorl has no SkyPilot backend; run `autorl serve` there and use RemoteBackend",
+    "PipelineTrainer": "autorl has no asynchronous pipeline trainer; train step by step with "
+    "`await backend.train(model, groups, ...)`",
+}
+"""ART's names autorl does not have, each with what to use instead (`NotInAutoRLError`, never AttributeError)."""
 
 
 def __getattr__(name: str) -> object:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in _REFUSED:
+        from .errors import NotInAutoRLError
+
+        raise NotInAutoRLError(f"autorl.{name}: {_REFUSED[name]}")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'autorl' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

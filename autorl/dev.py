@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from .config import ART_FIELD_NAMES
 from .config import TrainConfig as AutoRLTrainConfig
-from .errors import AutoRLError, UnsupportedArgumentError
+from .errors import AutoRLError, UnsupportedArgumentError, refusing
 
 log = logging.getLogger("autorl")
 
@@ -50,6 +50,16 @@ class PeftArgs(TypedDict, total=False):
     random_state: int
 
 
+class LoRAConfig(TypedDict, total=False):
+    """ART's LoRA settings of a model (`TrainableModel(lora_config=...)`); autorl reads every key (`LORA_FIELDS`)."""
+
+    rank: int
+    alpha: int
+    target_modules: list[str]
+    dropout: float
+    random_state: int
+
+
 class TrainerArgs(TypedDict, total=False):
     """ART's trainer arguments (Hugging Face TrainingArguments); none has a per-model field in autorl (the
     learning rate and the gradient clip are `TrainConfig`'s, per `model.train` call)."""
@@ -62,6 +72,7 @@ class InternalModelConfig(TypedDict, total=False):
     engine_args: EngineArgs
     peft_args: PeftArgs
     trainer_args: TrainerArgs
+    lora_config: LoRAConfig
 
 
 class TrainConfig(TypedDict, total=False):
@@ -95,6 +106,10 @@ PEFT_FIELDS = {
     "random_state": "seed",
 }
 """`_internal_config.peft_args` keys that set a `TrainerConfig` field (`TrainableModel.trainer`)."""
+LORA_FIELDS = {"rank": "lora_rank", "alpha": "lora_alpha", "target_modules": "target_modules",
+               "dropout": "lora_dropout", "random_state": "seed"}  # fmt: skip
+"""ART's `LoRAConfig` keys (`TrainableModel(lora_config=...)`, `_internal_config["lora_config"]`) and the
+`TrainerConfig` fields they set."""
 TRAIN_FIELDS = {"epsilon": "epsilon", "epsilon_high": "epsilon_high", "scale_rewards": "scale_rewards",
                 "kl_penalty_coef": "kl_beta"}  # fmt: skip
 """`_config` keys that set the `autorl.TrainConfig` field of the same meaning."""
@@ -124,6 +139,8 @@ def internal_config_updates(config: InternalModelConfig | dict[str, Any]) -> tup
                 server[SERVER_FIELDS[section, key]] = value
             elif section == "peft_args" and key in PEFT_FIELDS:
                 trainer[PEFT_FIELDS[key]] = value
+            elif section == "lora_config" and key in LORA_FIELDS:
+                trainer[LORA_FIELDS[key]] = value
             else:
                 ignored.append(f"{section}.{key}")
     if "gpu_memory_utilization" in server:
@@ -135,6 +152,17 @@ def internal_config_updates(config: InternalModelConfig | dict[str, Any]) -> tup
     if ignored:
         log.warning("_internal_config: not supported by autorl, ignored: %s", ", ".join(ignored))
     return server, trainer
+
+
+def lora_config_updates(config: LoRAConfig | dict[str, Any]) -> dict[str, Any]:
+    """The `TrainerConfig` fields that ART's `LoRAConfig` sets; a key autorl has no setting for is one
+    `UnsupportedArgumentError` line naming it."""
+    unknown = sorted(set(config) - set(LORA_FIELDS))
+    if unknown:
+        raise UnsupportedArgumentError(
+            f"lora_config: autorl has no setting {unknown[0]!r} (it reads {sorted(LORA_FIELDS)})"
+        )
+    return {LORA_FIELDS[key]: value for key, value in config.items()}
 
 
 def train_config_updates(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
@@ -230,3 +258,8 @@ def train_keywords(config: AutoRLTrainConfig | None, keywords: dict[str, Any]) -
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"]) or "config"
         raise UnsupportedArgumentError(f"backend.train({where}=...): {error['msg']}") from None
+
+
+_TINKER = "autorl has no Tinker backend, so no Tinker settings; see autorl.tinker"
+__getattr__ = refusing("autorl.dev", {"TinkerArgs": _TINKER, "TinkerTrainingClientArgs": _TINKER,
+                                      "TinkerNativeArgs": _TINKER})  # fmt: skip

@@ -60,3 +60,15 @@ class UnsupportedArgumentError(AutoRLError, TypeError):
 class NotInAutoRLError(AutoRLError, NotImplementedError):
     """A name of ART that autorl does not have (a Tinker or SkyPilot backend, `art.mcp.generate_scenarios`, ...):
     the message names it and what to use in autorl instead."""
+
+
+def refusing(module: str, refused: dict[str, str]) -> object:
+    """A module `__getattr__` that answers each name of `refused` (ART's names autorl does not have) with one
+    `NotInAutoRLError` line, "<module>.<name>: <what to use instead>", and any other unknown name as Python does."""
+
+    def __getattr__(name: str) -> object:
+        if name in refused:
+            raise NotInAutoRLError(f"{module}.{name}: {refused[name]}")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

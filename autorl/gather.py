@@ -1,10 +1,11 @@
-"""`gather_trajectory_groups` and `gather_trajectories`: run many rollouts concurrently, with a progress bar."""
+"""`gather_trajectory_groups` and `gather_trajectories`: run many rollouts concurrently, with a progress bar;
+`trajectory_group_batches`: their groups in batches as they finish."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from .progress import progress_bar
 from .trajectories import Trajectory, TrajectoryGroup, outcome
@@ -102,3 +103,59 @@ def raise_past_limit(errors: list[BaseException], rollouts: int, max_exceptions:
     limit = max_exceptions * rollouts if isinstance(max_exceptions, float) and max_exceptions < 1 else max_exceptions
     if len(errors) > limit:
         raise errors[0]
+
+
+async def trajectory_group_batches(
+    groups: Iterable[TrajectoryGroup | Awaitable[TrajectoryGroup]],
+    *,
+    batch_size: int,
+    max_batch_exceptions: int | float = 0,
+    max_concurrent_batches: int = 4,
+    skip_batches: int = 0,
+    pbar_desc: str | None = "batches",
+    pbar_total_completion_tokens: bool = True,
+) -> AsyncIterator[list[TrajectoryGroup]]:
+    """Batches of `batch_size` groups in the order their rollouts finish (ART's `art.trajectory_group_batches`), so
+    a step trains on the first groups done while later ones still roll out; the last batch may be smaller.
+
+    max_concurrent_batches: groups of at most this many batches roll out at once.
+    max_batch_exceptions: failed rollouts tolerated per batch (a float below 1: that share of its rollouts), as
+        `gather_trajectory_groups`' `max_exceptions`; past it the batch's first failure is raised.
+    skip_batches: the groups of this many first batches are not run (a resumed run).
+    pbar_desc: the bar's label (it counts groups); None hides it. pbar_total_completion_tokens: ART's, accepted.
+    """
+    if batch_size < 1:
+        raise ValueError(f"trajectory_group_batches: batch_size must be at least 1, got {batch_size}")
+    waiting = list(groups)
+    for skipped in waiting[: batch_size * skip_batches]:  # never run: their rollouts are closed unstarted
+        if isinstance(skipped, TrajectoryGroup):
+            skipped.discard()
+        elif inspect.iscoroutine(skipped):
+            skipped.close()
+    waiting = waiting[batch_size * skip_batches :]
+    bar = progress_bar(pbar_desc, len(waiting), "group")
+    running: set[asyncio.Future[TrajectoryGroup]] = set()
+    batch: list[TrajectoryGroup] = []
+
+    def checked(done: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        errors = [e for g in done for e in g.raised] or [RuntimeError(e) for g in done for e in g.exceptions]
+        raise_past_limit(errors, sum(len(g) + len(g.exceptions) for g in done), max_batch_exceptions)
+        return done
+
+    try:
+        while waiting or running:
+            while waiting and len(running) < batch_size * max_concurrent_batches:
+                group = waiting.pop(0)
+                running.add(asyncio.ensure_future(group.resolve() if isinstance(group, TrajectoryGroup) else group))
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            batch += [task.result() for task in done]
+            bar.update(len(done))
+            while len(batch) >= batch_size:
+                yield checked(batch[:batch_size])
+                batch = batch[batch_size:]
+        if batch:
+            yield checked(batch)
+    finally:
+        for task in running:
+            task.cancel()
+        bar.close()

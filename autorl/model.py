@@ -157,21 +157,40 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
     server: dict[str, Any] = Field(default_factory=dict)
     """`ServerConfig` fields that this model's vLLM server takes over the backend's (e.g. `{"max_model_len":
     4096}`); ART's `_internal_config` engine arguments land here. Read when the server starts."""
+    lora_config: dict[str, Any] | None = None
+    """ART's LoRA settings (`art.dev.LoRAConfig`: `rank`, `alpha`, `target_modules`, `dropout`, `random_state`),
+    set on `trainer` at construction; a key autorl has no setting for is an error naming it."""
     _internal_config: dict[str, Any] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any):
         internal = data.pop("_internal_config", None)
+        super().__init__(**data)
+        if self.lora_config:
+            from .dev import lora_config_updates
+
+            self.trainer = TrainerConfig.model_validate(
+                {**self.trainer.model_dump(), **lora_config_updates(self.lora_config)}
+            )
         if internal:
+            self._internal_config = internal
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """`model._internal_config = ...` (as ART's examples set it after construction) lands where the keyword
+        does: its engine arguments on `server` (a `server` field set explicitly wins), its LoRA arguments on
+        `trainer`. Set once the model is registered, it would not reach the running server: one error line."""
+        if name == "_internal_config" and value:
+            if self._backend is not None:
+                raise AutoRLError(
+                    f"model {self.name!r}: set _internal_config before `await model.register(backend)` (its server "
+                    "and trainer are made from it there)"
+                )
             from .dev import internal_config_updates
 
-            server, trainer = internal_config_updates(internal)
-            data["server"] = {**server, **data.get("server", {})}
+            server, trainer = internal_config_updates(value)
+            self.server = self._server_fields({**server, **self.server})
             if trainer:
-                given = data.get("trainer") or TrainerConfig()
-                given = given.model_dump() if isinstance(given, TrainerConfig) else dict(given)
-                data["trainer"] = TrainerConfig.model_validate({**given, **trainer})
-        super().__init__(**data)
-        self._internal_config = internal
+                self.trainer = TrainerConfig.model_validate({**self.trainer.model_dump(), **trainer})
+        super().__setattr__(name, value)
 
     @field_validator("server")
     @classmethod

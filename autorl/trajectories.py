@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from openai.types.chat.chat_completion import Choice
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ruler.messages import as_message
 
-from .errors import FatalError
+from .errors import FatalError, NotInAutoRLError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,12 +26,40 @@ if TYPE_CHECKING:
 MessageOrChoice = dict[str, Any] | Choice
 
 
+def _revived(cls: type, items: Any) -> Any:
+    """Saved conversations (JSON) come back with their `Choice`s as `Choice` objects."""
+    if not isinstance(items, list):
+        return items
+    return [
+        Choice.model_validate(m) if isinstance(m, dict) and {"message", "finish_reason"} <= m.keys() else m
+        for m in items
+    ]
+
+
+class History(BaseModel):
+    """Another conversation of a rollout (ART's `History`): a sub-agent's, or the context a long rollout started
+    afresh; trained as its own sequence with its trajectory's advantage (`Trajectory.additional_histories`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages_and_choices: list[MessageOrChoice]
+    """Its messages (context) and the policy's `Choice`s (trained on)."""
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI-format tool definitions offered in it, if any."""
+
+    _revive_choices = field_validator("messages_and_choices", mode="before")(_revived)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as plain chat messages (choices turned into assistant messages)."""
+        return [as_message(m) for m in self.messages_and_choices]
+
+
 class Trajectory(BaseModel):
     """One rollout of the policy and its reward."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    messages_and_choices: list[MessageOrChoice]
+    messages_and_choices: list[MessageOrChoice] = Field(default_factory=list)
     """The conversation: dict messages (context) and `Choice`s sampled from the policy (trained on)."""
     tools: list[dict[str, Any]] | None = None
     """OpenAI-format tool definitions the policy was offered, if any."""
@@ -43,16 +72,13 @@ class Trajectory(BaseModel):
     logs: list[str] = Field(default_factory=list)
     """Human-readable notes, e.g. the judge's explanation."""
 
-    @field_validator("messages_and_choices", mode="before")
-    @classmethod
-    def _revive_choices(cls, items: Any) -> Any:
-        """Saved trajectories (JSON) come back with their `Choice`s as `Choice` objects."""
-        if not isinstance(items, list):
-            return items
-        return [
-            Choice.model_validate(m) if isinstance(m, dict) and {"message", "finish_reason"} <= m.keys() else m
-            for m in items
-        ]
+    additional_histories: list[History] = Field(default_factory=list)
+    """Other conversations of this rollout (ART's), each trained as its own sequence with this trajectory's
+    advantage."""
+    start_time: datetime = Field(default_factory=datetime.now, exclude=True)
+    """When the trajectory was made (not saved): `finish()` measures the rollout's duration from it."""
+
+    _revive_choices = field_validator("messages_and_choices", mode="before")(_revived)
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
@@ -60,6 +86,19 @@ class Trajectory(BaseModel):
 
     def log(self, message: str) -> None:
         self.logs.append(message)
+
+    def __enter__(self) -> Trajectory:
+        """ART's capture scope (`with art.Trajectory() as t:` recording the OpenAI calls inside): not in autorl."""
+        raise NotInAutoRLError(
+            "`with Trajectory() as t:` (ART's capture scope): autorl does not record OpenAI calls by itself; append "
+            "each `completion.choices[0]` to `messages_and_choices`"
+        )
+
+    def finish(self) -> Trajectory:
+        """Record the rollout's duration since `start_time` as `metrics["duration"]` (seconds); returns itself, as
+        ART's does (`return trajectory.finish()`)."""
+        self.metrics["duration"] = (datetime.now() - self.start_time).total_seconds()
+        return self
 
 
 async def outcome(rollout: Awaitable[Trajectory]) -> Trajectory | Exception:
@@ -130,6 +169,13 @@ class TrajectoryGroup(BaseModel):
                 self.exceptions.append(repr(result))
                 self._raised.append(result)
         return self
+
+    def discard(self) -> None:
+        """Drop the rollouts not awaited yet, closing their coroutines (a group that will not run)."""
+        pending, self._pending = self._pending, []
+        for awaitable in pending:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
 
     @property
     def raised(self) -> list[BaseException]:

@@ -14,7 +14,7 @@ from .messages import Message
 from .prompt import as_message_lists, canonical_json
 from .retry import RetryPolicy, describe
 from .rubric import DEFAULT_RUBRIC
-from .ruler_judge import RulerJudge
+from .ruler_judge import RULER_NAME, RulerJudge
 from .scores import TrajectoryScore
 
 log = logging.getLogger("ruler")
@@ -95,7 +95,8 @@ async def ruler_score_group(
     the judge's scores.
 
     Each trajectory keeps its old reward in `metrics["independent_reward"]`, gets the score in
-    `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs.
+    `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs (RULER's as
+    ART writes it, "RULER explanation: ..."; another judge's as "<its name>: ...").
     `judge_model` may also be any judge, or a `module:attribute` spec (see `ruler.load_judge`); the
     tools of the group's trajectories are shown to the judge.
     task: the user's description of the agent's task, shown to the judge; a custom judge whose
@@ -121,6 +122,6 @@ async def ruler_score_group(
         scored.metrics["ruler_score"] = score.score
         scored.metrics.update(score.metrics)
         scored.reward = score.score
-        scored.log(f"{name}: {score.explanation}")
+        scored.log(f"{'RULER explanation' if name == RULER_NAME else name}: {score.explanation}")  # ART's wording
         trajectories.append(scored)
     return group.model_copy(update={"trajectories": trajectories})

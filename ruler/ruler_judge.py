@@ -36,6 +36,10 @@ OVERFLOW_SHRINK = 0.7
 """After the provider reports a context overflow, the prompt is fitted to this share of its previous size."""
 
 
+RULER_NAME = "ruler"
+"""The RULER judge's name (its metrics' prefix; its explanations are logged as ART does, "RULER explanation: ...")."""
+
+
 class RulerJudge:
     """The RULER judge: asks `judge_model` to score the group's trajectories from 0 to 1 in one request.
 
@@ -70,7 +74,7 @@ class RulerJudge:
         retry: RetryPolicy | None = None,
         cache_dir: CacheDir = "auto",
         debug: bool = False,
-        name: str = "ruler",
+        name: str = RULER_NAME,
     ):
         self.model = judge_model if isinstance(judge_model, JudgeModel) else JudgeModel.parse(judge_model)
         self.model.check_provider()
@@ -95,7 +99,7 @@ class RulerJudge:
 
         The cache key covers the judge, the prompt (task, rubric, tools, trajectories) and the answer schema.
         """
-        lists = as_message_lists(message_lists, min_trajectories=2)
+        lists = as_message_lists(message_lists, min_trajectories=1)  # one alone is scored, as ART's RULER does
         context = self.model.context_limit()
         prompt, max_tokens = self._fit(lists, rubric, tools, task, context)
         answer_format = response_format(prompt.ids)

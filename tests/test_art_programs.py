@@ -1,18 +1,20 @@
 """ART-style client programs (tests/art_programs/) run unchanged but for their import, in order, on one backend: one
 vLLM server on the embedded model, which the embedded RULER judge shares (adapter serving keeps the base weights
-served under their own name; RULER's plumbing is checked on it too). Each program trains two steps of the same
-model, so the later ones resume where the earlier stopped, as a user's next program would."""
+served under their own name; RULER's plumbing is checked on it too). Each program trains steps of the same model,
+so the later ones resume where the earlier stopped, as a user's next program would. The last two are written as
+ART's 2026 docs write programs: SFT warm-up, `backend.train(...)` and its `TrainResult`, explicit logs."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # a program imports LiteLLM: no price-map download
-from art_programs import dataset_loop, guess_the_number, ruler_judged
+from art_programs import dataset_loop, guess_the_number, ruler_judged, sft_warmup, yes_no_maybe
 
 import ruler
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
@@ -113,7 +115,7 @@ def test_the_embedded_judge_on_that_server_scores_a_group_in_range_and_a_repeat_
         assert trajectory.metrics["ruler_attempts"] >= 1
         assert trajectory.metrics["ruler_prompt_tokens"] > 0
         assert trajectory.metrics["ruler_shortened"] == 0.0  # a short group fits the 2,048-token context
-        assert trajectory.logs and trajectory.logs[0].startswith("ruler: ")
+        assert trajectory.logs and trajectory.logs[0].startswith("RULER explanation: ")
     assert scored.trajectories[0].reward == scored.trajectories[3].reward  # identical rollouts, one verdict
 
     again = session.run(ruler.ruler_score_group(group, "embedded", cache_dir=tmp_path, task=task))
@@ -131,3 +133,40 @@ def test_a_dataset_loop_resumes_at_the_model_s_step_and_keeps_the_latest_and_the
     # before step 6: 4 went; 5 stays until the next call (ART deletes before each step)
     assert session.checkpoints() == [1, 5, 6]
     assert session.backend.serving(model).served_steps() == {6}
+
+
+@pytest.mark.timeout(300)  # ~60 s on 2 cores: two SFT steps, two RL steps of two groups
+def test_an_sft_warm_up_then_backend_first_rl_counts_its_steps_and_logs_explicitly(session):
+    start = session.run(session.backend.get_step(art_model()))
+    sft_file = str(Path(sft_warmup.__file__).with_suffix(".jsonl"))
+    model, results = session.run(sft_warmup.main(session.backend, sft_file))
+    history = read_history(session.run_dir)[start:]
+    assert [(h["step"], h.get("sft")) for h in history] == [
+        (start + 1, 1.0), (start + 2, 1.0), (start + 3, None), (start + 4, None)
+    ]  # fmt: skip  # 4 conversations in batches of 2, a chunk of 1 batch each: two SFT steps, then RL continues
+    assert all(h["trained_tokens"] > 0 for h in history[:2])  # the tool-call conversation included
+    assert [r.step for r in results] == [start + 3, start + 4] and session.run(model.get_step()) == start + 4
+    assert all(r.checkpoint_path == str(session.run_dir / "checkpoints" / f"{r.step:04d}") for r in results)
+    logged = [r for r in read_history(session.run_dir, LOG_HISTORY_FILE) if r["split"] == "train"]
+    metrics = [r for r in logged if "train/loss" in r]
+    assert [r["step"] for r in metrics] == [start + 3, start + 4]  # log(metrics=, step=) at the result's step
+    assert metrics[0]["train/loss"] == results[0].metrics["loss"]
+    assert session.backend.serving(model).served_steps() == {start + 4}
+
+
+@pytest.mark.timeout(300)  # ~60 s on 2 cores: two steps of two groups, the second judged by the embedded RULER
+def test_yes_no_maybe_in_batches_as_they_finish_trains_through_the_backend_and_ruler_explains(session):
+    start = session.run(session.backend.get_step(art_model()))
+    model, results, judged = session.run(yes_no_maybe.main(session.backend))
+    assert [r.step for r in results] == [start + 1, start + 2] and session.run(model.get_step()) == start + 2
+    assert all(r.metrics["groups"] == 2 for r in results[:1]) and "reward" in results[0].metrics
+    assert all(t.logs[-1].startswith("RULER explanation: ") for g in judged for t in g.trajectories)
+    logged = read_history(session.run_dir, LOG_HISTORY_FILE)
+    assert {r["step"] for r in logged if "train/length" in r} == {start, start + 1}  # the groups, before each step
+
+
+def art_model():
+    """The programs' model, as the backend knows it (by name)."""
+    from autorl.model import TrainableModel
+
+    return TrainableModel(name="agent", project="art-programs", base_model="embedded:smollm2-135m")

@@ -322,7 +322,7 @@ def test_ruler_score_group_rewards_logs_metrics_and_tools(server, tmp_path):
     assert [t.reward for t in scored] == [0.95, 0.05]
     assert [t.metrics["independent_reward"] for t in scored] == [0.25, 0.75]
     assert [t.metrics["ruler_score"] for t in scored] == [0.95, 0.05]
-    assert scored.trajectories[0].logs == ["ruler: score 0.95"]
+    assert scored.trajectories[0].logs == ["RULER explanation: score 0.95"]
     assert scored.metadata == {"input": 7}
     assert [t.reward for t in group] == [0.25, 0.75]  # the input group is left as it was
     assert '"name": "calculator"' in server.requests[0]["messages"][1]["content"]  # the judge sees the tools

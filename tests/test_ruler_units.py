@@ -121,7 +121,6 @@ def test_backoff_doubles_up_to_the_cap():
     "lists, message",
     [
         ([], "empty group"),
-        ([chat("s", "q", "a")], "at least 2 per group, got 1"),
         ([chat("s", "q", "a"), chat("s", "q")], "trajectory 2 has no assistant message"),
         ([chat("s", "q", "a"), ["not a message"]], "trajectory 2 holds an item that is not a chat message"),
     ],
@@ -307,10 +306,10 @@ def test_a_custom_judge_returning_nonsense_or_raising_is_one_line_and_a_dropped_
 
 
 def test_swallowed_bad_group_is_logged_and_dropped(caplog):
-    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q", "a"))])
+    group = TrajectoryGroup([Trajectory(messages_and_choices=chat("s", "q"))])  # no answer to judge
     with caplog.at_level("WARNING", logger="ruler"):
         assert run(ruler.ruler_score_group(group, UNREACHABLE, swallow_exceptions=True, cache_dir=None)) is None
-    assert "could not score a group of 1 trajectories: RulerInputError: RULER ranks trajectories" in caplog.text
+    assert "could not score a group of 1 trajectories: RulerInputError: trajectory 1 has no assistant" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -240,8 +240,20 @@ class TrainingCalls:
 
     def checkpoint_path(self, model: TrainableModel, step: int) -> str | None:
         """Checkpoint `step`'s directory on this machine, if it is here."""
-        path = self.run_dir(model) / "checkpoints" / checkpoint_name(step)  # type: ignore[attr-defined]
+        path = self.run_dir(model) / "checkpoints" / checkpoint_name(step)
         return str(path) if path.is_dir() else None
+
+    def run_dir(self, model: Model) -> Path:
+        """The model's run directory on this machine (each backend says where)."""
+        raise NotImplementedError
+
+    async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
+        """One GRPO step; returns its metrics, with `step` (each backend runs it)."""
+        raise NotImplementedError
+
+    async def sft_step(self, model: TrainableModel, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict:
+        """One supervised step; returns its metrics, with `step` (each backend runs it)."""
+        raise NotImplementedError
 
 
 @dataclass(eq=False)

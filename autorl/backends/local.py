@@ -215,6 +215,7 @@ class LocalBackend(ModelBackend):
     path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
         `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
     server: how the vLLM server is started (port, memory, context length, how LoRAs are served, ...).
+    in_process: ART's keyword, accepted: the trainer runs in this process either way.
 
     How a trained LoRA reaches the server follows `ServerConfig.lora_serving`. Adapter serving (the
     default on CUDA): each checkpoint is a vLLM LoRA served as `<name>@NNNN`, the base model under its
@@ -222,6 +223,11 @@ class LocalBackend(ModelBackend):
     the server holds one checkpoint's weights at a time, served as `<name>`; `serve_checkpoint` swaps them in.
     """
 
-    def __init__(self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None):
+    def __init__(
+        self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None, in_process: bool = False
+    ):
         self.server_config = server or ServerConfig()
+        self.in_process = in_process
+        """ART's choice of where its training service runs; here the trainer always runs in this process (on a
+        thread of its own) and the vLLM server in a child process, whatever it says."""
         super().__init__(path, LocalPlacement(self.server_config))

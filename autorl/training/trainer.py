@@ -140,20 +140,23 @@ class GRPOTrainer:
         per_group = advantages(shaped, config.scale_rewards)
         sampled: list[Sequence] = []  # every rollout's policy tokens, tied groups included: the sentinel's
         for group, group_advantages in zip(groups, per_group, strict=True):
-            sequences = [tokenize_trajectory(t, self.tokenizer) for t in group.trajectories]
-            sampled += [s for s in sequences if any(s.mask)]
+            # a trajectory's conversation, then its additional histories (ART's): each a sequence of its advantage
+            sequences = [
+                [tokenize_trajectory(c, self.tokenizer) for c in (t, *t.additional_histories)]
+                for t in group.trajectories
+            ]
+            sampled += [s for own in sequences for s in own if any(s.mask)]
             if group_advantages is None:
                 tied += 1
                 if not config.kl_beta:
                     continue
                 group_advantages = [0.0] * len(sequences)  # only the KL penalty: every completion pays it
-            for trajectory, sequence, advantage in zip(group.trajectories, sequences, group_advantages, strict=True):
+            for trajectory, own, advantage in zip(group.trajectories, sequences, group_advantages, strict=True):
                 if config.mask_truncated and truncated(trajectory):
                     masked += 1
                     continue
                 # no policy gradient at advantage 0: such a sequence is trained only for the KL penalty
-                if (advantage != 0 or config.kl_beta) and any(sequence.mask):
-                    batch.append((sequence, advantage))
+                batch += [(s, advantage) for s in own if (advantage != 0 or config.kl_beta) and any(s.mask)]
         metrics: dict[str, float] = {
             "reward": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
