@@ -160,6 +160,13 @@ async def _run_locked(
         _copy_report(store.path("report", keys["report"]), run_dir)
         record.update(status="done")
     except costs.BudgetReached as exc:  # a clean stop: the run resumes with a higher budget
+        if stage not in record["stages"]:  # stopped inside the stage (train, after a step)
+            record["stages"][stage] = {
+                "cached": False,
+                "summary": {"stopped": "budget"},
+                "seconds": round(time.monotonic() - started, 2),
+                "model_calls": sum(calls.values()) - before,
+            }
         _record_cost(record, ctx)
         record.update(status="budget", stopped=str(exc))
         (run_dir / "report.md").write_text(costs.budget_report(name, str(exc), ctx), encoding="utf-8")

@@ -95,3 +95,65 @@ def test_attributes_are_redacted_and_tracing_off_is_a_shared_no_op():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"
     )
+
+
+def test_spans_reach_a_real_otlp_http_receiver_with_their_parents_and_attributes():
+    """The OTLP/HTTP exporter as a run uses it (`configure(endpoint)`), against a receiver that decodes the
+    protobuf requests as any OTLP backend does."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append((self.path, request))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert tracing.configure(f"http://127.0.0.1:{server.server_port}/v1/traces")
+        with tracing.span("autorl.run", {"autorl.run": "r", "judge": f"m@http://u:{SECRET}@10.0.0.5/v1"}):
+            step = tracing.begin("autorl.step", {"autorl.step": 1})
+            with tracing.span("autorl.update") as span:
+                tracing.set_attributes(span, tracing.update_attributes({"loss": -0.25, "trained_tokens": 96}))
+            step.end({"autorl.reward": 0.5})
+        tracing.shutdown()  # flushes the batch
+    finally:
+        tracing.shutdown()
+        server.shutdown()
+    assert {path for path, _ in received} == {"/v1/traces"}
+    spans = [s for _, r in received for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    resource = {a.key: a.value.string_value for a in received[0][1].resource_spans[0].resource.attributes}
+    assert resource["service.name"] == "autorl"
+    by_name = {s.name: s for s in spans}
+    assert set(by_name) == {"autorl.run", "autorl.step", "autorl.update"}
+    assert by_name["autorl.update"].parent_span_id == by_name["autorl.step"].span_id
+    assert (
+        by_name["autorl.step"].parent_span_id == by_name["autorl.run"].span_id
+        and not by_name["autorl.run"].parent_span_id
+    )
+
+    def attributes(name: str) -> dict:
+        values = {}
+        for a in by_name[name].attributes:
+            kind = a.value.WhichOneof("value")
+            values[a.key] = getattr(a.value, kind)
+        return values
+
+    assert attributes("autorl.update")["autorl.update.loss"] == -0.25
+    assert attributes("autorl.update")["autorl.update.trained_tokens"] == 96
+    assert attributes("autorl.step")["autorl.reward"] == 0.5 and attributes("autorl.step")["autorl.step"] == 1
+    assert attributes("autorl.run")["judge"] == "m@http://<redacted>@10.0.0.5/v1"
+    assert attributes("autorl.run")["openinference.span.kind"] == "CHAIN"

@@ -1,0 +1,59 @@
+"""What a recorded run cost, per stage (its run.json), and what its judging would have cost with an API judge:
+the run's judge tokens priced at LiteLLM's price table for `--judge-as` (priced, not called).
+
+    python benchmarks/perf/cost_of_a_run.py RUN [--home HOME] [--judge-as openai/gpt-4.1-mini]
+    # writes benchmarks/perf/results/cost_of_a_run.json
+
+Not a speed measurement: no baseline and no ratio; the figures are the run's own records and LiteLLM's prices.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from _common import write_result
+
+from pipelines.config import DEFAULT_HOME
+from pipelines.costs import added, cost_lines, priced, token_price
+from pipelines.runs import load_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run")
+    parser.add_argument("--home", type=Path, default=DEFAULT_HOME)
+    parser.add_argument("--judge-as", default="openai/gpt-4.1-mini")
+    args = parser.parse_args()
+    record = load_run(args.home, args.run)
+    stages = {name: entry["cost"] for name, entry in record["stages"].items() if "cost" in entry}
+    price = token_price(args.judge_as)
+    as_api = {}
+    for name, cost in stages.items():  # the judge's tokens at the API model's price, the rest as recorded
+        judge = cost["tokens"].get("judge", {"prompt": 0, "completion": 0})
+        tokens = Counter({("judge", args.judge_as, side): count for side, count in judge.items()})
+        as_api[name] = priced(0.0, tokens, 0.0)["usd"]["api"]
+    result = {
+        "run": args.run,
+        "status": record.get("status"),
+        "price_per_hour": record["config"].get("price_per_hour"),
+        "judge": record["config"].get("judge"),
+        "steps": record["config"].get("steps"),
+        "group_size": record["config"].get("group_size"),
+        "stages": stages,
+        "total": added(list(stages.values())),
+        "judge_as": {
+            "model": args.judge_as,
+            "usd_per_token": price,
+            "usd_per_stage": as_api,
+            "usd": round(sum(as_api.values()), 6),
+        },
+    }
+    print("\n".join(cost_lines(stages, result["total"])))
+    print(f"\njudge tokens at {args.judge_as}'s LiteLLM price: ${result['judge_as']['usd']:.4f}")
+    print(write_result("cost_of_a_run", result))
+
+
+if __name__ == "__main__":
+    main()
