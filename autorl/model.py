@@ -42,7 +42,7 @@ class Model(BaseModel, Generic[ModelConfig]):
     rollout code to read; autorl reads nothing of it. Registering refuses one that is not JSON-serialisable."""
     inference_base_url: str | None = None
     """OpenAI-compatible base URL (ends in /v1)."""
-    inference_api_key: str | None = Field(default=None, repr=False)
+    inference_api_key: str | None = Field(default=None, repr=False, exclude=True)
     """API key for the endpoint; never written to an artifact or a log."""
     inference_model_name: str | None = None
     """Model name to request from the endpoint; defaults to `name`."""

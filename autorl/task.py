@@ -11,6 +11,7 @@ the fields with an example; `pipelines/tasks/` holds ready-made task files.
 
 from __future__ import annotations
 
+import logging
 import re
 import tomllib
 from pathlib import Path
@@ -19,6 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import AutoRLError
+
+log = logging.getLogger("autorl")
+_WARNED_FOREIGN: set[Path] = set()
+"""Task files from outside the current directory and home already warned about (once per process)."""
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 """The arguments schema of a tool that takes no arguments."""
@@ -276,7 +281,26 @@ def _load_task_file(path: Path) -> TaskSpec:
     for server in task.mcp_servers:
         if server.command is not None:
             server.cwd = here / (server.cwd or "")
+    warn_if_foreign(task, path)
     return task
+
+
+def warn_if_foreign(task: TaskSpec, path: Path) -> None:
+    """Say once that a task file with tools or MCP servers runs code, when it comes from outside the current
+    directory and the home directory (a file somebody else wrote: its tools are imported, its commands run)."""
+    where = path.resolve()
+    if not task.has_tools() or where in _WARNED_FOREIGN:
+        return
+    if any(where.is_relative_to(trusted.resolve()) for trusted in (Path.cwd(), Path.home())):
+        return
+    _WARNED_FOREIGN.add(where)
+    log.warning(
+        "task file %s is outside this directory and your home, and it runs code (%d tools, %d MCP servers): "
+        "read it before you run it",
+        where,
+        len(task.tools),
+        len(task.mcp_servers),
+    )
 
 
 def _validated(data: dict[str, Any], where: str) -> TaskSpec:

@@ -98,7 +98,8 @@ def user_errors(flags: list[FieldFlag], interrupted: str) -> Iterator[None]:
         yield
     except ValidationError as exc:
         first = exc.errors()[0]
-        fail(f"{flag_for(flags, first['loc'])}: {first['msg'].removeprefix('Value error, ')}")
+        message = first["msg"].removeprefix("Value error, ")
+        fail(f"{flag_for(flags, first['loc'])}: {message}" if first["loc"] else message)
     except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -186,6 +187,8 @@ def runs_command(
     """List runs with their status, steps and validation rewards."""
     from pipelines.runs import runs_table
 
+    if not home.is_dir():
+        fail(f"{home} is no autorl home (no such directory); give --home or AUTORL_HOME of one that ran")
     damaged: list[str] = []
     Console().print(runs_table(home, damaged))
     for line in damaged:  # one line each; the other runs are listed
@@ -210,6 +213,8 @@ def show_command(
                 console.print(table)
     except USER_ERRORS as exc:
         fail(str(exc))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a record cut short, or another version's
+        fail(f"run {run!r}: its run.json is incomplete ({type(exc).__name__}: {exc}); rerun it to write a whole one")
 
 
 @app.command("inputs")

@@ -94,9 +94,11 @@ def show_table(home: Path, name: str) -> Table:
             table.add_row(stage, record.get("keys", {}).get(stage, "-"), "-", "-", "-", "not run")
             continue
         figures = json.dumps(entry.get("summary", {}), default=str)
+        seconds = entry.get("seconds")
         table.add_row(
-            stage, record["keys"][stage], "yes" if entry["cached"] else "no",
-            f"{entry['seconds']:.1f}", str(entry["model_calls"]), figures[:120],
+            stage, str(record.get("keys", {}).get(stage, "-")), {True: "yes", False: "no"}.get(entry.get("cached"), "-"),
+            f"{seconds:.1f}" if isinstance(seconds, int | float) else "-", str(entry.get("model_calls", "-")),
+            figures[:120],
         )  # fmt: skip
     return table
 

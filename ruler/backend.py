@@ -53,7 +53,7 @@ class JudgeModel(ModelEndpoint):
 
     def identity(self) -> dict[str, Any]:
         """What identifies this judge's answers in the cache: the model, its sampling settings, and for a
-        `name@URL` judge the server it is asked on (`endpoint`: host and port), since the same name on two
+        `name@URL` judge the endpoint it is asked on (`endpoint`: host, port and path), since the same name on two
         servers can be two models. Never a key or a URL's credentials. The embedded judge is "embedded"
         wherever its server runs (its port changes between runs, its weights do not), so reruns hit the cache.
         """
@@ -73,12 +73,13 @@ class JudgeModel(ModelEndpoint):
 
 
 def endpoint_identity(base_url: str) -> str:
-    """The server of an OpenAI-compatible `base_url`: `host:port` (the scheme's default port when none is
-    given), without credentials, path or query."""
+    """The endpoint of an OpenAI-compatible `base_url`: `host:port/path` (the scheme's default port when none is
+    given; the path, since one gateway serves teams or models under paths of their own), without credentials,
+    query or a trailing slash."""
     url = urlsplit(base_url)
     port = url.port or {"https": 443}.get(url.scheme, 80)
     host = f"[{url.hostname}]" if url.hostname and ":" in url.hostname else url.hostname
-    return f"{host}:{port}"
+    return f"{host}:{port}{url.path.rstrip('/')}"
 
 
 _STATED_CONTEXT = re.compile(r"maximum (?:context length|model length) (?:is|of) (\d+)", re.IGNORECASE)

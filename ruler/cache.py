@@ -1,6 +1,6 @@
 """The on-disk judge cache: one JSON file per judge request, keyed by a hash of everything the answer depends on.
 
-The key hashes the judge's identity (model, sampling settings and a `name@URL` judge's host and port; never
+The key hashes the judge's identity (model, sampling settings and a `name@URL` judge's host, port and path; never
 credentials: `JudgeModel.identity`), the prompt
 messages (which contain the rubric, the tools and the trajectories) and the answer schema. Files are
 written to a temporary name and renamed into place, so a killed run never leaves a half-written entry.

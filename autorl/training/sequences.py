@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from openai.types.chat.chat_completion import Choice
 
-from ..errors import AutoRLError
+from ..errors import AutoRLError, quoted
 from ..trajectories import Trajectory
 
 TOKEN_ID_PREFIX = "token_id:"
@@ -42,7 +42,10 @@ def sampled_tokens(choice: Choice) -> tuple[list[int], list[float]] | None:
     content = choice.logprobs.content if choice.logprobs else None
     if not content or not all(t.token.startswith(TOKEN_ID_PREFIX) for t in content):
         return None
-    return [int(t.token.removeprefix(TOKEN_ID_PREFIX)) for t in content], [t.logprob for t in content]
+    texts = [t.token.removeprefix(TOKEN_ID_PREFIX) for t in content]
+    if bad := next((text for text in texts if not text.isdigit() or len(text) > 9), None):
+        raise AutoRLError(f"a sampled token is {TOKEN_ID_PREFIX}{quoted(bad)}; expected {TOKEN_ID_PREFIX}N")
+    return [int(text) for text in texts], [t.logprob for t in content]
 
 
 def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: TrainedTurns = "sampled") -> Sequence:
@@ -91,6 +94,8 @@ def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: T
             rendered += reply
             continue
         ids, logprobs = sampled
+        if bad := next((i for i in ids if i >= len(tokenizer)), None):
+            raise AutoRLError(f"sampled token id {bad} is outside the vocabulary of {len(tokenizer)} tokens")
         extend(ids, trained=True, logprobs=logprobs)
         sampled_text = tokenizer.decode(ids, skip_special_tokens=False)
         if reply.startswith(sampled_text):  # the template's text after the reply (e.g. a newline)

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import re
+import secrets
 import tarfile
 import time
 import zlib
@@ -47,7 +48,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
@@ -75,6 +76,7 @@ from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_
 from ruler.errors import RulerError
 
 from .limits import Concurrency, ServeLimits
+from .openapi import request_body
 
 log = logging.getLogger("autorl")
 M = TypeVar("M", bound=BaseModel)
@@ -88,6 +90,15 @@ STEP = re.compile(r"\d{1,6}")
 ROUTES = ", ".join(f"{' '.join(sorted(methods))} {route}" for route, methods in INFERENCE_ROUTES.items())
 MAX_ERROR_CHARS = 400
 """The longest error line the server answers (a value is quoted by a short prefix: `autorl.errors.quoted`)."""
+
+
+class OpenAIRequest(BaseModel):
+    """What the /v1 routes read of an OpenAI request before passing it on: the model it names (the rest goes
+    to vLLM as it is)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
 
 
 class Refused(Exception):
@@ -124,7 +135,8 @@ class ServedModels:
         self._starting: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stepping: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._leases: dict[str, Lease] = {}
-        self._inflight: dict[str, asyncio.Task] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Task] = {}
+        """The steps running, by model name and step id."""
         self._http: dict[str, httpx.AsyncClient] = {}
 
     def registry(self) -> dict[str, dict]:
@@ -214,19 +226,19 @@ class ServedModels:
         trained, the step under way while it runs. The step runs as a task of its own, so a client that
         disconnects does not stop it; its retry gets the result."""
         model = await self.get(name)
-        if (task := self._inflight.get(request.step_id)) is not None:
+        self.check_lease(name, client)  # before the step in flight: its answer is the training client's only
+        if (task := self._inflight.get((name, request.step_id))) is not None:
             return await asyncio.shield(task)
-        self.check_lease(name, client)
         lease = self._leases.get(name)
         if lease is None or lease.client != client:
             lease = self._leases[name] = Lease(client)
         lease.running += 1
         lease.until = math.inf
         task = asyncio.create_task(self._step(model, request))
-        self._inflight[request.step_id] = task
+        self._inflight[name, request.step_id] = task
 
         def done(_: asyncio.Task) -> None:
-            self._inflight.pop(request.step_id, None)
+            self._inflight.pop((name, request.step_id), None)
             lease.running -= 1
             if not lease.running:
                 lease.until = time.monotonic() + self.lease_s
@@ -268,12 +280,24 @@ class ServedModels:
             del self._leases[name]
 
     async def log(self, name: str, request: LogRequest) -> dict[str, float]:
+        """Record an evaluation batch. A model that is not trainable (`Model`: a baseline, a hosted model) gets a
+        run directory of its own, never one of a trainable model's, and a new one only while the server holds
+        fewer than `max_models` models and directories."""
         if request.trainable:
             model: Model = await self.get(name)
         else:
+            if name in self.models or name in self.registry():
+                raise Refused(409, f"model {quoted(name)} is trainable here: log it with trainable=true")
             model = Model(
                 name=name, project=check_name(request.project, "project"), report_metrics=request.report_metrics
             )
+            run_dir = self.backend.run_dir(model)
+            root = run_dir.parent.parent  # HOME/models: a directory per project and model
+            held = {p for p in root.glob("*/*") if p.is_dir()} | {
+                root / e["project"] / n for n, e in self.registry().items()
+            }
+            if run_dir not in held and len(held) >= self.limits.max_models:
+                raise Refused(429, f"this server holds {len(held)} models, its limit (autorl serve --max-models)")
         return await self.backend.log(model, request.groups, request.split, request.metrics, request.step)
 
     def merged(self, model: TrainableModel) -> bool:
@@ -400,7 +424,7 @@ async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
     """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400). A gzip body is
     inflated as it arrives, and refused (413) as soon as it inflates past `max_bytes`."""
     if request.headers.get("content-encoding", "").lower() != "gzip":
-        return kind.model_validate_json(await request.body() or b"{}")
+        return validated(kind, await request.body())
     inflater, raw = zlib.decompressobj(wbits=31), bytearray()
     try:
         async for chunk in request.stream():
@@ -413,7 +437,17 @@ async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
             raise Refused(400, "the gzip body could not be read (it ends early)")
     except zlib.error as exc:
         raise Refused(400, f"the gzip body could not be read ({exc})") from None
-    return kind.model_validate_json(bytes(raw) or b"{}")
+    return validated(kind, bytes(raw))
+
+
+def validated(kind: type[M], raw: bytes) -> M:
+    """`raw` JSON as a `kind`: a `ValidationError`, or a 400 when a model's own code refuses a value's type."""
+    try:
+        return kind.model_validate_json(raw or b"{}")
+    except ValidationError:
+        raise
+    except (TypeError, ValueError, AttributeError) as exc:  # e.g. a TrajectoryGroup given a number
+        raise Refused(400, f"the body is not a {kind.__name__} ({quoted(str(exc), 120)})") from None
 
 
 def one_line(exc: ValidationError) -> str:
@@ -469,8 +503,9 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.error("autorl serve: %s", exc, exc_info=exc)
-        return error(500, f"{type(exc).__name__}: {exc}")
+        incident = secrets.token_hex(6)  # what the client gets: the log has the rest, the client no path or value
+        log.error("autorl serve: unexpected error %s: %s", incident, exc, exc_info=exc)
+        return error(500, f"internal error {incident}: the server's log says what happened")
 
     def client_of(request: Request) -> str:
         client = request.headers.get(CLIENT_HEADER, "")
@@ -482,7 +517,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     async def health() -> dict:
         return {"status": "ok"}
 
-    @app.post("/models")
+    @app.post("/models", openapi_extra=request_body(RegisterRequest))
     async def register(request: Request) -> Registered:
         body = await parsed(request, RegisterRequest, max_body_bytes)
         return await served.register(body, request.headers.get(CLIENT_HEADER, "")[:64])
@@ -491,7 +526,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     async def step(name: str) -> dict:
         return {"step": await served.backend.get_step(await served.get(name))}
 
-    @app.post("/models/{name}/train")
+    @app.post("/models/{name}/train", openapi_extra=request_body(TrainRequest))
     async def train(name: str, request: Request) -> Trained:
         client = client_of(request)
         body = await parsed(request, TrainRequest, max_body_bytes)
@@ -503,20 +538,20 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         served.release(name, client_of(request))
         return {"released": name}
 
-    @app.post("/models/{name}/log")
+    @app.post("/models/{name}/log", openapi_extra=request_body(LogRequest))
     async def log_batch(name: str, request: Request) -> dict:
         body = await parsed(request, LogRequest, max_body_bytes)
         served.check_limits(body)
         return await served.log(check_name(name), body)
 
-    @app.post("/models/{name}/delete_checkpoints")
+    @app.post("/models/{name}/delete_checkpoints", openapi_extra=request_body(DeleteRequest))
     async def delete_checkpoints(name: str, request: Request) -> dict:
         body = await parsed(request, DeleteRequest, max_body_bytes)
         model = await served.get(name)
         served.check_lease(name, client_of(request))
         return {"deleted": await served.backend.delete_checkpoints(model, body.best_checkpoint_metric, body.keep)}
 
-    @app.post("/models/{name}/serve")
+    @app.post("/models/{name}/serve", openapi_extra=request_body(ServeRequest))
     async def serve_step(name: str, request: Request) -> Registered:
         body = await parsed(request, ServeRequest, max_body_bytes)
         model = await served.get(name)
@@ -550,7 +585,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         names = [n for model in served.models.values() for n in served.servable(model)]
         return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "autorl"} for n in names]}
 
-    @app.post("/v1/{path:path}")
+    @app.post("/v1/{path:path}", openapi_extra=request_body(OpenAIRequest))
     async def inference(path: str, request: Request) -> Response:
         route = allowed_route(request.method, request.scope.get("raw_path", b"").decode("latin-1") or path)
         if route is None:  # before the body is read: nothing but INFERENCE_ROUTES reaches vLLM

@@ -96,7 +96,11 @@ class ServeConfig(BaseModel):
         )
 
     def serve_dir(self) -> Path:
-        return private_dir(self.home / SERVE_DIR)
+        """HOME/serve, made (private) when missing; one `AutoRLError` line when the home cannot hold it."""
+        try:
+            return private_dir(self.home / SERVE_DIR)
+        except OSError as exc:
+            raise AutoRLError(f"--home {self.home}: cannot make {SERVE_DIR}/ there ({exc.strerror})") from None
 
 
 def resolve_token(config: ServeConfig) -> tuple[str, str]:

@@ -1,0 +1,60 @@
+"""`autorl serve`'s HTTP surface fuzzed from its OpenAPI description (`pipelines.server.openapi.describe`) with
+schemathesis: the real app, in-process, over a stand-in placement whose models are served by a plain HTTP
+server in place of vLLM (tests/test_remote_backend.py's `ScriptedPlacement`), with the token. Whatever
+schemathesis sends (valid requests and invalid ones, any path parameter, any body): no 5xx, no answer over
+`MAX_ANSWER_BYTES`, and nothing but the inference allowlist ever reaches the model's server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import schemathesis
+from chat_server import ChatCompletionServer
+from hypothesis import HealthCheck, settings
+from starlette.testclient import TestClient
+from test_benchmark_optimize import completion
+from test_remote_backend import MAX_BODY, TOKEN, ScriptedPlacement, register_body
+
+import autorl as art
+from autorl.atomic import private_dir
+from autorl.serving.auth import bearer
+from autorl.serving.config import ServerConfig
+from autorl.serving.routes import INFERENCE_ROUTES
+from pipelines.server.app import ServedModels, make_app
+from pipelines.server.config import MODELS_DIR
+from pipelines.server.limits import ServeLimits
+from pipelines.server.openapi import describe
+
+MAX_ANSWER_BYTES = 64 * 1024
+"""No answer of the fuzzed app is larger (its error lines are short, the lists it answers are of one model)."""
+
+
+@pytest.fixture(scope="module")
+def surface(tmp_path_factory, tiny_model):
+    """The app with one model registered ("agent"), its stand-in vLLM, and its schema for schemathesis."""
+    home = tmp_path_factory.mktemp("fuzz")
+    chat = ChatCompletionServer(lambda body: completion(body, "hello"))
+    config = ServerConfig(lora_serving="adapter")
+    backend = art.LocalBackend(home / MODELS_DIR, server=config)
+    backend.placement = ScriptedPlacement(chat, config)
+    served = ServedModels(backend, private_dir(home / "serve"), 60, ServeLimits(max_models=2))
+    app = make_app(served, TOKEN, MAX_BODY)
+    schema = schemathesis.openapi.from_dict(describe(app))
+    schema.app = app
+    registered = TestClient(app).post("/models", content=json.dumps(register_body(tiny_model)), headers=bearer(TOKEN))
+    assert registered.status_code == 200, registered.text
+    yield schema
+    chat.close()
+    assert set(chat.paths) <= set(INFERENCE_ROUTES), chat.paths  # what reached the stand-in vLLM
+
+
+fuzzed = schemathesis.pytest.from_fixture("surface")
+
+
+@fuzzed.parametrize()
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_no_request_gets_a_5xx_an_oversized_answer_or_past_the_allowlist(case):
+    response = case.call(headers={**bearer(TOKEN), "X-AutoRL-Client": "the-fuzzing-client"})
+    assert response.status_code < 500, (case.method, case.formatted_path, response.text[:300])
+    assert len(response.content) <= MAX_ANSWER_BYTES
