@@ -160,6 +160,7 @@ def test_yes_no_maybe_in_batches_as_they_finish_trains_through_the_backend_and_r
     model, results, judged = session.run(yes_no_maybe.main(session.backend))
     assert [r.step for r in results] == [start + 1, start + 2] and session.run(model.get_step()) == start + 2
     assert all(r.metrics["groups"] == 2 for r in results[:1]) and "reward" in results[0].metrics
+    assert judged, "the embedded judge scored no group"
     assert all(t.logs[-1].startswith("RULER explanation: ") for g in judged for t in g.trajectories)
     logged = read_history(session.run_dir, LOG_HISTORY_FILE)
     assert {r["step"] for r in logged if "train/length" in r} == {start, start + 1}  # the groups, before each step

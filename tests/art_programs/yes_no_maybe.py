@@ -46,7 +46,8 @@ async def main(backend: LocalBackend) -> tuple[art.TrainableModel, list[art.Trai
     groups_of_steps = (art.TrajectoryGroup(rollout(model, prompt) for _ in range(2)) for prompt in prompts()[:4])
     async for batch in art.trajectory_group_batches(groups_of_steps, batch_size=2, max_concurrent_batches=1):
         if results:  # the second step: RULER ranks each group's answers instead of the rule
-            batch = [g for g in await asyncio.gather(*(ruler_score_group(g, JUDGE) for g in batch)) if g is not None]
+            scored = await asyncio.gather(*(ruler_score_group(g, JUDGE, swallow_exceptions=True) for g in batch))
+            batch = [g for g in scored if g is not None]
             judged += batch
         await model.log(batch, split="train")
         result = await backend.train(model, batch, learning_rate=1e-5, epsilon=0.2, scale_rewards=True, verbose=True)
