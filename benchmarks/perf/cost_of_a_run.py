@@ -45,21 +45,18 @@ def main() -> None:
         "group_size": record["config"].get("group_size"),
         "stages": stages,
         "total": added(list(stages.values())),
-        "judge_as": {
-            "model": args.judge_as,
+        "priced_as": {
+            "judge": args.judge_as,
             "usd_per_token": price,
+            "price_per_hour": args.price_per_hour,
             "usd_per_stage": as_api,
-            "usd": round(sum(as_api.values()), 6),
+            "usd": {key: round(sum(usd[key] for usd in as_api.values()), 6) for key in ("compute", "api", "total")},
         },
     }
     print("\n".join(cost_lines(stages, result["total"])))
     usd = result["priced_as"]["usd"]
     print(f"\npriced as {args.judge_as} (LiteLLM) and ${args.price_per_hour}/h: {usd}")
     print(write_result("cost_of_a_run", result))
-
-
-def added_usd(usds) -> dict[str, float]:
-    return {key: round(sum(u[key] for u in usds), 6) for key in ("compute", "api", "total")}
 
 
 if __name__ == "__main__":
