@@ -115,6 +115,7 @@ async def _run_locked(
     tracker = Tracker(config.trackers(), run_dir, name, record["wandb_id"], config.model_dump(mode="json"))
     ctx = StageContext(task, config, store, keys, policy, judge, tracker, run_dir, console, calls)
     record.update(keys=keys, status="running", stages={}, trainer_engine=engine)
+    record.pop("stopped", None)  # an earlier invocation's budget stop
     _link_training(run_dir, policy.run_dir)
     write_json(run_dir / RUN_FILE, record)
     console.print(f"run [bold]{name}[/bold] in {run_dir}")

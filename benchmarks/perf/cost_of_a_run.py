@@ -1,7 +1,8 @@
-"""What a recorded run cost, per stage (its run.json), and what its judging would have cost with an API judge:
-the run's judge tokens priced at LiteLLM's price table for `--judge-as` (priced, not called).
+"""What a recorded run cost, per stage (its run.json), and what it would have cost with an API judge and a priced
+machine: its judge tokens at LiteLLM's price table for `--judge-as`, its seconds at `--price-per-hour` (priced,
+not called).
 
-    python benchmarks/perf/cost_of_a_run.py RUN [--home HOME] [--judge-as openai/gpt-4.1-mini]
+    python benchmarks/perf/cost_of_a_run.py RUN [--home HOME] [--judge-as openai/gpt-4.1-mini] [--price-per-hour 0.1]
     # writes benchmarks/perf/results/cost_of_a_run.json
 
 Not a speed measurement: no baseline and no ratio; the figures are the run's own records and LiteLLM's prices.
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("run")
     parser.add_argument("--home", type=Path, default=DEFAULT_HOME)
     parser.add_argument("--judge-as", default="openai/gpt-4.1-mini")
+    parser.add_argument("--price-per-hour", type=float, default=0.1, help="USD per hour of the machine")
     args = parser.parse_args()
     record = load_run(args.home, args.run)
     stages = {name: entry["cost"] for name, entry in record["stages"].items() if "cost" in entry}
@@ -33,7 +35,7 @@ def main() -> None:
     for name, cost in stages.items():  # the judge's tokens at the API model's price, the rest as recorded
         judge = cost["tokens"].get("judge", {"prompt": 0, "completion": 0})
         tokens = Counter({("judge", args.judge_as, side): count for side, count in judge.items()})
-        as_api[name] = priced(0.0, tokens, 0.0)["usd"]["api"]
+        as_api[name] = priced(cost["seconds"], tokens, args.price_per_hour)["usd"]
     result = {
         "run": args.run,
         "status": record.get("status"),
@@ -43,15 +45,17 @@ def main() -> None:
         "group_size": record["config"].get("group_size"),
         "stages": stages,
         "total": added(list(stages.values())),
-        "judge_as": {
-            "model": args.judge_as,
+        "priced_as": {
+            "judge": args.judge_as,
             "usd_per_token": price,
+            "price_per_hour": args.price_per_hour,
             "usd_per_stage": as_api,
-            "usd": round(sum(as_api.values()), 6),
+            "usd": {key: round(sum(usd[key] for usd in as_api.values()), 6) for key in ("compute", "api", "total")},
         },
     }
     print("\n".join(cost_lines(stages, result["total"])))
-    print(f"\njudge tokens at {args.judge_as}'s LiteLLM price: ${result['judge_as']['usd']:.4f}")
+    usd = result["priced_as"]["usd"]
+    print(f"\npriced as {args.judge_as} (LiteLLM) and ${args.price_per_hour}/h: {usd}")
     print(write_result("cost_of_a_run", result))
 
 
