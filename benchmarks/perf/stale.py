@@ -113,6 +113,7 @@ MEASURES: dict[str, Measures] = {
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_grpo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),  # one_word, uppercase
+    "learning_content_arithmetic": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
