@@ -2,6 +2,7 @@
 Every import a module's source makes is read (function-level ones too, `TYPE_CHECKING` ones not), as the
 artifact keys read them, so a layer that reaches up fails here, whether or not the import runs."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,44 @@ def test_the_configs_other_layers_read_load_without_ray_or_the_server_process():
     )
     loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def _docstrings_edited(source: str) -> str:
+    """`source` with every docstring's text replaced and a comment and blank lines added: the same code."""
+    lines = source.splitlines()
+    for node in sorted(
+        (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)),
+        key=lambda n: -getattr(n, "lineno", 0),
+    ):
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            indent = lines[first.lineno - 1][: first.col_offset]
+            lines[first.lineno - 1 : first.end_lineno] = [f'{indent}"""Edited: what and why, said again."""']
+    return "# a comment added at the top\n\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("module", ["autorl.training.loss", "autorl.config", "pipelines.stages.baseline"])
+def test_a_docstring_edit_of_a_real_module_leaves_every_stage_key_unchanged_and_a_code_edit_does_not(
+    module, tmp_path, monkeypatch
+):
+    from autorl.task import TaskSpec
+    from pipelines import artifacts
+    from pipelines.config import RunConfig
+    from pipelines.pipeline import stage_keys
+
+    real = REPO / (module.replace(".", "/") + ".py")
+    copy = tmp_path / real.name
+    module_file = artifacts._module_file
+    monkeypatch.setattr(artifacts, "_module_file", lambda name: copy if name == module else module_file(name))
+    task, config = TaskSpec(description="Reply politely."), RunConfig()
+
+    copy.write_text(real.read_text())
+    keys = stage_keys(task, config)
+    edited = _docstrings_edited(real.read_text())
+    assert edited != real.read_text() and '"""Edited: what and why' in edited
+    copy.write_text(edited)
+    assert stage_keys(task, config) == keys
+
+    copy.write_text(real.read_text() + "\nSOMETHING_NEW = 1\n")  # a code edit
+    changed = {stage for stage, key in stage_keys(task, config).items() if key != keys[stage]}
+    assert "train" in changed and "inputs" not in changed
