@@ -46,6 +46,7 @@ def code_version(module: ModuleType, packages: tuple[str, ...] = PROJECT_PACKAGE
     return digest.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1024)  # a key is computed many times per run: parse each version of a file once
 def code_text(source: str) -> str:
     """The syntax tree of a Python source without its docstrings (every string statement: module, class,
     function and attribute docstrings); comments and layout are not in the tree. Two versions with the same

@@ -3,6 +3,7 @@ Every import a module's source makes is read (function-level ones too, `TYPE_CHE
 artifact keys read them, so a layer that reaches up fails here, whether or not the import runs."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,38 @@ def test_a_docstring_edit_of_a_real_module_leaves_every_stage_key_unchanged_and_
     copy.write_text(real.read_text() + "\nSOMETHING_NEW = 1\n")  # a code edit
     changed = {stage for stage, key in stage_keys(task, config).items() if key != keys[stage]}
     assert "train" in changed and "inputs" not in changed
+
+
+def test_no_isinstance_on_a_backend_class_outside_the_backends():
+    """The pipeline asks a backend what it needs to know (`Backend.serves_adapters`, `check_can_start`, ...)
+    instead of switching on its class, so a new backend needs no change outside `autorl/backends/`."""
+    offenders = []
+    for package in ("autorl", "pipelines", "ruler"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            if path.is_relative_to(REPO / "autorl" / "backends"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+                    classes = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+                    if any(name.endswith("Backend") and name != "Backend" for name in re.findall(r"\w+", classes)):
+                        offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_each_backend_says_what_the_pipeline_needs_to_know(tmp_path, monkeypatch):
+    import autorl as art
+    from autorl.backends import make_backend
+    from autorl.backends.cluster.config import ClusterConfig
+    from autorl.serving.config import ServerConfig, cuda_available
+
+    def traits(backend: art.Backend) -> tuple[bool, bool, bool]:
+        assert isinstance(backend, art.Backend)
+        return backend.serves_adapters(), backend.starts_embedded_apart(), backend.shares_cpu_with_embedded()
+
+    merged = make_backend(tmp_path, ServerConfig(lora_serving="merged"), ClusterConfig())
+    assert traits(merged) == (False, True, not cuda_available())  # one engine per model's weights on this CPU
+    adapter = make_backend(tmp_path, ServerConfig(lora_serving="adapter"), ClusterConfig())
+    assert traits(adapter) == (True, False, False)  # the embedded model is the policy server's base weights
+    monkeypatch.setenv("AUTORL_TOKEN", "t" * 32)
+    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(backend="http://gpu-box:7999"))
+    assert traits(remote) == (True, True, False)
