@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ruler import JudgeModel
+from tests.helpers.chat_server import read_request, send_json
 
 
 @dataclass
@@ -35,9 +36,7 @@ class FakeJudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                body = read_request(self, server)
                 reply = server.script.popleft() if server.script else Reply(500, "the test script is exhausted")
                 time.sleep(reply.delay_s)
                 if reply.status == 200:
@@ -57,15 +56,7 @@ class FakeJudgeServer:
                     }
                 else:
                     payload = {"error": {"message": reply.content or f"status {reply.status}", "type": "test"}}
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                    pass
+                send_json(self, reply.status, payload)
 
             def log_message(self, *args) -> None:
                 pass
