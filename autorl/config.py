@@ -100,11 +100,10 @@ class TrainConfig(BaseModel):
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward pass; gradients accumulate over one optimizer step. 8 holds a typical
-    group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`): an update of 8 sequences
-    took 3.36 s against 3.72 s with 4 on a 2-core CPU (measured at e2627d3: `python
-    benchmarks/perf/perf_grpo_step.py`, its trainer ablation); lower it when activations do not fit: with 8
-    answers of 1024 tokens at 8, the trainer went past 20 GB and was killed on a 23 GB CPU machine
-    (`benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
+    group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`), which makes the update
+    faster than smaller micro-batches (`benchmarks/perf/perf_grpo_step.py`, its trainer ablation). Lower it
+    when activations do not fit: memory grows with sequences x length (long answers at 8 can exhaust a CPU
+    machine's memory; `benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -158,9 +157,8 @@ class TrainerConfig(BaseModel):
     """Linear layers that get a LoRA."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Training dtype of the frozen base weights. auto: bfloat16 where the hardware runs it fast (a CUDA GPU
-    with bf16 support, or a CPU with avx512_bf16 or amx_bf16: 1.73x faster updates than float32 on one such
-    CPU, measured at e2627d3: `python benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA
-    weights and their optimizer state stay
+    with bf16 support, or a CPU with avx512_bf16 or amx_bf16, where updates are faster than in float32:
+    `benchmarks/perf/perf_grpo_step.py`), else float32. The LoRA weights and their optimizer state stay
     float32 either way."""
     seed: int = 0
     """Seed of the LoRA initialisation."""
@@ -179,7 +177,5 @@ class TrainerConfig(BaseModel):
     SDPA, whose CPU backward is the slower one on short sequences; wider ones, and every one on a GPU, run
     the model's own attention (eager holds each layer's attention weights for the backward: memory and time
     that grow with the square of the width). 0: never eager. Same loss up to float rounding; peft engine
-    only. Measured on 2-core AMD EPYC hosts (`python benchmarks/perf/perf_trainer_attention.py`,
-    results/trainer_attention.json; G=8, one micro-batch): at e2627d3 a step 1.24x faster eager at 78
-    tokens wide, 1.22x at 110, 1.21x at 174, 1.06x at 302; at f1d8eb7, on a slower host, 0.84x at 238 and
-    0.89x at 558, which set the limit where both hosts gain."""
+    only. The limit is where eager still gains on the hosts measured: `benchmarks/perf/perf_trainer_attention.py`
+    measures a step eager against SDPA by width (its figures: docs/results.md)."""

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ruler import api as ruler_api
-from ruler.backend import DEFAULT_JUDGE_MODEL, JudgeModel
+from ruler.client import DEFAULT_JUDGE_MODEL, JudgeModel
 from ruler.errors import JudgeSpecError
 from ruler.judges import Judge
 from ruler.messages import Message

@@ -186,8 +186,8 @@ class TaskSpec(BaseModel):
     """The `[trainer]` table: how a run's LoRA is built and trained, by `autorl.config.TrainerConfig` field
     (`lora_rank`, `target_modules`, ...); `autorl run` flags override them."""
     cluster: dict[str, Any] = Field(default_factory=dict)
-    """The `[cluster]` table: where a run is served and trained, by `autorl.backends.cluster.backend.ClusterConfig` field
-    (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
+    """The `[cluster]` table: where a run is served and trained, by `autorl.backends.cluster.config.ClusterConfig`
+    field (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
     _file: Path | None = PrivateAttr(None)
     """The task file it was loaded from (`load_task`), if any: a run records its path, not its secrets."""
 

@@ -1,7 +1,7 @@
 """The content-addressed artifact store of the pipeline.
 
-A stage's key is the hash of its name, its configuration, the source of its module (its code
-version) and the keys of the artifacts it reads. Its artifact is a directory
+A stage's key is the hash of its name, its configuration, the code of its module and of the project modules
+it imports (its code version, docstrings and comments left out) and the keys of the artifacts it reads. Its artifact is a directory
 `<home>/artifacts/<stage>/<key>/`, written in a temporary directory and renamed into place, so it is
 either complete or absent: a crash or a full disk mid-write leaves the previous artifact valid.
 """
@@ -34,15 +34,31 @@ PROJECT_PACKAGES = ("autorl", "ruler", "pipelines")
 
 
 def code_version(module: ModuleType, packages: tuple[str, ...] = PROJECT_PACKAGES) -> str:
-    """A hash of the source of `module` and of every module of `packages` it imports, transitively.
+    """A hash of the code of `module` and of every module of `packages` it imports, transitively.
 
-    Editing a stage, or any project module its code runs, invalidates its artifacts.
+    Editing a stage's code, or that of any project module its code runs, invalidates its artifacts; editing a
+    docstring, a comment or the layout does not (`code_text`), so documentation never costs a retraining.
     """
     digest = hashlib.sha256()
     for name in sorted(imported_modules(module.__name__, packages)):
         digest.update(f"{name}\n".encode())
-        digest.update(_module_file(name).read_bytes())
+        digest.update(code_text(_module_file(name).read_text(encoding="utf-8")).encode())
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1024)  # a key is computed many times per run: parse each version of a file once
+def code_text(source: str) -> str:
+    """The syntax tree of a Python source without its docstrings (every string statement: module, class,
+    function and attribute docstrings); comments and layout are not in the tree. Two versions with the same
+    text are the same program (`benchmarks/perf/stale.py` tells a docstring edit from a code change by it)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list):
+                kept = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+                setattr(node, field, kept or [ast.Pass()])
+    return ast.dump(tree)
 
 
 def imported_modules(name: str, packages: tuple[str, ...]) -> set[str]:

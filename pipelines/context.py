@@ -16,14 +16,10 @@ from autorl import TrainableModel, gather_trajectory_groups, tracing
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
-from autorl.backends.local import LocalBackend
-from autorl.backends.remote import RemoteBackend
 from autorl.backends.run_dir import ensure_writable
 from autorl.progress import progress_bar
-from autorl.serving.config import cuda_available
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
-from autorl.serving.vllm_server import check_port
 from autorl.task import TaskSpec
 from autorl.threads import in_daemon_thread
 from autorl.tracking import Tracker
@@ -101,25 +97,19 @@ class Policy:
         written; on this machine, an unknown model or a port in use; an `autorl serve` that does not answer or
         refuses the token."""
         ensure_writable(self.run_dir)
-        if isinstance(self.backend, RemoteBackend):
-            self.backend.check_reachable()
-        elif isinstance(self.backend, LocalBackend):
-            resolve_base_model(self.model.base_model)
-            check_port(self.backend.server_config)
+        self.backend.check_can_start(self.model)
 
     def starts_apart_from_embedded(self) -> bool:
         """Whether the embedded model's plain weights need a server of their own beside the policy's: with the
         policy on an `autorl serve`, or on this machine with merged serving (adapter serving keeps the base
         weights servable, and the embedded endpoint reuses the policy's server; a cluster has replicas of its
         own for them)."""
-        if isinstance(self.backend, RemoteBackend):
-            return True
-        return isinstance(self.backend, LocalBackend) and self.backend.server_config.serves_merged()
+        return self.backend.starts_embedded_apart()
 
     def beside_embedded_on_cpu(self) -> bool:
         """Whether the policy's server and the embedded model's are two vLLM engines on this machine's CPU
         (merged serving without CUDA), which slow each other down when both decode at once."""
-        return self.starts_apart_from_embedded() and isinstance(self.backend, LocalBackend) and not cuda_available()
+        return self.backend.shares_cpu_with_embedded()
 
     async def toolbox(self) -> Toolbox | None:
         """The task's tools, opened on first use (its MCP servers start then, once per run); None when the
@@ -176,7 +166,7 @@ class Policy:
         for it). vLLM 0.32 on CPU with it on crashes its engine on prompt_logprobs requests batched together
         ("einsum(): subscript b has size 7 ... does not broadcast"; one request at a time is answered), which
         `base_logprobs` therefore sends one after the other."""
-        return isinstance(self.backend, RemoteBackend) or not self.backend.server_config.serves_merged()
+        return self.backend.serves_adapters()
 
     async def serve_step(self, step: int) -> str:
         """The served name of checkpoint `step` (the base model for 0), loading it if needed."""

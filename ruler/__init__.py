@@ -12,7 +12,7 @@ import importlib
 
 _EXPORTS = {
     "CombinedJudge": "judges",
-    "DEFAULT_JUDGE_MODEL": "backend",
+    "DEFAULT_JUDGE_MODEL": "client",
     "DEFAULT_RUBRIC": "rubric",
     "FunctionJudge": "judges",
     "InputsCheck": "audit",
@@ -20,7 +20,7 @@ _EXPORTS = {
     "JudgeAudit": "audit",
     "JudgeCache": "cache",
     "JudgeFailedError": "errors",
-    "JudgeModel": "backend",
+    "JudgeModel": "client",
     "JudgeSpecError": "errors",
     "ModelEndpoint": "endpoint",
     "ModelSpecError": "errors",

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
-from .backend import DEFAULT_JUDGE_MODEL, JudgeModel
 from .cache import CacheDir
+from .client import DEFAULT_JUDGE_MODEL, JudgeModel
 from .judges import Judge, check_scores, judge_name, score_group_of
 from .loading import as_judge
 from .messages import Message

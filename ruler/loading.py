@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .backend import JudgeModel
 from .cache import CacheDir
+from .client import JudgeModel
 from .errors import JudgeSpecError
 from .judges import FunctionJudge, Judge, is_judge
 from .retry import RetryPolicy, describe

@@ -11,7 +11,9 @@ from typing import Any
 from rich.console import Console
 
 from . import tracing
-from .backend import (
+from .cache import CacheDir, JudgeCache, cache_key
+from .calls import OK, CallRecord, failure_cause
+from .client import (
     DEFAULT_JUDGE_MODEL,
     JudgeClient,
     JudgeModel,
@@ -19,8 +21,6 @@ from .backend import (
     is_context_overflow,
     stated_context_tokens,
 )
-from .cache import CacheDir, JudgeCache, cache_key
-from .calls import OK, CallRecord, failure_cause
 from .errors import JudgeFailedError
 from .messages import Message
 from .prompt import JudgePrompt, as_message_lists, build_judge_prompt, canonical_json

@@ -1,11 +1,10 @@
-import sys
+"""Fixtures every test file may take; what test files share beyond fixtures is in `tests/helpers/`."""
+
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from tiny import tiny_model_dir, tiny_tokenizer
+from tests.helpers.tiny import tiny_model_dir, tiny_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,13 @@ import time
 import pytest
 from test_inputs import FakeOpenAIServer
 from test_ruler_server import scores_json
-from tiny import choice
 
 import autorl as art
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError, NotInAutoRLError, UnsupportedArgumentError
 from autorl.training.trainer import GRPOTrainer
 from autorl.trajectories import History
+from tests.helpers.tiny import choice
 
 
 def run(coroutine):

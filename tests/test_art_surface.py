@@ -14,7 +14,6 @@ from typing import get_type_hints
 import pytest
 from pydantic import BaseModel, ConfigDict
 from test_inputs import FakeOpenAIServer
-from test_ruler_server import scores_json
 
 import autorl as art
 from autorl.backends.base import TrainingCalls
@@ -23,6 +22,7 @@ from autorl.errors import AutoRLError
 from autorl.serving.config import ServerConfig
 from ruler import FunctionJudge, JudgeModel
 from ruler.errors import JudgeSpecError
+from tests.helpers.judge_server import scores_json
 
 
 def run(coroutine):

@@ -149,7 +149,7 @@ CLUSTER_PROGRAM = """
 import asyncio, json, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from chat_server import ChatCompletionServer
+from tests.helpers.chat_server import ChatCompletionServer
 from test_benchmark_optimize import completion
 from test_remote_backend import ScriptedServing
 from test_trainer_options import groups

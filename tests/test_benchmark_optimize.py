@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from chat_server import ChatCompletionServer
 from test_benchmark_variants import VAL, benchmark, make_run
-from test_cli_errors import error_line
+
+from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.cli import error_line
 
 EASY = tuple(f"Easy one {n}: what is 6 x 7?" for n in range(4))
 HARD = tuple(f"Hard one {n}: what is 6 x 7?" for n in range(4))

@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_cli_errors import error_line
-from test_ruler_server import FakeJudgeServer, Reply
 from typer.testing import CliRunner
 
 from autorl.errors import AutoRLError
@@ -22,6 +20,8 @@ from pipelines.benchmark.variants import Cost, RunView, parse_variants, read_inp
 from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.stats import mean_ci
+from tests.helpers.cli import error_line
+from tests.helpers.judge_server import FakeJudgeServer, Reply
 
 VAL = ["What is 6 x 7?", "What is 2 + 2?", "Name a prime number."]
 PROMPT = "Answer with the number only."
@@ -287,7 +287,7 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
 def test_an_api_model_variant_calls_the_run_s_tools_for_real(tmp_path):
     """A run whose task has a Python-function tool: an OpenAI-compatible endpoint (`name@URL`) answers with
     a tool call, the tool runs, its result goes back to the endpoint, and the final answer is judged."""
-    from chat_server import ChatCompletionServer
+    from tests.helpers.chat_server import ChatCompletionServer
 
     make_run(tmp_path)
     record = json.loads((tmp_path / "runs" / "r" / "run.json").read_text())

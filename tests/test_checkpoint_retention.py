@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from test_run_config import TASK, error_line, run  # noqa: F401 (the `run` fixture)
 from test_trainer_options import ServingStandIn, groups
 from transformers import AutoTokenizer
-from wandb_records import history as wandb_history
 
 import autorl as art
 from autorl.backends.base import ModelSlot
@@ -27,6 +26,7 @@ from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
+from tests.helpers.wandb_records import history as wandb_history
 
 LR = art.TrainConfig(learning_rate=1e-9)
 

@@ -9,20 +9,13 @@ from typer.testing import CliRunner
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from pipelines.cli import app
+from tests.helpers.cli import error_line
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 
 
 def run_cli(*args: str):
     return CliRunner().invoke(app, ["run", *args])
-
-
-def error_line(result) -> str:
-    """The run's single error line; it must be the last thing printed."""
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and result.output.rstrip().endswith(errors[0]), result.output
-    return errors[0]
 
 
 def test_empty_task(tmp_path):

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from chat_server import ChatCompletionServer
 from openai import AsyncOpenAI, OpenAI
 
 from autorl.backends.cluster.backend import VIRTUAL_HOST
@@ -28,6 +27,7 @@ from autorl.backends.cluster.proxy import PoolProxy
 from autorl.backends.cluster.routing import Replica, ReplicaPool, RoutingTransport
 from autorl.backends.transport import ENGINE_DIED
 from autorl.errors import ServerDiedError
+from tests.helpers.chat_server import ChatCompletionServer
 
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 

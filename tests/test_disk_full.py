@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import choice
 
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 from autorl.atomic import atomic_file, atomic_text
 from autorl.errors import DiskFullError
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.training.trainer import OPTIMIZER_FILE, GRPOTrainer
+from tests.helpers.tiny import choice
 
 
 def mount_tmpfs(path: Path, size: str) -> bool:

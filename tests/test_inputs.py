@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 
 import pandas as pd
 import pytest
-from chat_server import ChatCompletionServer
 
 from autorl.errors import AutoRLError
 from autorl.inputs.files import GeneratedInputs, read_inputs_jsonl, write_inputs_jsonl
 from autorl.inputs.generation import INPUT_PREFILL, GenerationConfig, Generator, InputGenerationError, generate_inputs
 from autorl.task import TaskSpec
 from ruler.errors import ModelSpecError
+from tests.helpers.chat_server import ChatCompletionServer
 
 TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
 SYSTEM_PROMPT = "You are a math tutor: solve word problems step by step and end with 'Answer: <number>'."

@@ -14,11 +14,11 @@ import random
 import re
 
 import pytest
-from chat_server import ChatCompletionServer
 
 import ruler
 from ruler import FunctionJudge, JudgeModel, RulerJudge
 from ruler.audit import reads_rubric
+from tests.helpers.chat_server import ChatCompletionServer
 
 QUESTIONS = ["How do bees make honey?", "Why is the sky blue?", "What is a prime number?", "How do tides work?"]
 ANSWERS = ["Yes.", "It depends on the light.", "Sunlight scatters off air molecules.", "Blue light scatters most.",

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from chat_server import ChatCompletionServer
 from langgraph.prebuilt import create_react_agent
 from openai.types.chat.chat_completion import Choice
 
@@ -28,6 +27,7 @@ from autorl.errors import AutoRLError, MissingExtraError, NoModelCallError
 from autorl.langgraph import init_chat_model, wrap_rollout
 from autorl.serving.embedded import TEMPLATES
 from autorl.training.sequences import TOKEN_ID_PREFIX, tokenize_trajectory
+from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.docs import DOCS, marked_block
 
 # create_react_agent is LangGraph 1.x's ReAct agent (its successor lives in the `langchain` package)

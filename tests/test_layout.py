@@ -2,6 +2,8 @@
 Every import a module's source makes is read (function-level ones too, `TYPE_CHECKING` ones not), as the
 artifact keys read them, so a layer that reaches up fails here, whether or not the import runs."""
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,79 @@ def test_the_configs_other_layers_read_load_without_ray_or_the_server_process():
     )
     loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def _docstrings_edited(source: str) -> str:
+    """`source` with every docstring's text replaced and a comment and blank lines added: the same code."""
+    lines = source.splitlines()
+    for node in sorted(
+        (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)),
+        key=lambda n: -getattr(n, "lineno", 0),
+    ):
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            indent = lines[first.lineno - 1][: first.col_offset]
+            lines[first.lineno - 1 : first.end_lineno] = [f'{indent}"""Edited: what and why, said again."""']
+    return "# a comment added at the top\n\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("module", ["autorl.training.loss", "autorl.config", "pipelines.stages.baseline"])
+def test_a_docstring_edit_of_a_real_module_leaves_every_stage_key_unchanged_and_a_code_edit_does_not(
+    module, tmp_path, monkeypatch
+):
+    from autorl.task import TaskSpec
+    from pipelines import artifacts
+    from pipelines.config import RunConfig
+    from pipelines.pipeline import stage_keys
+
+    real = REPO / (module.replace(".", "/") + ".py")
+    copy = tmp_path / real.name
+    module_file = artifacts._module_file
+    monkeypatch.setattr(artifacts, "_module_file", lambda name: copy if name == module else module_file(name))
+    task, config = TaskSpec(description="Reply politely."), RunConfig()
+
+    copy.write_text(real.read_text())
+    keys = stage_keys(task, config)
+    edited = _docstrings_edited(real.read_text())
+    assert edited != real.read_text() and '"""Edited: what and why' in edited
+    copy.write_text(edited)
+    assert stage_keys(task, config) == keys
+
+    copy.write_text(real.read_text() + "\nSOMETHING_NEW = 1\n")  # a code edit
+    changed = {stage for stage, key in stage_keys(task, config).items() if key != keys[stage]}
+    assert "train" in changed and "inputs" not in changed
+
+
+def test_no_isinstance_on_a_backend_class_outside_the_backends():
+    """The pipeline asks a backend what it needs to know (`Backend.serves_adapters`, `check_can_start`, ...)
+    instead of switching on its class, so a new backend needs no change outside `autorl/backends/`."""
+    offenders = []
+    for package in ("autorl", "pipelines", "ruler"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            if path.is_relative_to(REPO / "autorl" / "backends"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+                    classes = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+                    if any(name.endswith("Backend") and name != "Backend" for name in re.findall(r"\w+", classes)):
+                        offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_each_backend_says_what_the_pipeline_needs_to_know(tmp_path, monkeypatch):
+    import autorl as art
+    from autorl.backends import make_backend
+    from autorl.backends.cluster.config import ClusterConfig
+    from autorl.serving.config import ServerConfig, cuda_available
+
+    def traits(backend: art.Backend) -> tuple[bool, bool, bool]:
+        assert isinstance(backend, art.Backend)
+        return backend.serves_adapters(), backend.starts_embedded_apart(), backend.shares_cpu_with_embedded()
+
+    merged = make_backend(tmp_path, ServerConfig(lora_serving="merged"), ClusterConfig())
+    assert traits(merged) == (False, True, not cuda_available())  # one engine per model's weights on this CPU
+    adapter = make_backend(tmp_path, ServerConfig(lora_serving="adapter"), ClusterConfig())
+    assert traits(adapter) == (True, False, False)  # the embedded model is the policy server's base weights
+    monkeypatch.setenv("AUTORL_TOKEN", "t" * 32)
+    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(backend="http://gpu-box:7999"))
+    assert traits(remote) == (True, True, False)

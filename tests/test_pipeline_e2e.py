@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from wandb_records import history as wandb_history
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+from tests.helpers.wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"

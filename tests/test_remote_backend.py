@@ -18,9 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from chat_server import ChatCompletionServer
 from test_benchmark_optimize import completion
-from test_cli_errors import error_line
 from test_trainer_options import groups
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
@@ -38,6 +36,8 @@ from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_
 from pipelines.cli import app as cli
 from pipelines.server.app import STEP_IDS_FILE, Refused, ServedModels, make_app
 from pipelines.server.config import MODELS_DIR, ServeConfig, resolve_token
+from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.cli import error_line
 
 TOKEN = secrets.token_urlsafe(32)
 MAX_BODY = 2 * 2**20

@@ -3,10 +3,9 @@
 import copy
 import math
 
-from tiny import choice
-
 from autorl import Trajectory
 from autorl.training.sequences import tokenize_trajectory
+from tests.helpers.tiny import choice
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Reply to a customer asking for a refund."}

@@ -10,7 +10,6 @@ import json
 
 import pytest
 import schemathesis
-from chat_server import ChatCompletionServer
 from hypothesis import HealthCheck, settings
 from starlette.testclient import TestClient
 from test_benchmark_optimize import completion
@@ -25,6 +24,7 @@ from pipelines.server.app import ServedModels, make_app
 from pipelines.server.config import MODELS_DIR
 from pipelines.server.limits import ServeLimits
 from pipelines.server.openapi import describe
+from tests.helpers.chat_server import ChatCompletionServer
 
 MAX_ANSWER_BYTES = 64 * 1024
 """No answer of the fuzzed app is larger (its error lines are short, the lists it answers are of one model)."""

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chat_server import ChatCompletionServer
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -40,7 +39,6 @@ from test_cli_errors import error_line
 from test_cluster_routing import CHAT, proxied, serve  # noqa: F401 (fixtures)
 from test_remote_backend import MAX_BODY, TOKEN, Harness, call, chat, register_body, served  # noqa: F401 (fixtures)
 from test_trainer_options import groups
-from tiny import choice
 from typer.testing import CliRunner
 
 from autorl import TrainableModel, Trajectory
@@ -54,7 +52,9 @@ from pipelines.cli import app as cli
 from pipelines.server.app import STEP_IDS_FILE
 from pipelines.server.config import ServeConfig
 from pipelines.server.limits import ServeLimits
-from ruler.backend import JudgeModel
+from ruler.client import JudgeModel
+from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.tiny import choice
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
@@ -144,7 +144,7 @@ def test_autorl_serve_passes_on_the_allowlist_only_whatever_the_spelling(served,
         assert status == 200 and "hello" in text, (path, text)
         assert chat.paths[-1] == route, path
     assert set(chat.paths) <= set(INFERENCE_ROUTES)
-    assert all(headers["Authorization"] == "Bearer the-vllm-servers-own-key" for headers in chat.headers)
+    assert all(headers["authorization"] == "Bearer the-vllm-servers-own-key" for headers in chat.headers)
 
 
 def test_the_pool_proxy_passes_on_the_allowlist_only_whatever_the_spelling(serve, proxied):  # noqa: F811

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from chat_server import ChatCompletionServer
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_agent_loop import call, scripted, with_toolbox
 from test_judge_audit import by_content
@@ -19,6 +18,7 @@ import ruler
 from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
 from pipelines.context import judge_attributes
+from tests.helpers.chat_server import ChatCompletionServer
 
 SECRET = "sk-tracing-0123456789-never-in-a-span"
 

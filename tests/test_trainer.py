@@ -4,12 +4,12 @@ import json
 
 import torch
 from peft import PeftModel
-from tiny import choice
 from transformers import AutoModelForCausalLM
 
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.training.trainer import GRPOTrainer
+from tests.helpers.tiny import choice
 
 PROMPTS = [[{"role": "user", "content": text}] for text in ("yes or no?", "say thanks", "the refund", "a tool")]
 COMPLETION_TOKENS = 6

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import torch
-from tiny import choice
 from transformers import AutoTokenizer
 
 import autorl.training.trainer
@@ -21,6 +20,7 @@ from autorl.backends.local import LocalBackend
 from autorl.errors import AutoRLError
 from autorl.training.loss import overlong_penalty
 from autorl.training.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
+from tests.helpers.tiny import choice
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly, please."},

@@ -16,12 +16,11 @@ from ..errors import AutoRLError
 
 if TYPE_CHECKING:
     from ..serving.config import ServerConfig
-    from .base import ModelBackend
+    from .base import Backend
     from .cluster.config import ClusterConfig
-    from .remote import RemoteBackend
 
 
-def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig) -> ModelBackend | RemoteBackend:
+def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig) -> Backend:
     """A `RemoteBackend` when `cluster.backend` names an `autorl serve` (its run directories copied under `path`;
     the `server` fields set, but where it runs, asked of it for each model, with adapter serving; one client id
     per machine and `path`, so a rerun is the client that trained before), a

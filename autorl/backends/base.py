@@ -48,6 +48,7 @@ from .transport import GatedTransport, InferenceGate
 
 if TYPE_CHECKING:
     from ..model import Model, TrainableModel
+    from ..serving.config import ServerConfig
 
 log = logging.getLogger("autorl")
 
@@ -118,6 +119,38 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop everything the backend started."""
+        ...
+
+    def run_dir(self, model: Model) -> Path:
+        """The model's run directory on this machine: history, checkpoints, logs (for a remote backend, its copy)."""
+        ...
+
+    @property
+    def remote_server_starts(self) -> int:
+        """vLLM servers started on other machines for this backend's models (a run records them)."""
+        ...
+
+    # What the pipeline needs to know of where its policy runs, asked of the backend instead of read from its class.
+
+    def check_can_start(self, model: TrainableModel) -> None:
+        """Raise one `AutoRLError` line, before anything expensive starts, when `model` cannot be served here (a
+        base model that does not resolve, a port in use, a server that does not answer)."""
+        ...
+
+    def serves_adapters(self) -> bool:
+        """Whether each checkpoint is served as a vLLM LoRA (adapter serving), the base weights staying
+        servable, rather than merged into the weights."""
+        ...
+
+    def starts_embedded_apart(self) -> bool:
+        """Whether the embedded model's plain weights need a vLLM server of their own beside the policy's: the
+        policy's server cannot serve them (merged serving holds one checkpoint's weights; a server elsewhere
+        is not this machine's)."""
+        ...
+
+    def shares_cpu_with_embedded(self) -> bool:
+        """Whether the policy's vLLM engine and the embedded model's are two engines on this machine's CPU,
+        which slow each other down when both decode at once."""
         ...
 
 
@@ -277,6 +310,9 @@ class ModelBackend(TrainingCalls):
         `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
     """
 
+    server_config: ServerConfig
+    """How its models' servers start and serve their LoRAs (a subclass sets it)."""
+
     def __init__(self, path: str | os.PathLike, placement: Placement):
         install_exit_hooks()  # here, in the thread that makes the backend: SIGTERM is the main thread's to take
         self.path = Path(path)
@@ -287,6 +323,18 @@ class ModelBackend(TrainingCalls):
     @property
     def remote_server_starts(self) -> int:
         return self.placement.remote_server_starts
+
+    def check_can_start(self, model: TrainableModel) -> None:
+        return None
+
+    def serves_adapters(self) -> bool:
+        return not self.server_config.serves_merged()
+
+    def starts_embedded_apart(self) -> bool:
+        return False  # a cluster has replicas of the embedded model of its own
+
+    def shares_cpu_with_embedded(self) -> bool:
+        return False
 
     def run_dir(self, model: Model) -> Path:
         return self.path / model.project / model.name

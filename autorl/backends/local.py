@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError, ServerDiedError
-from ..serving.config import ServerConfig
+from ..serving.config import ServerConfig, cuda_available
 from ..serving.embedded import resolve_base_model
-from ..serving.vllm_server import VLLMServer
+from ..serving.vllm_server import VLLMServer, check_port
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
@@ -174,8 +174,8 @@ class LocalPlacement:
         """The one thread that runs `model`'s torch work in this process: its trainer's steps and, with merged
         serving, the merges of its checkpoints. Torch called from a second thread starts a second OpenMP
         thread team (with more OpenMP threads than cores, libgomp, by our reading, stops spinning between
-        parallel regions and sleeps in the kernel): after a merge on another thread the trainer's step took 7.52 s against 4.64 s with the merge
-        on its own thread, on a 2-core CPU (measured at 3660214: `python benchmarks/perf/perf_merge_thread.py`)."""
+        parallel regions and sleeps in the kernel), which slows the trainer's next step
+        (`benchmarks/perf/perf_merge_thread.py` measures a step after a merge on either thread)."""
         if model.name not in self._torch_threads:
             self._torch_threads[model.name] = ThreadPoolExecutor(1, f"autorl-torch-{model.name}")
         return self._torch_threads[model.name]
@@ -231,3 +231,13 @@ class LocalBackend(ModelBackend):
         """ART's choice of where its training service runs; here the trainer always runs in this process (on a
         thread of its own) and the vLLM server in a child process, whatever it says."""
         super().__init__(path, LocalPlacement(self.server_config))
+
+    def check_can_start(self, model: TrainableModel) -> None:
+        resolve_base_model(model.base_model)
+        check_port(self.server_config)
+
+    def starts_embedded_apart(self) -> bool:
+        return self.server_config.serves_merged()  # adapter serving keeps the base weights servable
+
+    def shares_cpu_with_embedded(self) -> bool:
+        return self.server_config.serves_merged() and not cuda_available()

@@ -358,6 +358,18 @@ class RemoteBackend(TrainingCalls):
             raise AutoRLError(f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})")
         raise AutoRLError(f"autorl server {where} failed after {attempt + 1} tries ({last})")
 
+    def check_can_start(self, model: TrainableModel) -> None:
+        self.check_reachable()
+
+    def serves_adapters(self) -> bool:
+        return True  # an `autorl serve` is asked for adapter serving (`make_backend`)
+
+    def starts_embedded_apart(self) -> bool:
+        return True  # the policy's server is not on this machine
+
+    def shares_cpu_with_embedded(self) -> bool:
+        return False
+
     def check_reachable(self) -> None:
         """One `AutoRLError` line, at once, when the server does not answer or refuses the token (no retries:
         for a check before anything expensive starts)."""

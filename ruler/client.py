@@ -1,5 +1,5 @@
-"""The judge model (`JudgeModel`: a model spec, `ruler.endpoint`, plus how RULER calls it) and one chat call
-to it through LiteLLM."""
+"""The judge's LLM client: the judge model (`JudgeModel`: a model spec, `ruler.endpoint`, plus how RULER calls it)
+and one chat call to it through LiteLLM."""
 
 from __future__ import annotations
 

@@ -7,6 +7,28 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def read_request(handler: BaseHTTPRequestHandler, server: Any) -> dict:
+    """A POST's JSON body, recorded in `server.requests`, its headers (names in lower case) in `server.headers`."""
+    body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+    server.requests.append(body)
+    server.headers.append({k.lower(): v for k, v in handler.headers.items()})
+    return body
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    """Answer with `payload` as JSON; a client that already left (timed out) is no error."""
+    data = json.dumps(payload).encode()
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
 
 
 class ChatCompletionServer:
@@ -22,15 +44,7 @@ class ChatCompletionServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 server.paths.append(self.path)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                server.headers.append(dict(self.headers))
-                data = json.dumps(answer(body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, 200, answer(read_request(self, server)))
 
             def log_message(self, *args) -> None:
                 pass
