@@ -135,6 +135,7 @@ RUN_FLAGS = field_flags(
         "train.learning_rate": {"names": ("--learning-rate", "--lr")},
         **{f"train.{name}": {"help_suffix": _per_loss_defaults(name)} for name in set().union(*LOSS_DEFAULTS.values())},
         "trainer.*": {"rich_help_panel": "The LoRA and its trainer (TrainerConfig; a task file's trainer table)"},
+        "sentinel.*": {"rich_help_panel": "The reward-hacking sentinel (SentinelConfig; a task file's sentinel table)"},
         "cluster.*": {"rich_help_panel": "Where it trains: a Ray cluster or an autorl serve (ClusterConfig; a task file's cluster table)"},
     },
 )  # fmt: skip

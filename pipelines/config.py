@@ -18,6 +18,8 @@ from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
 
+from .sentinel import SentinelConfig
+
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")
 """Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
@@ -76,6 +78,9 @@ class RunConfig(BaseModel):
     """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """How the policy's LoRA is built and trained: rank, alpha, dropout, target modules, dtype, seed."""
+    sentinel: SentinelConfig = Field(default_factory=SentinelConfig)
+    """What a run does when the reward-hacking sentinel finds the policy far from the base model while its
+    reward rose (`--on-drift warn|stop|rollback`; a task file's sentinel table)."""
     keep_checkpoints: str = "all"
     """Which checkpoints training keeps: all (the default), or a comma-separated set of latest (the newest;
     latest:N, the newest N), best (the highest training reward, as the evaluate stage and RUN@best pick it)
@@ -124,7 +129,7 @@ class RunConfig(BaseModel):
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
         """The config of a run of `task`: the `given` values (nested models as dicts: `{"train": {"loss":
-        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` tables, `inputs_file` and
+        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` / `[sentinel]` tables, `inputs_file` and
         `keep_checkpoints`, over the defaults.
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
@@ -175,6 +180,11 @@ def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -
 
 TASK_TABLES: dict[str, type[BaseModel]] = {
     table: type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid")})
-    for table, model in (("train", TrainConfig), ("trainer", TrainerConfig), ("cluster", ClusterConfig))
+    for table, model in (
+        ("train", TrainConfig),
+        ("trainer", TrainerConfig),
+        ("cluster", ClusterConfig),
+        ("sentinel", SentinelConfig),
+    )
 }
 """The task file's tables of run settings, each checked against its config model with unknown keys refused."""

@@ -182,16 +182,29 @@ def test_the_sentinel_warns_when_the_policy_moves_far_while_the_reward_rises():
     assert sentinel.training_warning(history((0.2, 0.0, -1.5))) is None  # step 1 alone
     assert sentinel.training_warning(history((0.2, 0.0, -1.5), (0.5, 0.1, -1.7))) is None  # near the base
     assert sentinel.training_warning(history((0.5, 0.0, -1.5), (0.3, 2.0, -4.0))) is None  # the reward fell
-    warning = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, sentinel.KL_FAR, -1.6)))
-    assert warning.startswith("step 3: the training reward rose (0.200 at step 1, 0.650 lately)")
+    # the figures are the means of the last RISE_STEPS steps: one far step among near ones is not far
+    near = history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, sentinel.KL_FAR, -1.6))
+    assert sentinel.training_warning(near) is None
+    steps = history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, 0.6, -1.6), (0.9, 0.7, -1.6))
+    warning = sentinel.training_warning(steps)
+    assert warning.startswith("step 4: the training reward rose (0.200 at step 1, 0.733 lately)")
     assert "KL to the base model 0.50 nats/token" in warning
+    assert sentinel.first_drift(steps) == 4 and sentinel.first_drift(near) is None
     drop = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.9, 0.1, -1.5 - sentinel.LOGPROB_DROP_FAR)))
     assert "1.00 nats/token less likely than its own" in drop
     console = Console(record=True, width=300)
     sentinel.warn_or_stop(console, warning, "warn")
-    assert "warning: step 3" in console.export_text()
-    with pytest.raises(AutoRLError, match="stopped \\(--preflight strict"):
-        sentinel.warn_or_stop(console, warning, "strict")
+    assert "warning: step 4" in console.export_text()
+    with pytest.raises(AutoRLError, match="stopped \\(--on-drift stop, or --preflight strict"):
+        sentinel.warn_or_stop(console, warning, "stop")
+    config = sentinel.SentinelConfig(on_drift="warn")
+    assert (sentinel.policy(config, "strict"), sentinel.policy(config, "warn")) == ("stop", "warn")
+    assert sentinel.policy(sentinel.SentinelConfig(), "strict") == "rollback"
+    assert sentinel.rollback_target(10, [2, 5, 7, 9, 10]) == 7 and sentinel.rollback_target(3, [1, 2, 3]) == 0
+    assert sentinel.adjusted(0.0, 1e-4, sentinel.SentinelConfig(rollback_lr_factor=0.5)) == {
+        "kl_beta": 0.1, "learning_rate": 5e-5
+    }  # fmt: skip
+    assert sentinel.adjusted(0.1, 1e-4, sentinel.SentinelConfig())["kl_beta"] == 0.2  # doubled the second time
 
 
 def checks(verdict: str = "reliable", floor: float = 0.0) -> dict:

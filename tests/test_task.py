@@ -69,7 +69,7 @@ def test_ready_made_task_files_load(path):
     [
         (
             'description = "x"\nnum_input = 3',
-            r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, keep_checkpoints, train, trainer, cluster\)",
+            r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, keep_checkpoints, train, trainer, cluster, sentinel\)",
         ),
         ('description = "x"\nnum_inputs = "many"', r"field 'num_inputs': Input should be a valid integer.*'many'"),
         ('description = "x"\nnum_inputs = 0', r"field 'num_inputs': Input should be greater than 0"),
@@ -109,8 +109,9 @@ def test_missing_task_file_is_reported(tmp_path):
 
 def test_docs_describe_every_field_and_their_example_loads(tmp_path):
     docs = (REPO / "README.md").read_text()
-    for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:
-        assert f"`{field}`" in docs, field
+    pages = docs + "".join(page.read_text() for page in sorted((REPO / "docs").glob("*.md")))
+    for field in [*TaskSpec.model_fields, *ToolSpec.model_fields]:  # in the README or a page of docs/
+        assert f"`{field}`" in pages, field
     example = docs.split("### Task files")[1].split("```toml\n")[1].split("```")[0]
     task = load_task(write(tmp_path, example))
     # the run settings have their own example (tests/test_run_config.py)

@@ -194,6 +194,28 @@ def _gain_section(checks: dict, summary: dict) -> list[str]:
     return [*lines, "", verdict, *[line for note in notes for line in ("", note)]]
 
 
+def _sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
+    """What the reward-hacking sentinel did during training (`--on-drift`): each action with its warning, a
+    rollback's restored checkpoint, dropped steps and new settings; or that it never fired."""
+    lines = ["## The reward-hacking sentinel", ""]
+    if not actions:
+        return [
+            *lines,
+            f"It never fired: the policy stayed near the base model (--on-drift {config.sentinel.on_drift}).",
+        ]
+    lines += ["| step | action | what it did |", "|---|---|---|"]
+    for action in actions:
+        did = {"warn": "warned; training went on", "stop": "stopped the run"}.get(action["action"], "")
+        if action["action"] == "rollback":
+            dropped = ", ".join(str(r["step"]) for r in action["dropped"]) or "none"
+            did = (
+                f"restored checkpoint {action['restored']} (steps dropped and trained again: {dropped}); "
+                f"kl_beta {action['kl_beta']:g}, learning rate {action['learning_rate']:g} from then on"
+            )
+        lines.append(f"| {action['step']} | {action['action']} | {did} |")
+    return [*lines, "", *[f"- step {a['step']}: {a['warning']}" for a in actions]]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks = preflight.load(ctx)
@@ -243,6 +265,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
+    lines += ["", *_sentinel_section(train.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]
