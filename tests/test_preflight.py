@@ -69,10 +69,9 @@ def words(messages: list[dict]) -> float:
     return 1 / max(1, len(messages[-1]["content"].split()))
 
 
-def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageContext:
-    """A stage context whose inputs, system prompt and baseline artifacts exist (the baseline's groups judged
-    by `judge`), with a scripted policy answering `answers` in turn."""
-    config = RunConfig(group_size=4, groups_per_step=2, learnability_groups=3, audit_groups=2, **settings)
+def upstream_artifacts(tmp_path: Path, config: RunConfig) -> tuple[dict[str, str], ArtifactStore]:
+    """The stage keys of a run of TASK under `config`, and a store holding its inputs (TRAIN, VAL) and system
+    prompt artifacts."""
     keys = stage_keys(TASK, config)
     store = ArtifactStore(tmp_path / "artifacts")
     rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
@@ -80,6 +79,14 @@ def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageConte
         write_inputs_jsonl(rows, out / inputs.FILE)
     with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
         (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
+    return keys, store
+
+
+def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageContext:
+    """A stage context whose inputs, system prompt and baseline artifacts exist (the baseline's groups judged
+    by `judge`), with a scripted policy answering `answers` in turn."""
+    config = RunConfig(group_size=4, groups_per_step=2, learnability_groups=3, audit_groups=2, **settings)
+    keys, store = upstream_artifacts(tmp_path, config)
     policy = ScriptedPolicy(tmp_path / "train", answers)
     ctx = StageContext(TASK, config, store, keys, policy, judge, None, tmp_path, Console(record=True, width=300))
 

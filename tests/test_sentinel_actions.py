@@ -8,29 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from pathlib import Path
 
 import pytest
 import torch
 from rich.console import Console
 from test_checkpoint_retention import backend_with_model
-from test_preflight import TASK, TRAIN, VAL
+from test_preflight import TASK, upstream_artifacts
 from tiny import choice
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from autorl.backends.run_dir import read_history
 from autorl.errors import AutoRLError
-from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
 from pipelines import sentinel
-from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
-from pipelines.pipeline import stage_keys
-from pipelines.stages import inputs, report, system_prompt, train
+from pipelines.stages import report, train
 from ruler import FunctionJudge
 
 ANSWER_TOKENS = 6
@@ -105,13 +101,7 @@ def rising_judge() -> FunctionJudge:
 
 def stage_context(tmp_path: Path, policy: TinyPolicy, **settings) -> StageContext:
     config = RunConfig(group_size=4, groups_per_step=2, steps=7, **settings)
-    keys = stage_keys(TASK, config)
-    store = ArtifactStore(tmp_path / "artifacts")
-    rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
-    with store.write(inputs.NAME, keys[inputs.NAME], {}) as out:
-        write_inputs_jsonl(rows, out / inputs.FILE)
-    with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
-        (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
+    keys, store = upstream_artifacts(tmp_path, config)
     tracker = Tracker(False, tmp_path, "run", "id")
     console = Console(record=True, width=400)
     return StageContext(TASK, config, store, keys, policy, rising_judge(), tracker, tmp_path, console)
