@@ -125,7 +125,7 @@ RUN_FLAGS = field_flags(
     RunConfig,
     {
         "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
-        "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "audit_groups": {},
+        "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "system_prompt_check": {}, "audit_groups": {},
         "learnability_groups": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "force": {"metavar": "STAGE"}, "resume": {},

@@ -65,6 +65,11 @@ class RunConfig(BaseModel):
     warn: print what they find and go on; strict: stop the run (before training, or at the step the sentinel
     fires) unless the judge is reliable, the base model's groups carry signal and the policy stays near the
     base; off: no audit and no learnability check (the sentinel's figures are still recorded)."""
+    system_prompt_check: int = Field(4, ge=0)
+    """Training inputs on which a generated system prompt is scored against the task text as the system
+    prompt before training (`eval_samples` answers under each), where the judge is reliable (a program
+    judge, or a model judge whose audit on those answers says so); the better prompt is kept and the report
+    shows the comparison. 0: no check (the report says so)."""
     audit_groups: int = Field(4, ge=1)
     """Judged groups the judge audit asks the judge about again (the learnability check's first, then the
     baseline's): two more judge requests each (the same answers in reverse order, and with one shown twice)."""

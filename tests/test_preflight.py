@@ -69,14 +69,18 @@ def words(messages: list[dict]) -> float:
     return 1 / max(1, len(messages[-1]["content"].split()))
 
 
-def upstream_artifacts(tmp_path: Path, config: RunConfig) -> tuple[dict[str, str], ArtifactStore]:
-    """The stage keys of a run of TASK under `config`, and a store holding its inputs (TRAIN, VAL) and system
-    prompt artifacts."""
-    keys = stage_keys(TASK, config)
+def upstream_artifacts(
+    tmp_path: Path, config: RunConfig, task: TaskSpec = TASK, with_prompt: bool = True
+) -> tuple[dict[str, str], ArtifactStore]:
+    """The stage keys of a run of `task` under `config`, and a store holding its inputs (TRAIN, VAL) and, with
+    `with_prompt`, its system prompt (TASK's) artifacts."""
+    keys = stage_keys(task, config)
     store = ArtifactStore(tmp_path / "artifacts")
     rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
     with store.write(inputs.NAME, keys[inputs.NAME], {}) as out:
         write_inputs_jsonl(rows, out / inputs.FILE)
+    if not with_prompt:
+        return keys, store
     with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
         (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
     return keys, store

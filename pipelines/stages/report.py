@@ -194,6 +194,15 @@ def _gain_section(checks: dict, summary: dict) -> list[str]:
     return [*lines, "", verdict, *[line for note in notes for line in ("", note)]]
 
 
+def _system_prompt_check(check: dict | None, task: TaskSpec) -> list[str]:
+    """Whether the system prompt earned its place against the task text (`system_prompt.compare`)."""
+    if check is None:
+        given = task.system_prompt is not None
+        return ["The task gives its system prompt." if given else "The task text is the system prompt (fallback)."]
+    line = system_prompt.check_line(check)
+    return [f"{line[0].upper()}{line[1:]}."]
+
+
 def _sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
     """What the reward-hacking sentinel did during training (`--on-drift`): each action with its warning, a
     rollback's restored checkpoint, dropped steps and new settings; or that it never fired."""
@@ -229,6 +238,8 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "## System prompt",
         "",
         *[f"> {line}" for line in system_prompt.load(ctx).splitlines()],
+        "",
+        *_system_prompt_check(system_prompt.load_check(ctx), ctx.task),
         "",
         f"## Inputs ({len(train_inputs)} train, {len(val_inputs)} validation; a sample)",
         "",
