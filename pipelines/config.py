@@ -62,9 +62,10 @@ class RunConfig(BaseModel):
     """Answers per validation input and variant in the baseline and evaluation stages (RULER compares, so at least 2)."""
     preflight: Literal["warn", "strict", "off"] = "warn"
     """Checks before and during training: the judge audit, the learnability check, the reward-hacking sentinel.
-    warn: print what they find and go on; strict: stop the run (before training, or at the step the sentinel
-    fires) unless the judge is reliable, the base model's groups carry signal and the policy stays near the
-    base; off: no audit and no learnability check (the sentinel's figures are still recorded)."""
+    warn: print what they find and go on; strict: stop the run (before training, or, with `--on-drift warn`, at
+    the step the sentinel fires) unless the judge is reliable, the base model's groups carry signal and the
+    policy stays near the base; off: no audit and no learnability check (the sentinel still acts as
+    `--on-drift` says)."""
     system_prompt_check: int = Field(4, ge=0)
     """Training inputs on which a generated system prompt is scored against the task text as the system
     prompt before training (`eval_samples` answers under each), where the judge is reliable (a program
