@@ -1,8 +1,8 @@
 """The task a user trains an agent for: a plain-text description, or a TOML task file.
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
-tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[trainer]` and
-`[cluster]` tables, `inputs_file` and `keep_checkpoints`), and a key that is not a field is an error that names it. Relative paths in a task file (an
+tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[trainer]`, `[cluster]` and
+`[sentinel]` tables, `inputs_file` and `keep_checkpoints`), and a key that is not a field is an error that names it. Relative paths in a task file (an
 inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
 themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. docs/inputs.md documents
@@ -188,6 +188,10 @@ class TaskSpec(BaseModel):
     cluster: dict[str, Any] = Field(default_factory=dict)
     """The `[cluster]` table: where a run is served and trained, by `autorl.backends.cluster.config.ClusterConfig`
     field (`ray = "auto"`, `replicas = 4`, ...); `autorl run --ray` and `--replicas` override them."""
+    sentinel: dict[str, Any] = Field(default_factory=dict)
+    """The `[sentinel]` table: what a run does when the policy drifts far from the base model while its reward
+    rises, by `pipelines.sentinel.SentinelConfig` field (`on_drift = "stop"`, `rollback_kl_beta`, ...);
+    `autorl run --on-drift` overrides it."""
     _file: Path | None = PrivateAttr(None)
     """The task file it was loaded from (`load_task`), if any: a run records its path, not its secrets."""
 
@@ -225,7 +229,7 @@ class TaskSpec(BaseModel):
         }
 
 
-RUN_SETTINGS = frozenset({"inputs_file", "keep_checkpoints", "train", "trainer", "cluster"})
+RUN_SETTINGS = frozenset({"inputs_file", "keep_checkpoints", "train", "trainer", "cluster", "sentinel"})
 """The `TaskSpec` fields that set up a run rather than describe its task. A run's config takes them over
 (`pipelines.config.RunConfig.for_task`, which also checks the tables' keys): the pipeline reads them
 there, and changing them keeps a run's name."""

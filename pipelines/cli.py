@@ -126,7 +126,7 @@ RUN_FLAGS = field_flags(
     RunConfig,
     {
         "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
-        "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "audit_groups": {},
+        "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "system_prompt_check": {}, "audit_groups": {},
         "learnability_groups": {}, "on_tied": {}, "model": {}, "judge": {}, "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"},
@@ -138,6 +138,7 @@ RUN_FLAGS = field_flags(
         "train.learning_rate": {"names": ("--learning-rate", "--lr")},
         **{f"train.{name}": {"help_suffix": _per_loss_defaults(name)} for name in set().union(*LOSS_DEFAULTS.values())},
         "trainer.*": {"rich_help_panel": "The LoRA and its trainer (TrainerConfig; a task file's trainer table)"},
+        "sentinel.*": {"rich_help_panel": "The reward-hacking sentinel (SentinelConfig; a task file's sentinel table)"},
         "cluster.*": {"rich_help_panel": "Where it trains: a Ray cluster or an autorl serve (ClusterConfig; a task file's cluster table)"},
     },
 )  # fmt: skip

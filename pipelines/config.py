@@ -19,6 +19,8 @@ from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
 from autorl.tracking import PACKAGES
 
+from .sentinel import SentinelConfig
+
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
 DEFAULT_HOME = Path(".autorl")
 """Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
@@ -61,9 +63,15 @@ class RunConfig(BaseModel):
     """Answers per validation input and variant in the baseline and evaluation stages (RULER compares, so at least 2)."""
     preflight: Literal["warn", "strict", "off"] = "warn"
     """Checks before and during training: the judge audit, the learnability check, the reward-hacking sentinel.
-    warn: print what they find and go on; strict: stop the run (before training, or at the step the sentinel
-    fires) unless the judge is reliable, the base model's groups carry signal and the policy stays near the
-    base; off: no audit and no learnability check (the sentinel's figures are still recorded)."""
+    warn: print what they find and go on; strict: stop the run (before training, or, with `--on-drift warn`, at
+    the step the sentinel fires) unless the judge is reliable, the base model's groups carry signal and the
+    policy stays near the base; off: no audit and no learnability check (the sentinel still acts as
+    `--on-drift` says)."""
+    system_prompt_check: int = Field(4, ge=0)
+    """Training inputs on which a generated system prompt is scored against the task text as the system
+    prompt before training (`eval_samples` answers under each), where the judge is reliable (a program
+    judge, or a model judge whose audit on those answers says so); the better prompt is kept and the report
+    shows the comparison. 0: no check (the report says so)."""
     audit_groups: int = Field(4, ge=1)
     """Judged groups the judge audit asks the judge about again (the learnability check's first, then the
     baseline's): two more judge requests each (the same answers in reverse order, and with one shown twice)."""
@@ -82,6 +90,9 @@ class RunConfig(BaseModel):
     """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """How the policy's LoRA is built and trained: rank, alpha, dropout, target modules, dtype, seed."""
+    sentinel: SentinelConfig = Field(default_factory=SentinelConfig)
+    """What a run does when the reward-hacking sentinel finds the policy far from the base model while its
+    reward rose (`--on-drift warn|stop|rollback`; a task file's sentinel table)."""
     keep_checkpoints: str = "all"
     """Which checkpoints training keeps: all (the default), or a comma-separated set of latest (the newest;
     latest:N, the newest N), best (the highest training reward, as the evaluate stage and RUN@best pick it)
@@ -161,7 +172,7 @@ class RunConfig(BaseModel):
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
         """The config of a run of `task`: the `given` values (nested models as dicts: `{"train": {"loss":
-        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` tables, `inputs_file` and
+        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` / `[sentinel]` tables, `inputs_file` and
         `keep_checkpoints`, over the defaults.
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
@@ -212,6 +223,11 @@ def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -
 
 TASK_TABLES: dict[str, type[BaseModel]] = {
     table: type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid")})
-    for table, model in (("train", TrainConfig), ("trainer", TrainerConfig), ("cluster", ClusterConfig))
+    for table, model in (
+        ("train", TrainConfig),
+        ("trainer", TrainerConfig),
+        ("cluster", ClusterConfig),
+        ("sentinel", SentinelConfig),
+    )
 }
 """The task file's tables of run settings, each checked against its config model with unknown keys refused."""

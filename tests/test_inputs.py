@@ -368,11 +368,14 @@ def test_system_prompt_stage_records_the_fallback(fake_server, tmp_path):
     assert stage.load(ctx) == TASK.description
     assert "using the task description" in ctx.console.export_text()
 
-    ctx = stage_context(fake_server(system_prompts(SYSTEM_PROMPT[7:])), tmp_path / "ok")
+    ctx = stage_context(fake_server(system_prompts(SYSTEM_PROMPT[7:])), tmp_path / "ok", system_prompt_check=0)
     ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
     summary = asyncio.run(stage.run(ctx))
     assert summary["fallback"] is None and stage.load(ctx) == SYSTEM_PROMPT
-    assert ctx.console.export_text() == ""
+    assert ctx.console.export_text().strip() == (
+        "system_prompt: the system prompt was not checked against the task text: the check is off "
+        "(--system-prompt-check 0)"
+    )
 
 
 def test_inputs_stage_summary_counts_junk(fake_server, tmp_path):

@@ -26,14 +26,17 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
     assert stage_keys(TASK, RunConfig()) == base  # deterministic
     assert changed(base, stage_keys(TASK, RunConfig(train={"learning_rate": 1e-4}))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(steps=3))) == {"evaluate", "report"}
+    # the system prompt stage checks a generated prompt with the policy's answers to the inputs
     assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {
+        "system_prompt",
         "baseline",
         "preflight",
         "train",
         "evaluate",
         "report",
     }
-    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"system_prompt"}
+    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES)
+    assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
 
 
@@ -272,6 +275,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     assert keys["system_prompt"] != stage_keys(TASK, RunConfig())["system_prompt"]
     assert changed(keys, stage_keys(given, RunConfig(generator="openai/gpt-4.1-mini"))) == {
         "inputs",
+        "system_prompt",  # its inputs are upstream (a generated prompt is checked on them)
         "baseline",
         "preflight",
         "train",
@@ -281,7 +285,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     # the generator is not reachable and the policy is None: a call or a server start would fail
     config = RunConfig(generator="nobody@http://127.0.0.1:9/v1")
     ctx = StageContext(given, config, ArtifactStore(tmp_path), keys, None, None, None, tmp_path, Console(quiet=True))
-    assert asyncio.run(system_prompt.run(ctx)) == {"chars": 34, "generator_calls": 0, "fallback": None}
+    assert asyncio.run(system_prompt.run(ctx)) == {"chars": 34, "generator_calls": 0, "fallback": None, "check": None}
     assert system_prompt.load(ctx) == "You write formal business English." and ctx.calls == Counter()
     with pytest.raises(ValueError, match="must not be empty"):
         TaskSpec(description="x", system_prompt="  ")
@@ -330,7 +334,9 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
         (set(), {"judge": "m:judge"}, {"policy", "embedded"}),  # the embedded generator still writes the inputs
         ({"inputs", "system_prompt"}, {"judge": "m:judge"}, {"policy"}),
         ({"inputs", "system_prompt", "baseline", "train", "evaluate"}, {}, set()),  # only the report is left
-        ({"baseline", "train", "evaluate"}, {}, {"embedded"}),  # new inputs for a trained run: the generator alone
+        # new inputs for a trained run: the generator, and the policy to check the system prompt on them
+        ({"baseline", "train", "evaluate"}, {}, {"embedded", "policy"}),
+        ({"baseline", "train", "evaluate"}, {"system_prompt_check": 0}, {"embedded"}),  # the generator alone
     ],
 )
 def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached, settings, needed):

@@ -69,17 +69,28 @@ def words(messages: list[dict]) -> float:
     return 1 / max(1, len(messages[-1]["content"].split()))
 
 
-def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageContext:
-    """A stage context whose inputs, system prompt and baseline artifacts exist (the baseline's groups judged
-    by `judge`), with a scripted policy answering `answers` in turn."""
-    config = RunConfig(group_size=4, groups_per_step=2, learnability_groups=3, audit_groups=2, **settings)
-    keys = stage_keys(TASK, config)
+def upstream_artifacts(
+    tmp_path: Path, config: RunConfig, task: TaskSpec = TASK, with_prompt: bool = True
+) -> tuple[dict[str, str], ArtifactStore]:
+    """The stage keys of a run of `task` under `config`, and a store holding its inputs (TRAIN, VAL) and, with
+    `with_prompt`, its system prompt (TASK's) artifacts."""
+    keys = stage_keys(task, config)
     store = ArtifactStore(tmp_path / "artifacts")
     rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
     with store.write(inputs.NAME, keys[inputs.NAME], {}) as out:
         write_inputs_jsonl(rows, out / inputs.FILE)
+    if not with_prompt:
+        return keys, store
     with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
         (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
+    return keys, store
+
+
+def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageContext:
+    """A stage context whose inputs, system prompt and baseline artifacts exist (the baseline's groups judged
+    by `judge`), with a scripted policy answering `answers` in turn."""
+    config = RunConfig(group_size=4, groups_per_step=2, learnability_groups=3, audit_groups=2, **settings)
+    keys, store = upstream_artifacts(tmp_path, config)
     policy = ScriptedPolicy(tmp_path / "train", answers)
     ctx = StageContext(TASK, config, store, keys, policy, judge, None, tmp_path, Console(record=True, width=300))
 
@@ -224,16 +235,29 @@ def test_the_sentinel_warns_when_the_policy_moves_far_while_the_reward_rises():
     assert sentinel.training_warning(history((0.2, 0.0, -1.5))) is None  # step 1 alone
     assert sentinel.training_warning(history((0.2, 0.0, -1.5), (0.5, 0.1, -1.7))) is None  # near the base
     assert sentinel.training_warning(history((0.5, 0.0, -1.5), (0.3, 2.0, -4.0))) is None  # the reward fell
-    warning = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, sentinel.KL_FAR, -1.6)))
-    assert warning.startswith("step 3: the training reward rose (0.200 at step 1, 0.650 lately)")
+    # the figures are the means of the last RISE_STEPS steps: one far step among near ones is not far
+    near = history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, sentinel.KL_FAR, -1.6))
+    assert sentinel.training_warning(near) is None
+    steps = history((0.2, 0.0, -1.5), (0.4, 0.2, -1.6), (0.9, 0.6, -1.6), (0.9, 0.7, -1.6))
+    warning = sentinel.training_warning(steps)
+    assert warning.startswith("step 4: the training reward rose (0.200 at step 1, 0.733 lately)")
     assert "KL to the base model 0.50 nats/token" in warning
+    assert sentinel.first_drift(steps) == 4 and sentinel.first_drift(near) is None
     drop = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.9, 0.1, -1.5 - sentinel.LOGPROB_DROP_FAR)))
     assert "1.00 nats/token less likely than its own" in drop
     console = Console(record=True, width=300)
     sentinel.warn_or_stop(console, warning, "warn")
-    assert "warning: step 3" in console.export_text()
-    with pytest.raises(AutoRLError, match="stopped \\(--preflight strict"):
-        sentinel.warn_or_stop(console, warning, "strict")
+    assert "warning: step 4" in console.export_text()
+    with pytest.raises(AutoRLError, match="stopped \\(--on-drift stop, or --preflight strict"):
+        sentinel.warn_or_stop(console, warning, "stop")
+    config = sentinel.SentinelConfig(on_drift="warn")
+    assert (sentinel.policy(config, "strict"), sentinel.policy(config, "warn")) == ("stop", "warn")
+    assert sentinel.policy(sentinel.SentinelConfig(), "strict") == "rollback"
+    assert sentinel.rollback_target(10, [2, 5, 7, 9, 10]) == 7 and sentinel.rollback_target(3, [1, 2, 3]) == 0
+    assert sentinel.adjusted(0.0, 1e-4, sentinel.SentinelConfig(rollback_lr_factor=0.5)) == {
+        "kl_beta": 0.1, "learning_rate": 5e-5
+    }  # fmt: skip
+    assert sentinel.adjusted(0.1, 1e-4, sentinel.SentinelConfig())["kl_beta"] == 0.2  # doubled the second time
 
 
 def checks(verdict: str = "reliable", floor: float = 0.0) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import statistics
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
+from ..atomic import atomic_text
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..serving.vllm_server import install_exit_hooks
@@ -36,6 +38,7 @@ from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainResult, TrainSFTConfig
 from .retention import KeepPolicy, best_checkpoint
 from .run_dir import (
+    HISTORY_FILE,
     LOG_HISTORY_FILE,
     append_history,
     ensure_writable,
@@ -441,6 +444,28 @@ class ModelBackend(TrainingCalls):
             for step in doomed:
                 remove_checkpoint(checkpoints, step)
         return doomed
+
+    async def rollback(self, model: TrainableModel, step: int) -> list[dict]:
+        """Make checkpoint `step` (0: the base model) the newest again, between training steps: it is served, the
+        later checkpoints and their history records are deleted, and the next step's trainer starts from it (its
+        LoRA and optimizer state; a fresh LoRA from 0). Returns the history records deleted."""
+        slot = self.slot(model)
+        async with slot.lock, slot.gate.closed():
+            if slot.trainer is not None:
+                slot.trainer.close()
+                slot.trainer = None
+            previous = model.inference_model_name
+            model.inference_model_name = await slot.serving.serve(step)
+            if previous is not None and previous != model.inference_model_name:
+                await slot.serving.retire(previous)
+            checkpoints = slot.run_dir / "checkpoints"
+            for later, _ in complete_checkpoints(checkpoints):
+                if later > step:
+                    remove_checkpoint(checkpoints, later)
+            records = read_history(slot.run_dir)
+            kept = [r for r in records if r.get("step", 0) <= step]
+            atomic_text(slot.run_dir / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in kept))
+        return [r for r in records if r.get("step", 0) > step]
 
     def _tracker(self, model: Model) -> Tracker:
         """The model's W&B run (`Model.report_metrics`), in its run directory, under a stable id."""

@@ -93,6 +93,7 @@ MEASURES: dict[str, Measures] = {
         (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"),
     ),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
+    "sentinel_calibration": Measures("benchmarks/perf/sentinel_calibration.py", ("pipelines/sentinel.py",)),
     "merge_thread": Measures(
         "benchmarks/perf/perf_merge_thread.py",
         (

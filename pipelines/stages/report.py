@@ -194,6 +194,37 @@ def _gain_section(checks: dict, summary: dict) -> list[str]:
     return [*lines, "", verdict, *[line for note in notes for line in ("", note)]]
 
 
+def _system_prompt_check(check: dict | None, task: TaskSpec) -> list[str]:
+    """Whether the system prompt earned its place against the task text (`system_prompt.compare`)."""
+    if check is None:
+        given = task.system_prompt is not None
+        return ["The task gives its system prompt." if given else "The task text is the system prompt (fallback)."]
+    line = system_prompt.check_line(check)
+    return [f"{line[0].upper()}{line[1:]}."]
+
+
+def _sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
+    """What the reward-hacking sentinel did during training (`--on-drift`): each action with its warning, a
+    rollback's restored checkpoint, dropped steps and new settings; or that it never fired."""
+    lines = ["## The reward-hacking sentinel", ""]
+    if not actions:
+        return [
+            *lines,
+            f"It never fired: the policy stayed near the base model (--on-drift {config.sentinel.on_drift}).",
+        ]
+    lines += ["| step | action | what it did |", "|---|---|---|"]
+    for action in actions:
+        did = {"warn": "warned; training went on", "stop": "stopped the run"}.get(action["action"], "")
+        if action["action"] == "rollback":
+            dropped = ", ".join(str(r["step"]) for r in action["dropped"]) or "none"
+            did = (
+                f"restored checkpoint {action['restored']} (steps dropped and trained again: {dropped}); "
+                f"kl_beta {action['kl_beta']:g}, learning rate {action['learning_rate']:g} from then on"
+            )
+        lines.append(f"| {action['step']} | {action['action']} | {did} |")
+    return [*lines, "", *[f"- step {a['step']}: {a['warning']}" for a in actions]]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks = preflight.load(ctx)
@@ -207,6 +238,8 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "## System prompt",
         "",
         *[f"> {line}" for line in system_prompt.load(ctx).splitlines()],
+        "",
+        *_system_prompt_check(system_prompt.load_check(ctx), ctx.task),
         "",
         f"## Inputs ({len(train_inputs)} train, {len(val_inputs)} validation; a sample)",
         "",
@@ -243,6 +276,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
+    lines += ["", *_sentinel_section(train.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]

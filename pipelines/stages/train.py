@@ -8,6 +8,10 @@ is kept: the one `best_step` names). The stage's artifact directory is the train
 (checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written when the asked-for
 steps exist, and a later run asking for more steps continues it. A killed run resumes after the newest
 checkpoint and reuses the scored groups of the step it was in.
+
+After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
+run acts as `--on-drift` says (`act_on_drift`): warn, stop, or roll back to an earlier checkpoint with a
+stronger KL penalty and train those steps again. Its actions are recorded in `SENTINEL_ACTIONS`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ import pandas as pd
 from autorl import tracing
 from autorl.atomic import atomic_text
 from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import read_history, save_trajectories
+from autorl.backends.run_dir import append_history, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
-from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
 from .. import costs, sentinel
@@ -79,6 +83,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         # the inputs it trains on, when the learnability check may drop some
         **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
+        "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
     }
 
 
@@ -106,7 +111,11 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
-    warned = False
+    actions = sentinel_actions(work)
+    warned = any(a["action"] == "warn" for a in actions)
+    train_config = adjusted_config(step_config(config), actions)
+    rollbacks = [a for a in actions if a["action"] == "rollback"]
+    watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
     while step < config.steps:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
@@ -124,7 +133,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 "see the warnings above); this step trains nothing[/yellow]"
             )
         with tracing.span("autorl.update", {"autorl.step": step, "autorl.groups": len(groups)}) as span:
-            metrics = await ctx.policy.model.train(groups, config=step_config(config))
+            metrics = await ctx.policy.model.train(groups, config=train_config)
             tracing.set_attributes(span, tracing.update_attributes(metrics))
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
@@ -142,9 +151,13 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         )
         history = read_history(work)
         check_unscored_steps(history, config.max_unscored_steps)
-        if not warned and (warning := sentinel.training_warning(history)):
-            warned = True
-            sentinel.warn_or_stop(ctx.console, warning, config.preflight)
+        if not warned and step > watch_from and (warning := sentinel.training_warning(history)):
+            restored = await act_on_drift(ctx, warning, step, train_config)
+            if restored is None:
+                warned = True
+            else:  # trained on from the restored checkpoint, under the settings the rollback set
+                step, watch_from = restored, restored + sentinel.RISE_STEPS
+                train_config = adjusted_config(step_config(config), sentinel_actions(work))
         costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
     history = read_history(work)[: config.steps]
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
@@ -161,6 +174,69 @@ def training_inputs(ctx: RunArtifacts) -> list[str]:
     if ctx.config.preflight == "off":
         return train_inputs
     return preflight.kept_inputs(train_inputs, preflight.load(ctx).get("tied_action"))
+
+
+SENTINEL_ACTIONS = "sentinel.jsonl"
+"""The sentinel's actions in the training directory, one JSON record each: `step` (where it fired), `action`
+(warn, stop, rollback), `warning`; a rollback's `restored` checkpoint, the history records of the steps it
+dropped (`dropped`: their figures, kept here) and the `kl_beta` and `learning_rate` it set."""
+ROLLED_BACK = "rolled_back"
+"""Where a rollback moves the dropped steps' groups and trajectories: `rolled_back/<n>/`, n the rollback's number."""
+
+
+def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
+    """The sentinel's actions so far (`SENTINEL_ACTIONS`), in order."""
+    return read_history(run_dir, SENTINEL_ACTIONS)
+
+
+def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
+    """`config` with the KL coefficient and learning rate the newest rollback in `actions` set, if any."""
+    rollbacks = [a for a in actions if a["action"] == "rollback"]
+    if not rollbacks:
+        return config
+    return config.model_copy(update={k: rollbacks[-1][k] for k in ("kl_beta", "learning_rate")})
+
+
+async def act_on_drift(ctx: StageContext, warning: str, step: int, train_config: TrainConfig) -> int | None:
+    """Do what `--on-drift` says about `warning` (the sentinel fired at `step`), recording the action: warn
+    (print it), stop (raise it as the run's error), or roll back (returns the checkpoint restored, with the
+    settings for the steps after it recorded). A rollback past `max_rollbacks`, or on a backend that cannot
+    roll back, stops."""
+    config, work = ctx.config, ctx.policy.run_dir
+    action = sentinel.policy(config.sentinel, config.preflight)
+    done = sum(a["action"] == "rollback" for a in sentinel_actions(work))
+    rollback = getattr(ctx.policy.backend, "rollback", None)
+    record: dict[str, Any] = {"step": step, "action": action, "warning": warning}
+    if action == "rollback" and (done >= config.sentinel.max_rollbacks or rollback is None):
+        why = "this backend cannot roll back" if rollback is None else f"after {done} rollbacks"
+        record |= {"action": "stop", "warning": f"{warning}; the policy drifted again {why}"}
+        action = "stop"
+    if action != "rollback":
+        append_history(work, record, SENTINEL_ACTIONS)
+        sentinel.warn_or_stop(ctx.console, record["warning"], action)
+        return None
+    existing = [number for number, _ in complete_checkpoints(work / "checkpoints")]
+    restored = sentinel.rollback_target(step, existing)
+    settings = sentinel.adjusted(train_config.kl_beta, train_config.learning_rate, config.sentinel)
+    aside = work / ROLLED_BACK / str(done + 1)
+    for number in range(restored + 1, step + 1):  # their groups would be reused by the steps trained again
+        for path in (
+            work / "steps" / checkpoint_name(number),
+            work / "trajectories" / f"{checkpoint_name(number)}.parquet",
+        ):
+            if path.exists():
+                (aside / path.parent.name).mkdir(parents=True, exist_ok=True)
+                path.rename(aside / path.parent.name / path.name)
+    dropped = await rollback(ctx.policy.model, restored)
+    append_history(work, record | {"restored": restored, "dropped": dropped, **settings}, SENTINEL_ACTIONS)
+    sentinel.warn_or_stop(ctx.console, warning, action)
+    ctx.console.print(
+        f"[yellow]rolled back to step {restored} (--on-drift rollback, {done + 1} of at most "
+        f"{config.sentinel.max_rollbacks}): training on with kl_beta {settings['kl_beta']:g} and learning rate "
+        f"{settings['learning_rate']:g}[/yellow]",
+        highlight=False,
+    )
+    return restored
 
 
 def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:

@@ -1,0 +1,159 @@
+"""The sentinel that acts (`--on-drift`): a train stage on the tiny random Llama, trained by the real trainer
+(its sentinel figures measured under the base weights), whose policy either writes as the base model does or
+is pushed to drift: it writes the same token over and over, sure of each (sampling logprob ~0) where the base
+model finds it unlikely, as a policy that games a form judge does. The drifting run is rolled back (or
+stopped, or warned about) and every action is in `sentinel.jsonl` and the report; the other is left alone."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from test_checkpoint_retention import backend_with_model
+from test_preflight import TASK, upstream_artifacts
+from tiny import choice
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from autorl.backends.run_dir import read_history
+from autorl.errors import AutoRLError
+from autorl.tracking import Tracker
+from autorl.training.checkpoints import latest_checkpoint
+from autorl.trajectories import Trajectory
+from pipelines import sentinel
+from pipelines.config import RunConfig
+from pipelines.context import StageContext
+from pipelines.stages import report, train
+from ruler import FunctionJudge
+
+ANSWER_TOKENS = 6
+DRIFT_FROM = 3
+"""The drifting policy writes like the base model while answering from checkpoints before this one."""
+
+
+class TinyPolicy:
+    """The tiny model's policy: served by a stand-in, trained by the real trainer (`backend_with_model`).
+    Its answers are sampled from the base model with their true logprobs, or, `drifting` from checkpoint
+    `DRIFT_FROM` on, one token repeated with logprob -0.01 (`persistent`: also after a rollback)."""
+
+    def __init__(self, tiny_model: Path, home: Path, drifting: bool, persistent: bool = False):
+        self.backend, self.model = backend_with_model(tiny_model, home)
+        self.tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+        self.base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+        self.drifting, self.persistent = drifting, persistent
+        self.generator = torch.Generator().manual_seed(0)
+        self.gamed_token = self.tokenizer.encode("!", add_special_tokens=False)[0]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.backend.run_dir(self.model)
+
+    def beside_embedded_on_cpu(self) -> bool:
+        return False
+
+    async def start(self) -> None:
+        pass
+
+    async def serve_step(self, step: int) -> str:
+        return await self.backend.serve_checkpoint(self.model, step)
+
+    def drifts_now(self) -> bool:
+        latest = latest_checkpoint(self.run_dir / "checkpoints")
+        rolled_back = (self.run_dir / train.SENTINEL_ACTIONS).exists()
+        return self.drifting and (latest[0] if latest else 0) >= DRIFT_FROM and (self.persistent or not rolled_back)
+
+    async def answer(self, prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
+        if self.drifts_now():
+            ids, logprobs = [self.gamed_token] * ANSWER_TOKENS, [-0.01] * ANSWER_TOKENS
+        else:
+            ids, logprobs = self.sample(messages)
+        content = self.tokenizer.decode(ids)
+        return Trajectory(messages_and_choices=[*messages, choice(content, ids, logprobs)], metadata={"input": text})
+
+    @torch.no_grad()
+    def sample(self, messages: list[dict]) -> tuple[list[int], list[float]]:
+        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = self.tokenizer.encode(rendered, add_special_tokens=False)
+        sampled, logprobs = [], []
+        for _ in range(ANSWER_TOKENS):
+            distribution = torch.log_softmax(self.base(torch.tensor([ids + sampled])).logits[0, -1], dim=-1)
+            token = int(torch.multinomial(distribution.exp(), 1, generator=self.generator))
+            sampled.append(token)
+            logprobs.append(float(distribution[token]))
+        return sampled, logprobs
+
+
+def rising_judge() -> FunctionJudge:
+    """A judge whose scores rise with every answer it sees (the training reward rises in both runs), spread
+    within a group so that every group carries signal."""
+    seen = itertools.count()
+
+    def score(messages: list[dict]) -> float:
+        n = next(seen)
+        return min(1.0, n / 60) * 0.7 + (n % 4) * 0.1
+
+    return FunctionJudge(score)
+
+
+def stage_context(tmp_path: Path, policy: TinyPolicy, **settings) -> StageContext:
+    config = RunConfig(group_size=4, groups_per_step=2, steps=7, **settings)
+    keys, store = upstream_artifacts(tmp_path, config)
+    tracker = Tracker(False, tmp_path, "run", "id")
+    console = Console(record=True, width=400)
+    return StageContext(TASK, config, store, keys, policy, rising_judge(), tracker, tmp_path, console)
+
+
+def test_a_policy_that_stays_near_the_base_is_left_alone(tiny_model, tmp_path):
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=False)
+    ctx = stage_context(tmp_path, policy)
+    asyncio.run(train.run(ctx))
+    history = read_history(policy.run_dir)
+    assert [h["step"] for h in history] == list(range(1, 8))
+    assert history[-1]["reward"] > history[0]["reward"] + 0.3  # the reward rose ...
+    assert max(h["kl_to_base"] for h in history) < 0.01  # ... with the policy at the base model
+    assert train.sentinel_actions(policy.run_dir) == []
+    assert "It never fired" in "\n".join(report._sentinel_section([], ctx.config))
+
+
+def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_model, tmp_path):
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True)
+    ctx = stage_context(tmp_path, policy)
+    asyncio.run(train.run(ctx))
+    (action,) = train.sentinel_actions(policy.run_dir)
+    # checkpoint 3 answered step 4 with the gamed answers: the sentinel fires there (mean KL of steps 2-4)
+    assert (action["action"], action["step"], action["restored"]) == ("rollback", 4, 4 - sentinel.RISE_STEPS)
+    assert [r["step"] for r in action["dropped"]] == [2, 3, 4] and action["dropped"][-1]["kl_to_base"] > 1
+    assert action["kl_beta"] == ctx.config.sentinel.rollback_kl_beta
+    history = read_history(policy.run_dir)
+    assert [h["step"] for h in history] == list(range(1, 8))  # trained on to the asked-for steps
+    assert "kl" not in history[0] and all("kl" in h for h in history[1:])  # the KL penalty from the rollback on
+    assert max(h["kl_to_base"] for h in history) < 0.5
+    assert sorted(p.name for p in (policy.run_dir / train.ROLLED_BACK / "1" / "steps").iterdir()) == [
+        "0002", "0003", "0004"
+    ]  # fmt: skip
+    assert "rolled back to step 1" in ctx.console.export_text()
+    section = "\n".join(report._sentinel_section(train.sentinel_actions(policy.run_dir), ctx.config))
+    assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
+
+
+@pytest.mark.parametrize("on_drift", ["stop", "rollback"])
+def test_a_policy_that_keeps_drifting_is_stopped(tiny_model, tmp_path, on_drift):
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True, persistent=True)
+    ctx = stage_context(tmp_path, policy, sentinel={"on_drift": on_drift, "max_rollbacks": 1})
+    with pytest.raises(AutoRLError, match="the policy moved far from the base model"):
+        asyncio.run(train.run(ctx))
+    actions = [a["action"] for a in train.sentinel_actions(policy.run_dir)]
+    assert actions == (["stop"] if on_drift == "stop" else ["rollback", "stop"])
+
+
+def test_warn_warns_once_and_goes_on(tiny_model, tmp_path):
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True, persistent=True)
+    ctx = stage_context(tmp_path, policy, sentinel={"on_drift": "warn"})
+    asyncio.run(train.run(ctx))
+    assert [(a["action"], a["step"]) for a in train.sentinel_actions(policy.run_dir)] == [("warn", 4)]
+    assert len(read_history(policy.run_dir)) == 7
+    assert ctx.console.export_text().count("warning: step 4") == 1
