@@ -15,7 +15,6 @@ import torch
 from rich.console import Console
 from test_checkpoint_retention import backend_with_model
 from test_preflight import TASK, upstream_artifacts
-from tiny import choice
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from autorl.backends.run_dir import read_history
@@ -28,6 +27,7 @@ from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.stages import report, train
 from ruler import FunctionJudge
+from tests.helpers.tiny import choice
 
 ANSWER_TOKENS = 6
 DRIFT_FROM = 3
