@@ -25,6 +25,7 @@ from autorl.trajectories import Trajectory
 from pipelines import sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
+from pipelines.costs import Meter
 from pipelines.stages import report, train
 from ruler import FunctionJudge
 from tests.helpers.tiny import choice
@@ -46,6 +47,7 @@ class TinyPolicy:
         self.drifting, self.persistent = drifting, persistent
         self.generator = torch.Generator().manual_seed(0)
         self.gamed_token = self.tokenizer.encode("!", add_special_tokens=False)[0]
+        self.meter = Meter()  # the tokens a run's cost counts, as `Policy` keeps them
 
     @property
     def run_dir(self) -> Path:
@@ -100,7 +102,8 @@ def rising_judge() -> FunctionJudge:
 
 
 def stage_context(tmp_path: Path, policy: TinyPolicy, **settings) -> StageContext:
-    config = RunConfig(group_size=4, groups_per_step=2, steps=7, **settings)
+    # no preflight artifact here: the stage trains every input (the sentinel acts with the checks off too)
+    config = RunConfig(group_size=4, groups_per_step=2, steps=7, **{"preflight": "off", **settings})
     keys, store = upstream_artifacts(tmp_path, config)
     tracker = Tracker(False, tmp_path, "run", "id")
     console = Console(record=True, width=400)
