@@ -198,7 +198,7 @@ def test_a_program_trains_logs_serves_and_downloads_through_the_remote_backend(s
     assert step == 2 and model.get_inference_name() == "agent@0002" and steps == [1, 2]
     # the scripted vLLM got the name it serves each checkpoint under, and its own key, never the client's
     assert [r["model"] for r in chat.requests] == ["lora-0", "lora-1", "lora-2"]
-    assert {h["Authorization"] for h in chat.headers} == {"Bearer the-vllm-servers-own-key"}
+    assert {h["authorization"] for h in chat.headers} == {"Bearer the-vllm-servers-own-key"}
     assert earlier.model == "lora-1" and newest.model == "lora-2"
     assert listed == ["agent", "agent@0000", "agent@0001", "agent@0002"]
     assert logged["reward"] == 0.5
