@@ -7,6 +7,7 @@ The margin and the settings come from `python benchmarks/perf/learning.py --task
 0.16-0.20), so `MARGIN` sits two thirds below the smallest.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +38,11 @@ close) at the run defaults: a third of the smallest gain content-checked tasks s
 when issue 42 was filed (+0.1 to +0.17)."""
 
 
+@pytest.mark.skipif(
+    not os.environ.get("AUTORL_CONTENT_LEARNING_TEST"),
+    reason="20 default steps do not fit CI's 45-minute suite on 2 cores and the margin is not measured yet; "
+    "AUTORL_CONTENT_LEARNING_TEST=1 runs it",
+)
 @pytest.mark.timeout(3600)  # 20 default steps of 16 rollouts of up to 128 tokens, on 2 cores
 def test_the_defaults_raise_the_held_out_score_of_a_content_task(tmp_path):
     run = learning.one_run("arithmetic", "grpo", 0, CONTENT_STEPS, tmp_path, [], timeout_s=3400)
