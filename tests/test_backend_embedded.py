@@ -141,12 +141,12 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
 def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     """The embedded model with its tool-calling template behind vLLM's hermes parser: rollouts with the
     example `convert` tool run (whatever the small model does with it), and a step trains on them; then
-    the README's LangGraph agent (a ReAct graph with one Python tool, `autorl.langgraph`) on the same
+    the docs' LangGraph agent (a ReAct graph with one Python tool, `autorl.langgraph`) on the same
     server: its wrapped rollouts carry the sampled tokens of every model turn, and a second step trains."""
     from pathlib import Path
 
     from openai.types.chat.chat_completion import Choice
-    from test_langgraph import readme_example
+    from test_langgraph import docs_example
 
     from autorl.agents.rollout import RolloutConfig, agent_rollout, openai_completion
     from autorl.agents.tools import Toolbox
@@ -178,7 +178,7 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
             metrics = await model.train([group], config=art.TrainConfig())
             assert metrics["trained_tokens"] > 0
 
-            adders = await readme_example()["adder_group"](model)
+            adders = await docs_example()["adder_group"](model)
             assert not adders.exceptions and len(adders) == 2
             for i, trajectory in enumerate(adders):
                 choices = [c for c in trajectory.messages_and_choices if isinstance(c, Choice)]
