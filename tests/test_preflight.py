@@ -198,6 +198,8 @@ def test_when_most_groups_tie_the_check_drops_the_inputs_that_carry_no_signal(tm
     step_one = ctx.policy.run_dir / "steps" / "0001"
     saved = [TrajectoryGroup.model_validate_json((step_one / f"group_{i:02d}.json").read_text()) for i in range(2)]
     assert [g.trajectories[0].metadata["input"] for g in saved] == TRAIN[3:5]
+    # with what each took, which step 1's cost counts (train.step_cost)
+    assert [train.group_cost(step_one / f"group_{i:02d}.json")["model_calls"]["policy"] for i in range(2)] == [4, 4]
     # the report says what was done
     assert learn in "\n".join(report._preflight_section(preflight.load(ctx)))
 

@@ -24,6 +24,7 @@ import json
 import statistics
 from typing import Any
 
+from autorl.atomic import atomic_text
 from autorl.errors import AutoRLError
 from autorl.inputs.files import read_inputs_jsonl
 from autorl.task import TaskSpec
@@ -169,7 +170,7 @@ async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal:
         by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}
         step_one = ctx.policy.run_dir / "steps" / "0001"
         for index, text in enumerate(train.step_inputs(kept_inputs(train_inputs, action), 1, config.groups_per_step)):
-            (step_one / f"group_{index:02d}.json").write_text(by_input[text].model_dump_json())
+            atomic_text(step_one / f"group_{index:02d}.json", by_input[text].model_dump_json())
     return action
 
 

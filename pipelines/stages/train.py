@@ -270,13 +270,14 @@ async def judged_groups(
         if "save" not in group.metadata:
             return group
         scored = await ctx.score(group)
-        if scored is not None and (path := scored.metadata.pop("save")):
+        if scored is not None:  # its cost goes with it, also where the preflight stage saves it later
             attempts = int(scored.trajectories[0].metrics.get("ruler_attempts", 0)) if scored.trajectories else 0
             scored.metadata[GROUP_COST] = {
                 "seconds": round(time.monotonic() - started, 2),  # its answers and its judging, from the start
                 "model_calls": {"policy": config.group_size, "judge": attempts},
             }
-            atomic_text(Path(path), scored.model_dump_json())
+            if path := scored.metadata.pop("save"):
+                atomic_text(Path(path), scored.model_dump_json())
         return scored
 
     await ctx.policy.start()
