@@ -38,6 +38,7 @@ class EngineArgs(TypedDict, total=False):
     max_lora_rank: int
     max_loras: int
     dtype: str
+    enforce_eager: bool
 
 
 class PeftArgs(TypedDict, total=False):
@@ -96,6 +97,7 @@ SERVER_FIELDS = {
     ("init_args", "max_lora_rank"): "max_lora_rank",
     ("engine_args", "max_loras"): "max_loras",
     ("engine_args", "dtype"): "dtype",
+    ("engine_args", "enforce_eager"): "enforce_eager",
 }
 """`_internal_config` keys that set a `ServerConfig` field of the model's server (`TrainableModel.server`)."""
 PEFT_FIELDS = {

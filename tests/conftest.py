@@ -1,10 +1,17 @@
 """Fixtures every test file may take; what test files share beyond fixtures is in `tests/helpers/`."""
 
+import os
 from pathlib import Path
 
 import pytest
 
+from autorl.serving.config import EAGER_ENV
 from tests.helpers.tiny import tiny_model_dir, tiny_tokenizer
+
+os.environ.setdefault(EAGER_ENV, "1")
+"""Every vLLM server the suite starts (in this process and in the runs it starts) skips torch.compile: on CPU
+a start takes about half as long, and starts are most of the slow tests' time. test_backend_embedded.py runs
+the compiled default (`enforce_eager=False`)."""
 
 
 @pytest.fixture(scope="session")

@@ -212,12 +212,12 @@ def test_internal_config_lands_on_the_server_and_trainer_configs_and_names_what_
     )
     with caplog.at_level(logging.WARNING, logger="autorl"):
         model = art.TrainableModel(name="agent", base_model="embedded:smollm2-135m", _internal_config=internal)
-    assert model.server == {"max_model_len": 4096, "max_num_seqs": 8}  # gpu_memory_utilization: CUDA only
+    assert model.server == {"max_model_len": 4096, "max_num_seqs": 8, "enforce_eager": True}  # GPU share: CUDA only
     assert (model.trainer.lora_rank, model.trainer.lora_alpha, model.trainer.seed) == (16, 32, 7)
     assert model._internal_config == internal
     warning = [r.message for r in caplog.records if "_internal_config" in r.message]
     assert len(warning) == 1, warning
-    for name in ("init_args.load_in_4bit", "engine_args.enforce_eager", "trainer_args.learning_rate", "gpu_memory_"):
+    for name in ("init_args.load_in_4bit", "trainer_args.learning_rate", "gpu_memory_"):
         assert name in warning[0]
     config = LocalPlacement(ServerConfig(max_lora_rank=16)).server_config.with_overrides(model.server)
     assert (config.max_model_len, config.max_num_seqs, config.max_lora_rank) == (4096, 8, 16)

@@ -1,6 +1,7 @@
 """Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served (merged into
 the weights in place, and back to the base weights), a server that lets no request in without its key but
-its health check, and a restarted backend that resumes at the newest checkpoint."""
+its health check, and a restarted backend that resumes at the newest checkpoint. Its servers run the CPU
+default, torch.compile included; the other slow tests' start eager (tests/conftest.py)."""
 
 import asyncio
 import tempfile
@@ -28,6 +29,11 @@ def merged_dirs() -> set[Path]:
     return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}
 
 
+def compiled_server(serving: str) -> art.ServerConfig:
+    """The CPU default, torch.compile included (the suite's other servers start eager: tests/conftest.py)."""
+    return art.ServerConfig(lora_serving=serving, startup_timeout_s=240, enforce_eager=False)
+
+
 # How each serving mode names what it serves: (before training, after step 1).
 NAMES = {"adapter": ("embedded:smollm2-135m", "agent@0001"), "merged": ("agent", "agent")}
 
@@ -37,7 +43,7 @@ NAMES = {"adapter": ("embedded:smollm2-135m", "agent@0001"), "merged": ("agent",
 @pytest.mark.parametrize("serving", ["merged"])
 def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def scenario():
-        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving, startup_timeout_s=240))
+        backend = art.LocalBackend(tmp_path, server=compiled_server(serving))
         model = art.TrainableModel(name="agent", project="it")
         left = merged_dirs()
         await model.register(backend)
@@ -119,7 +125,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def restarted():
         """A new backend on the same directory resumes at the newest checkpoint and serves it."""
         again = art.TrainableModel(name="agent", project="it")
-        backend = art.LocalBackend(tmp_path, server=art.ServerConfig(lora_serving=serving, startup_timeout_s=240))
+        backend = art.LocalBackend(tmp_path, server=compiled_server(serving))
         await again.register(backend)
         try:
             assert await again.get_step() == 1
@@ -128,6 +134,10 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
                 assert backend.serving(again).resident == 1
             served = {m.id for m in (await again.openai_client().models.list()).data}
             assert NAMES[serving][1] in served
+            # its start found the model the first one compiled (vllm_server.CPU_USE_AOT_COMPILE)
+            log = (tmp_path / "it" / "agent" / "logs" / "vllm.log").read_text()
+            assert log.count("Warming up model for the compilation") == 2
+            assert "Compiling model again due to a load failure" not in log
         finally:
             backend.close()
 

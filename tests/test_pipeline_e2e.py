@@ -270,8 +270,6 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
         os.kill(pid, signal.SIGKILL)
     output = finish(resumed)
     assert "the vLLM server of" in output and "died" in output and "restarting it (1 of at most 3)" in output
-    # its three starts found the model compiled by the earlier ones (vllm_server.CPU_USE_AOT_COMPILE)
-    assert "Compiling model again due to a load failure" not in (work / "logs" / "vllm.log").read_text()
     run_dir = home / "runs" / "killed"
     assert steps_in_history(run_dir) == [1, 2, 3]
     history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]

@@ -6,6 +6,7 @@ import time
 
 from autorl import progress
 from autorl.progress import progress_bar, waiting
+from autorl.serving.config import ServerConfig
 
 
 def test_a_bar_off_a_terminal_prints_its_count_as_it_goes_and_at_the_end(monkeypatch):
@@ -59,7 +60,13 @@ def test_a_server_start_names_what_the_server_is_for_and_warns_of_the_first_comp
 
     monkeypatch.setattr(vllm_server, "cuda_available", lambda: False)
     monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path / "absent")
-    policy = vllm_server.VLLMServer(tmp_path, "0123abcd", tmp_path / "log", label="the policy 0123abcd (m)")
+    compiled = ServerConfig(enforce_eager=False, kv_cache_bytes=2**20)
+    policy = vllm_server.VLLMServer(tmp_path, "0123abcd", tmp_path / "log", compiled, label="the policy 0123abcd (m)")
     assert policy._start_message().startswith("starting the vLLM server of the policy 0123abcd (m) (the first start")
+    eager = vllm_server.VLLMServer(
+        tmp_path, "m", tmp_path / "log", ServerConfig(enforce_eager=True, kv_cache_bytes=2**20)
+    )
+    assert eager._start_message() == "starting the vLLM server of m" and "--enforce-eager" in eager.command()
     monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path)  # compiled before: no warning
-    assert vllm_server.VLLMServer(tmp_path, "m", tmp_path / "log")._start_message() == "starting the vLLM server of m"
+    again = vllm_server.VLLMServer(tmp_path, "m", tmp_path / "log", compiled)
+    assert again._start_message() == "starting the vLLM server of m" and "--enforce-eager" not in again.command()

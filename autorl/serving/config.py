@@ -3,6 +3,7 @@ layers that only read these settings (the pipeline's flags, the judge's context 
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +19,9 @@ def cuda_available() -> bool:
 
     return torch.cuda.is_available()
 
+
+EAGER_ENV = "AUTORL_ENFORCE_EAGER"
+"""The environment variable that makes `ServerConfig.enforce_eager` default to true ("1")."""
 
 CUDA_GPU_MEMORY_UTILIZATION = 0.5
 """vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset: the trainer gets the rest."""
@@ -64,6 +68,11 @@ class ServerConfig(BaseModel):
     which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
     template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
     None for no tool calling."""
+    enforce_eager: bool = Field(default_factory=lambda: os.environ.get(EAGER_ENV, "") == "1")
+    """Run the model without torch.compile (`--enforce-eager`). On CPU a server then starts about 1.8x sooner
+    and decodes about 0.89x as fast (`benchmarks/perf/perf_server_start.py`, docs/results.md): the better
+    trade for short runs, and for a test suite that starts many servers. Default: true when the environment
+    sets AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts), else false."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"

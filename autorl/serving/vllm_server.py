@@ -184,6 +184,7 @@ class VLLMServer:
             *self._memory_args(),
             *(["--max-num-seqs", str(n)] if (n := c.resolved_max_num_seqs()) is not None else []),
             *(["--distributed-executor-backend", "uni"] if self._in_process() else []),
+            *(["--enforce-eager"] if c.enforce_eager else []),
             *c.extra_args,
         ]  # fmt: skip
 
@@ -256,7 +257,7 @@ class VLLMServer:
     def _start_message(self) -> str:
         """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
         what = f"starting the vLLM server of {self.label}"
-        if not cuda_available() and not _compile_cache().is_dir():
+        if not cuda_available() and not self.config.enforce_eager and not _compile_cache().is_dir():
             return f"{what} (the first start on this machine compiles the model: a few minutes)"
         return what
 

@@ -87,8 +87,9 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     }
 
 
-SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts"}
-"""Server settings that say where, how patiently and how persistently the server runs, not what it computes."""
+SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
+"""Server settings that say where, how patiently, how persistently and how quickly started the server runs,
+not what it computes."""
 
 
 def steps_done(ctx: RunArtifacts) -> int:
