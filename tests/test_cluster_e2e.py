@@ -29,7 +29,7 @@ def replica_actors(run: subprocess.Popen) -> set[int]:
     return with_command_line(descendants(run.pid), b"ray::ReplicaActor")
 
 
-@pytest.mark.timeout(600)  # ~170 s on 2 cores: two replica starts, one restart
+@pytest.mark.timeout(600)  # ~500 s on 2 cores: two replica starts of one thread each, one restart
 def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
     command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, "--ray", "local", "--replicas", "2"]
     run = subprocess.Popen(

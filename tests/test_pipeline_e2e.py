@@ -25,7 +25,9 @@ SECRET = "sk-autorl-test-0123456789abcdef-never-write-me"
 """A fake API key in every run's environment: no file a run writes may hold it."""
 ENV = {**os.environ, "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HF_TOKEN": SECRET}
 SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2",
-         "--learnability-groups", "1"]  # fmt: skip
+         "--learnability-groups", "1", "--system-prompt-check", "0"]  # fmt: skip
+"""The smallest run that exercises every stage. The system prompt check is off: with the embedded judge its
+audit says noise after ~2 min of judging; what it does is tested in test_system_prompt_check.py."""
 
 
 @pytest.fixture(scope="module")
