@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autorl.backends.remote.config import ServeConfig
 from autorl.config import LOSS_DEFAULTS
 from autorl.errors import AutoRLError
 from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
@@ -25,7 +26,6 @@ from ruler.errors import RulerError
 from .benchmark.config import BenchmarkConfig
 from .cli_options import FieldFlag, command_signature, field_flags, flag_for, given_values
 from .config import DEFAULT_HOME, RunConfig
-from .server.config import ServeConfig
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -355,7 +355,7 @@ def serve_command(ctx: typer.Context, **values: Any) -> None:
     (--ssl-certfile, --ssl-keyfile) or put a TLS proxy in front on a network you do not trust. A restarted
     server resumes every model from its newest checkpoint.
     """
-    from pipelines.server import serve
+    from autorl.backends.remote.server import serve
 
     with user_errors(SERVE_FLAGS, "stopped"):
         config = ServeConfig(**given_values(ctx, SERVE_FLAGS, values))

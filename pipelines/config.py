@@ -14,6 +14,7 @@ from autorl.backends.cluster.config import ClusterConfig
 from autorl.backends.retention import KeepPolicy
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
+from autorl.home import DEFAULT_HOME
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
@@ -22,8 +23,6 @@ from autorl.tracking import PACKAGES
 from .sentinel import SentinelConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
-DEFAULT_HOME = Path(".autorl")
-"""Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 """A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
 

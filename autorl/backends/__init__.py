@@ -1,6 +1,6 @@
 """Where a `TrainableModel` is served and trained: the `Backend` interface (base.py) and its implementations,
 `LocalBackend` (this machine, local.py), `ClusterBackend` (a Ray cluster, cluster/) and `RemoteBackend` (a client
-of `autorl serve` on another machine, remote.py). `make_backend` picks
+of `autorl serve` on another machine, remote/: its client, wire format and server). `make_backend` picks
 one from the configs. Nothing but the errors is imported here, so `autorl.backends.cluster.config` loads without the
 server's process code or Ray."""
 
@@ -26,7 +26,8 @@ def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: Cluster
     per machine and `path`, so a rerun is the client that trained before), a
     `ClusterBackend` when `cluster.ray` names a cluster, else a `LocalBackend`."""
     if cluster.backend is not None:
-        from .remote import CLIENT_SET, RemoteBackend
+        from .remote.client import RemoteBackend
+        from .remote.wire import CLIENT_SET
 
         if server.lora_serving == "merged":
             raise AutoRLError(
