@@ -122,6 +122,7 @@ def _per_loss_defaults(name: str) -> str:
     return f"Per loss: {values}."
 
 
+WHERE_IT_TRAINS = "Where it trains: a Ray cluster (ClusterConfig; a task file's cluster table) or an autorl serve"
 RUN_FLAGS = field_flags(
     RunConfig,
     {
@@ -139,7 +140,8 @@ RUN_FLAGS = field_flags(
         **{f"train.{name}": {"help_suffix": _per_loss_defaults(name)} for name in set().union(*LOSS_DEFAULTS.values())},
         "trainer.*": {"rich_help_panel": "The LoRA and its trainer (TrainerConfig; a task file's trainer table)"},
         "sentinel.*": {"rich_help_panel": "The reward-hacking sentinel (SentinelConfig; a task file's sentinel table)"},
-        "cluster.*": {"rich_help_panel": "Where it trains: a Ray cluster or an autorl serve (ClusterConfig; a task file's cluster table)"},
+        "cluster.*": {"rich_help_panel": WHERE_IT_TRAINS},
+        "backend": {"metavar": "URL", "rich_help_panel": WHERE_IT_TRAINS},
     },
 )  # fmt: skip
 """The `run` command's options: RunConfig fields, every field of its rollout, train, trainer and cluster configs."""

@@ -140,5 +140,5 @@ def test_each_backend_says_what_the_pipeline_needs_to_know(tmp_path, monkeypatch
     adapter = make_backend(tmp_path, ServerConfig(lora_serving="adapter"), ClusterConfig())
     assert traits(adapter) == (True, False, False)  # the embedded model is the policy server's base weights
     monkeypatch.setenv("AUTORL_TOKEN", "t" * 32)
-    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(backend="http://gpu-box:7999"))
+    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(), "http://gpu-box:7999")
     assert traits(remote) == (True, True, False)
