@@ -9,45 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
 from autorl import TrajectoryGroup, gather_trajectory_groups
-from autorl.agents.rollout import Turn, agent_rollout
-from autorl.agents.tools import Toolbox
+from autorl.agents.rollout import agent_rollout
 from autorl.errors import McpServerDied
-from autorl.task import load_task
-
-TASK_FILE = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml"
-
-
-def call(name: str, arguments: str, call_id: str = "c1") -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def scripted(*turns: dict):
-    """A model that answers with `turns` in order, recording the messages and tools it was sent."""
-    sent: list[tuple[list[dict], list[dict] | None]] = []
-    script = iter(turns)
-
-    async def complete(messages, tools):
-        sent.append(([dict(m) for m in messages], tools))
-        return Turn({"role": "assistant", "content": "", **next(script)}, "stop", 5)
-
-    return complete, sent
+from tests.helpers.agents import call, scripted, with_toolbox
 
 
 def run(coroutine):
     return asyncio.run(coroutine)
-
-
-async def with_toolbox(body):
-    toolbox = await Toolbox.open(load_task(TASK_FILE))
-    try:
-        return await body(toolbox)
-    finally:
-        await toolbox.aclose()
 
 
 def test_a_tool_call_is_executed_and_its_result_answered():

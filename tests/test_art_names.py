@@ -10,14 +10,14 @@ import asyncio
 import time
 
 import pytest
-from test_inputs import FakeOpenAIServer
-from test_ruler_server import scores_json
 
 import autorl as art
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError, NotInAutoRLError, UnsupportedArgumentError
 from autorl.training.trainer import GRPOTrainer
 from autorl.trajectories import History
+from tests.helpers.chat_server import FakeOpenAIServer
+from tests.helpers.judge_server import scores_json
 from tests.helpers.tiny import choice
 
 

@@ -10,9 +10,6 @@ import asyncio
 import json
 
 import pytest
-from test_art_training_api import local_backend
-from test_remote_backend import TOKEN, chat, served, trainable  # noqa: F401 (fixtures)
-from test_trainer_options import groups
 from transformers import AutoTokenizer
 
 import autorl as art
@@ -23,6 +20,8 @@ from autorl.training.sequences import tokenize_trajectory
 from autorl.training.trainer import GRPOTrainer
 from autorl.types import TrainSFTConfig
 from autorl.utils.sft import SFTChunk, create_lr_schedule, create_sft_dataset_iterator, iterate_file
+from tests.helpers.remote import TOKEN, trainable
+from tests.helpers.training import groups, local_backend
 
 TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"word": "yes"}'}}
 CONVERSATION = [
@@ -72,7 +71,7 @@ def test_an_sft_step_takes_one_optimizer_step_per_batch_at_its_rate_and_lowers_t
 def test_train_sft_on_the_local_backend_is_the_next_step_served_and_rl_continues_from_it(
     tmp_path,
     tiny_model,
-    chat,  # noqa: F811
+    chat,
 ):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     backend = local_backend(tmp_path, chat)
@@ -93,7 +92,7 @@ def test_train_sft_on_the_local_backend_is_the_next_step_served_and_rl_continues
     assert [(h["step"], h.get("sft")) for h in history] == [(1, 1.0), (2, None)]
 
 
-def test_train_sft_on_the_remote_backend_goes_over_the_training_route(served, tiny_model):  # noqa: F811
+def test_train_sft_on_the_remote_backend_goes_over_the_training_route(served, tiny_model):
     backend = art.RemoteBackend(served.url, api_key=TOKEN)
     model = trainable(tiny_model)
 

@@ -13,7 +13,6 @@ from typing import get_type_hints
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-from test_inputs import FakeOpenAIServer
 
 import autorl as art
 from autorl.backends.base import TrainingCalls
@@ -22,6 +21,7 @@ from autorl.errors import AutoRLError
 from autorl.serving.config import ServerConfig
 from ruler import FunctionJudge, JudgeModel
 from ruler.errors import JudgeSpecError
+from tests.helpers.chat_server import FakeOpenAIServer
 from tests.helpers.judge_server import scores_json
 
 

@@ -18,24 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_remote_backend import TOKEN, ScriptedPlacement, chat, served, trainable  # noqa: F401 (fixtures)
-from test_trainer_options import groups
 from transformers import AutoTokenizer
 
 import autorl as art
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.dev import train_keywords
 from autorl.errors import UnsupportedArgumentError
-from autorl.serving.config import ServerConfig
 from autorl.types import TrainResult
-
-
-def local_backend(home: Path, chat_server) -> art.LocalBackend:
-    """A `LocalBackend` whose trainer is real and whose serving is scripted (no vLLM)."""
-    config = ServerConfig(lora_serving="adapter")
-    backend = art.LocalBackend(home, server=config)
-    backend.placement = ScriptedPlacement(chat_server, config)
-    return backend
+from tests.helpers.remote import TOKEN, trainable
+from tests.helpers.training import groups, local_backend
 
 
 def test_art_s_keywords_map_onto_train_config_fields():
@@ -87,7 +78,7 @@ def test_art_s_train_config_names_set_autorl_s_fields_and_an_unknown_one_is_an_e
 def test_backend_train_on_the_local_backend_returns_a_train_result_and_log_records_its_metrics(
     tmp_path,
     tiny_model,
-    chat,  # noqa: F811
+    chat,
     caplog,
 ):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
@@ -117,7 +108,7 @@ def test_backend_train_on_the_local_backend_returns_a_train_result_and_log_recor
     assert older["step"] == 2 and [h["step"] for h in read_history(run_dir)] == [1, 2]
 
 
-def test_backend_train_on_the_remote_backend_maps_the_keywords_in_the_client(served, tiny_model, tmp_path):  # noqa: F811
+def test_backend_train_on_the_remote_backend_maps_the_keywords_in_the_client(served, tiny_model, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     plain = art.RemoteBackend(served.url, api_key=TOKEN)
     mirrored = art.RemoteBackend(served.url, api_key=TOKEN, mirror=tmp_path / "mirror")
@@ -148,11 +139,10 @@ def test_backend_train_on_the_remote_backend_maps_the_keywords_in_the_client(ser
 CLUSTER_PROGRAM = """
 import asyncio, json, sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
-from tests.helpers.chat_server import ChatCompletionServer
-from test_benchmark_optimize import completion
-from test_remote_backend import ScriptedServing
-from test_trainer_options import groups
+sys.path.insert(0, {repo!r})  # the repository root: its tests.helpers package
+from tests.helpers.chat_server import ChatCompletionServer, completion
+from tests.helpers.remote import ScriptedServing
+from tests.helpers.training import groups
 from transformers import AutoTokenizer
 import autorl as art
 from autorl.backends.cluster.backend import ClusterBackend, ClusterPlacement
@@ -188,7 +178,9 @@ print(json.dumps([{{"step": r.step, "metrics": r.metrics, "checkpoint_path": r.c
 @pytest.mark.timeout(240)  # a local Ray cluster's start and a trainer actor's first step on 2 cores
 def test_train_and_train_sft_on_the_cluster_backend_return_train_results_from_its_trainer_actor(tmp_path, tiny_model):
     pytest.importorskip("ray")
-    script = CLUSTER_PROGRAM.format(tests=str(Path(__file__).parent), home=str(tmp_path), model=str(tiny_model))
+    script = CLUSTER_PROGRAM.format(
+        repo=str(Path(__file__).resolve().parents[1]), home=str(tmp_path), model=str(tiny_model)
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stderr[-3000:]
     result, sft = json.loads(done.stdout.strip().splitlines()[-1])

@@ -156,12 +156,12 @@ def test_agent_rollouts_with_tools_on_the_embedded_model_train(tmp_path):
     from pathlib import Path
 
     from openai.types.chat.chat_completion import Choice
-    from test_langgraph import docs_example
 
     from autorl.agents.rollout import RolloutConfig, agent_rollout, openai_completion
     from autorl.agents.tools import Toolbox
     from autorl.task import load_task
     from autorl.training.sequences import TOKEN_ID_PREFIX
+    from tests.helpers.docs import docs_example
 
     task = load_task(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
 

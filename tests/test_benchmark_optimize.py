@@ -12,21 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_benchmark_variants import VAL, benchmark, make_run
 
-from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.benchmark_runs import VAL, benchmark, make_run
+from tests.helpers.chat_server import ChatCompletionServer, completion
 from tests.helpers.cli import error_line
 
 EASY = tuple(f"Easy one {n}: what is 6 x 7?" for n in range(4))
 HARD = tuple(f"Hard one {n}: what is 6 x 7?" for n in range(4))
 TRAIN = EASY + HARD
 IS_42 = 'def is_42(messages):\n    return float(messages[-1]["content"].strip() == "42")\n'
-
-
-def completion(body: dict, content: str) -> dict:
-    message = {"role": "assistant", "content": content}
-    choice = {"index": 0, "message": message, "finish_reason": "stop"}
-    return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
 
 
 def demonstrated(body: dict) -> bool:

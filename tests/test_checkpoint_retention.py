@@ -12,34 +12,21 @@ import logging
 import pandas as pd
 import pytest
 from pydantic import ValidationError
-from test_run_config import TASK, error_line, run  # noqa: F401 (the `run` fixture)
-from test_trainer_options import ServingStandIn, groups
 from transformers import AutoTokenizer
 
 import autorl as art
-from autorl.backends.base import ModelSlot
 from autorl.backends.local import LocalServing
 from autorl.backends.retention import KeepPolicy, best_step
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history, reconcile_history
-from autorl.config import TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
+from tests.helpers.cli import TASK, run_error_line
+from tests.helpers.training import backend_with_model, groups
 from tests.helpers.wandb_records import history as wandb_history
 
 LR = art.TrainConfig(learning_rate=1e-9)
-
-
-def backend_with_model(tiny_model, home, **fields) -> tuple[art.LocalBackend, art.TrainableModel]:
-    """A `LocalBackend` whose model is served by a stand-in (no vLLM) and trained by the real trainer."""
-    backend = art.LocalBackend(home)
-    model = art.TrainableModel(
-        name="policy", project="p", base_model=str(tiny_model), trainer=TrainerConfig(dtype="float32"), **fields
-    )
-    backend._slots[model.name] = ModelSlot(backend.run_dir(model), ServingStandIn())
-    asyncio.run(model.register(backend))
-    return backend, model
 
 
 def scored(rewards: list[float], metric: float = 1.0, failures: int = 0) -> list[art.Trajectory | BaseException]:
@@ -194,14 +181,14 @@ def test_reconcile_after_deletions_takes_each_step_from_its_checkpoint_or_its_hi
     ]  # fmt: skip
 
 
-def test_keep_checkpoints_is_a_flag_and_a_task_file_key_that_no_cache_key_sees(run, tmp_path):  # noqa: F811
+def test_keep_checkpoints_is_a_flag_and_a_task_file_key_that_no_cache_key_sees(run, tmp_path):
     assert run(TASK)[1].keep_checkpoints == "all"
     assert run(TASK, "--keep-checkpoints", "latest,best")[1].keep_checkpoints == "latest,best"
     task_file = tmp_path / "task.toml"
     task_file.write_text(f'description = "{TASK}"\nkeep_checkpoints = "latest:3,best"\n')
     assert run(str(task_file))[1].keep_checkpoints == "latest:3,best"
     assert run(str(task_file), "--keep-checkpoints", "every:5")[1].keep_checkpoints == "every:5"  # the flag wins
-    assert error_line(TASK, "--keep-checkpoints", "latest,worst") == (
+    assert run_error_line(TASK, "--keep-checkpoints", "latest,worst") == (
         "error: --keep-checkpoints: 'worst' is not a checkpoint policy; use all, or a comma-separated set of "
         "latest, latest:N, best and every:N (e.g. latest,best)"
     )

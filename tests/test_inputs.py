@@ -15,7 +15,7 @@ from autorl.inputs.files import GeneratedInputs, read_inputs_jsonl, write_inputs
 from autorl.inputs.generation import INPUT_PREFILL, GenerationConfig, Generator, InputGenerationError, generate_inputs
 from autorl.task import TaskSpec
 from ruler.errors import ModelSpecError
-from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.chat_server import FakeOpenAIServer, Reply, is_prompt_request
 
 TASK = TaskSpec(description="Solve grade-school math word problems; end with 'Answer: <number>'.")
 SYSTEM_PROMPT = "You are a math tutor: solve word problems step by step and end with 'Answer: <number>'."
@@ -36,37 +36,8 @@ WORDS = [
     "ember",
 ]
 
-Reply = Callable[[dict], list[str]]
+
 """Maps a chat-completions request body to the texts of its choices (one per `n`)."""
-
-
-def is_prompt_request(body: dict) -> bool:
-    """Whether a request asks for the system prompt (else for inputs)."""
-    return body["messages"][0]["content"].startswith("Write the instructions")
-
-
-class FakeOpenAIServer(ChatCompletionServer):
-    """`POST /v1/chat/completions` answered by `reply`, one choice per text, each stopped as vLLM stops a
-    prefilled answer at `stop`; records every request body."""
-
-    def __init__(self, reply: Reply):
-        def answer(body: dict) -> dict:
-            choices = []
-            for index, text in enumerate(reply(body)):
-                stops = [text.find(s) for s in body.get("stop") or [] if s in text]
-                finished = text.endswith("<eos>") or bool(stops)
-                text = text[: min(stops)] if stops else text.removesuffix("<eos>")
-                message = {"role": "assistant", "content": text}
-                choices.append({"index": index, "message": message, "finish_reason": "stop" if finished else "length"})
-            return {
-                "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"], "choices": choices,
-                "usage": {"prompt_tokens": 3, "completion_tokens": 2 * len(choices), "total_tokens": 3 + 2 * len(choices)},
-            }  # fmt: skip
-
-        super().__init__(answer)
-
-    def input_requests(self) -> list[dict]:
-        return [r for r in self.requests if not is_prompt_request(r)]
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 
 import pytest
 
@@ -19,11 +18,11 @@ import ruler
 from ruler import FunctionJudge, JudgeModel, RulerJudge
 from ruler.audit import reads_rubric
 from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.judge_server import answers_in, by_content, judge_completion
 
 QUESTIONS = ["How do bees make honey?", "Why is the sky blue?", "What is a prime number?", "How do tides work?"]
 ANSWERS = ["Yes.", "It depends on the light.", "Sunlight scatters off air molecules.", "Blue light scatters most.",
            "No idea.", "Because of the sea.", "Air molecules scatter blue light more than red.", "Rayleigh."]  # fmt: skip
-TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
 
 def groups() -> list[list[list[dict]]]:
@@ -41,43 +40,16 @@ def groups() -> list[list[list[dict]]]:
     ]
 
 
-def answers_in(request: dict) -> dict[str, str]:
-    """The RULER prompt's trajectories: id -> the text of its last assistant message."""
-    prompt = request["messages"][1]["content"]
-    found = {}
-    for tid, body in TRAJECTORY.findall(prompt):
-        messages = [json.loads(line) for line in body.splitlines()]
-        found[tid] = next(m["content"] for m in reversed(messages) if m["role"] == "assistant")
-    return found
-
-
-def completion(scores: dict[str, float]) -> dict:
-    content = json.dumps({"scores": {tid: {"explanation": "scripted", "score": s} for tid, s in scores.items()}})
-    return {
-        "id": "chatcmpl-audit",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "scripted",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-    }
-
-
-def by_content(request: dict) -> dict:
-    """A consistent judge: longer answers score higher, whatever their place (trailing spaces ignored)."""
-    return completion({tid: min(1.0, len(text.strip()) / 40) for tid, text in answers_in(request).items()})
-
-
 def by_position(request: dict) -> dict:
     """A judge that scores the first trajectory highest and the last lowest, whatever they say."""
     ids = list(answers_in(request))
-    return completion({tid: 1 - i / (len(ids) - 1) for i, tid in enumerate(ids)})
+    return judge_completion({tid: 1 - i / (len(ids) - 1) for i, tid in enumerate(ids)})
 
 
 def at_random(request: dict) -> dict:
     """A judge that guesses (seeded by the prompt, so that the test does not depend on the requests' order)."""
     rng = random.Random(json.dumps(request["messages"]))
-    return completion({tid: round(rng.random(), 3) for tid in answers_in(request)})
+    return judge_completion({tid: round(rng.random(), 3) for tid in answers_in(request)})
 
 
 def audited(answer, tmp_path, scores=None, server=None) -> tuple[ruler.JudgeAudit, ChatCompletionServer]:
@@ -152,7 +124,7 @@ def test_a_program_judge_is_exactly_consistent():
 def test_the_inputs_check_asks_once_which_inputs_fit_the_task(tmp_path):
     def on_topic(request: dict) -> dict:
         assert "generated for the task" in request["messages"][0]["content"]  # the inputs check's rubric
-        return completion({tid: float("refund" in text) for tid, text in answers_in(request).items()})
+        return judge_completion({tid: float("refund" in text) for tid, text in answers_in(request).items()})
 
     server = ChatCompletionServer(on_topic)
     try:

@@ -28,7 +28,7 @@ from autorl.langgraph import init_chat_model, wrap_rollout
 from autorl.serving.embedded import TEMPLATES
 from autorl.training.sequences import TOKEN_ID_PREFIX, tokenize_trajectory
 from tests.helpers.chat_server import ChatCompletionServer
-from tests.helpers.docs import DOCS, marked_block
+from tests.helpers.docs import DOCS, docs_example
 
 # create_react_agent is LangGraph 1.x's ReAct agent (its successor lives in the `langchain` package)
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
@@ -254,14 +254,6 @@ def test_init_chat_model_inside_a_rollout_takes_its_model(server, model):
     trajectory = asyncio.run(wrap_rollout(model, run)())
     assert trajectory.messages()[0] == {"role": "user", "content": "Hi"}
     assert server.requests[0]["max_completion_tokens"] == 16
-
-
-def docs_example() -> dict:
-    """The names the docs' LangGraph example defines (`rollout`, `adder_group`, ...), run as written."""
-    code = marked_block(DOC, "tests/test_langgraph.py")
-    namespace: dict = {"__name__": "__docs__"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    return namespace
 
 
 def test_the_docs_example_runs(server, model):

@@ -142,3 +142,17 @@ def test_each_backend_says_what_the_pipeline_needs_to_know(tmp_path, monkeypatch
     monkeypatch.setenv("AUTORL_TOKEN", "t" * 32)
     remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(), "http://gpu-box:7999")
     assert traits(remote) == (True, True, False)
+
+
+def test_no_test_file_imports_another():
+    """What test files share is in `tests/helpers/` and conftest.py's fixtures, so a test file runs (and moves)
+    alone: no `import test_x` / `from test_x import ...`, in its code or in the programs it runs."""
+    offenders = []
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        text = path.read_text()
+        imported = {
+            alias.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Import) for alias in node.names
+        } | {node.module or "" for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ImportFrom)}
+        written = set(re.findall(r"^\s*(?:from|import) (test_\w+)", text, re.M))  # in a program's source too
+        offenders += [f"{path.name}: {name}" for name in sorted(imported | written) if name.startswith("test_")]
+    assert offenders == []

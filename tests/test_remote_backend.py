@@ -10,141 +10,29 @@ import asyncio
 import gzip
 import json
 import os
-import secrets
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from test_benchmark_optimize import completion
-from test_trainer_options import groups
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import autorl as art
-from autorl.atomic import private_dir
-from autorl.backends.local import LocalPlacement
-from autorl.backends.remote.app import make_app
 from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.config import MODELS_DIR, ServeConfig, resolve_token
-from autorl.backends.remote.served import STEP_IDS_FILE, Refused, ServedModels
+from autorl.backends.remote.served import STEP_IDS_FILE, Refused
 from autorl.backends.remote.wire import CLIENT_HEADER, GZIP_OVER_BYTES, TrainRequest
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
-from autorl.config import TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.serving.auth import bearer
-from autorl.serving.config import ServerConfig
-from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
+from autorl.training.checkpoints import METRICS_FILE, complete_checkpoints
 from pipelines.cli import app as cli
-from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.cli import error_line
+from tests.helpers.remote import MAX_BODY, TOKEN, Harness, call, register_body, trainable
+from tests.helpers.training import groups
 
-TOKEN = secrets.token_urlsafe(32)
-MAX_BODY = 2 * 2**20
 LR = art.TrainConfig(learning_rate=1e-9)
-
-
-class ScriptedServing:
-    """A model's serving without vLLM: requests go to a scripted OpenAI endpoint; checkpoint N is "served"
-    as `lora-N`, under the endpoint's own key (which clients of `autorl serve` never see)."""
-
-    api_key = "the-vllm-servers-own-key"
-
-    def __init__(self, base_url: str, run_dir: Path):
-        self.base_url = base_url
-        self.checkpoints = run_dir / "checkpoints"
-
-    def transport(self):
-        return None
-
-    async def serve(self, step: int) -> str:
-        if step and not (self.checkpoints / checkpoint_name(step) / METRICS_FILE).is_file():
-            raise missing_checkpoint("agent", step, self.checkpoints)
-        return f"lora-{step}"
-
-    async def retire(self, name):
-        pass
-
-    def served_steps(self):
-        return set()
-
-    async def recover(self):
-        return False
-
-    def close(self):
-        pass
-
-
-class ScriptedPlacement(LocalPlacement):
-    """A `LocalPlacement` (the real trainer on a thread) whose models are served by `ScriptedServing`."""
-
-    def __init__(self, chat: ChatCompletionServer, server: ServerConfig):
-        super().__init__(server)
-        self.chat = chat
-
-    async def start_serving(self, model, run_dir):
-        return ScriptedServing(self.chat.base_url, run_dir)
-
-
-class Harness:
-    """The server's app on 127.0.0.1 in a thread of its own (its own event loop, as uvicorn runs it)."""
-
-    def __init__(
-        self,
-        home: Path,
-        chat: ChatCompletionServer,
-        port: int = 0,
-        lease_s: float = 60,
-        serving="adapter",
-        limits=None,
-        options: ServeConfig | None = None,
-    ):
-        config = ServerConfig(lora_serving=serving)
-        backend = art.LocalBackend(home / MODELS_DIR, server=config)
-        backend.placement = ScriptedPlacement(chat, config)
-        self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, limits)
-        app = make_app(self.served, TOKEN, MAX_BODY)
-        options = options or ServeConfig(home=home)  # as `autorl serve` starts uvicorn (TLS included)
-        self.server = uvicorn.Server(uvicorn.Config(app, **{**options.uvicorn_options(), "port": port}))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the app did not start"
-            time.sleep(0.02)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"{options.url.partition(':')[0]}://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-@pytest.fixture
-def chat():
-    server = ChatCompletionServer(lambda body: completion(body, "hello"))
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def served(tmp_path, chat):
-    harness = Harness(tmp_path, chat)
-    yield harness
-    harness.stop()
-
-
-def trainable(tiny_model) -> art.TrainableModel:
-    return art.TrainableModel(
-        name="agent", project="remote", base_model=str(tiny_model), trainer=TrainerConfig(dtype="float32")
-    )
-
-
-def call(method: str, url: str, key: str | None = TOKEN, **kwargs) -> httpx.Response:
-    headers = {**(bearer(key) if key else {}), CLIENT_HEADER: "a-test-client", **kwargs.pop("headers", {})}
-    return httpx.request(method, url, headers=headers, timeout=60, **kwargs)
 
 
 async def disconnect_mid_step(url: str, body: bytes, run_dir: Path) -> None:
@@ -159,10 +47,6 @@ async def disconnect_mid_step(url: str, body: bytes, run_dir: Path) -> None:
         sent.cancel()
         with pytest.raises(asyncio.CancelledError):
             await sent
-
-
-def register_body(tiny_model, **fields) -> dict:
-    return {"name": "agent", "project": "remote", "base_model": str(tiny_model), **fields}
 
 
 def train_body(tokenizer, step_id: str) -> bytes:

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,21 +21,15 @@ from pathlib import Path
 import httpx
 import pytest
 from art_programs import dataset_loop
-from test_serve_security import OUTSIDE, raw_post
 
 from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.served import STEP_IDS_FILE
 from autorl.backends.run_dir import read_history
+from tests.helpers.remote import OUTSIDE, free_port, raw_post
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Serve:

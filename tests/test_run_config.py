@@ -12,7 +12,6 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-import pipelines.pipeline
 from autorl.agents.rollout import RolloutConfig
 from autorl.backends.cluster.config import ClusterConfig
 from autorl.config import TrainConfig, TrainerConfig
@@ -23,10 +22,10 @@ from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
 from pipelines.stages.train import step_config
+from tests.helpers.cli import TASK, run_error_line
 from tests.helpers.docs import DOCS, marked_block
 
 REPO = Path(__file__).resolve().parents[1]
-TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 SECTIONS = {"train": TrainConfig, "trainer": TrainerConfig, "rollout": RolloutConfig}
 
 
@@ -56,33 +55,6 @@ def flag_args(path: str, value: Any) -> list[str]:
     if isinstance(value, bool):
         return [flag if value else f"--no-{flag[2:]}"]
     return [flag, ",".join(value) if isinstance(value, list) else str(value)]
-
-
-@pytest.fixture
-def run(monkeypatch, tmp_path):
-    """`autorl run ARGS` up to the pipeline, which only records the task and config it was given."""
-    seen = {}
-
-    async def record(task, config, console=None):
-        seen.update(task=task, config=config)
-
-    monkeypatch.setattr(pipelines.pipeline, "run_pipeline", record)
-    monkeypatch.delenv("AUTORL_HOME", raising=False)
-
-    def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[TaskSpec, RunConfig]:
-        result = CliRunner().invoke(app, ["run", *args], env=env)
-        assert result.exit_code == 0, result.output
-        return seen["task"], seen["config"]
-
-    return invoke
-
-
-def error_line(*args: str) -> str:
-    result = CliRunner().invoke(app, ["run", *args])
-    assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert len([line for line in lines if line.startswith("error: ")]) == 1, result.output
-    return lines[-1]
 
 
 def test_every_train_trainer_and_rollout_field_has_a_flag_with_its_docstring_and_default():
@@ -145,10 +117,12 @@ def test_a_loss_keeps_its_defaults_for_the_flags_not_given(run):
 
 
 def test_a_bad_flag_value_names_the_flag():
-    assert error_line(TASK, "--epsilon", "-1") == "error: --epsilon: Input should be greater than or equal to 0"
-    assert error_line(TASK, "--lora-dropout", "1.5") == "error: --lora-dropout: Input should be less than 1"
-    assert error_line(TASK, "--max-tokens", "0") == "error: --max-tokens: Input should be greater than or equal to 1"
-    assert error_line(TASK, "--group-size", "1").startswith("error: --group-size: ")
+    assert run_error_line(TASK, "--epsilon", "-1") == "error: --epsilon: Input should be greater than or equal to 0"
+    assert run_error_line(TASK, "--lora-dropout", "1.5") == "error: --lora-dropout: Input should be less than 1"
+    assert (
+        run_error_line(TASK, "--max-tokens", "0") == "error: --max-tokens: Input should be greater than or equal to 1"
+    )
+    assert run_error_line(TASK, "--group-size", "1").startswith("error: --group-size: ")
 
 
 def task_file(tmp_path: Path, text: str) -> Path:
@@ -181,11 +155,11 @@ def test_inputs_file_flag_over_task_file(run, tmp_path):
 
 
 def test_an_unknown_or_bad_task_table_key_is_one_line(tmp_path):
-    line = error_line(str(task_file(tmp_path, "[train]\nlr = 1e-4\n")))
+    line = run_error_line(str(task_file(tmp_path, "[train]\nlr = 1e-4\n")))
     assert line.startswith(
         "error: the task's [train] table: unknown field 'train.lr' (known fields: learning_rate, loss,"
     )
-    line = error_line(str(task_file(tmp_path, "[trainer]\nlora_rank = 0\n")))
+    line = run_error_line(str(task_file(tmp_path, "[trainer]\nlora_rank = 0\n")))
     assert (
         line
         == "error: the task's [trainer] table: field 'trainer.lora_rank': Input should be greater than or equal to 1 (got 0)"
@@ -251,23 +225,23 @@ def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
     _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3")
     assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3)
     assert run(TASK)[1].cluster.ray is None  # the default: no Ray
-    assert error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
+    assert run_error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
 
 
 def test_a_task_file_cannot_send_a_run_off_this_machine_without_the_same_flag(run, tmp_path):
     remote = task_file(tmp_path, '[cluster]\nray = "203.0.113.5:6379"\n')
-    assert error_line(str(remote)) == (
+    assert run_error_line(str(remote)) == (
         "error: the task's [cluster] ray sends the run to the Ray cluster at '203.0.113.5:6379', off this "
         "machine; a task file cannot do that alone: pass --ray 203.0.113.5:6379 too if you mean it"
     )
     assert run(str(remote), "--ray", "203.0.113.5:6379")[1].cluster.ray == "203.0.113.5:6379"  # the user's own word
-    assert error_line(str(remote), "--ray", "198.51.100.7:6379").startswith("error: the task's [cluster] ray sends")
+    assert run_error_line(str(remote), "--ray", "198.51.100.7:6379").startswith("error: the task's [cluster] ray sends")
     for here in ("local", "auto", "127.0.0.1:6379", "localhost:6379", "[::1]:6379"):
         path = task_file(tmp_path, f'[cluster]\nray = "{here}"\n')
         assert run(str(path))[1].cluster.ray == here
     # an `autorl serve` elsewhere would get the run and the AUTORL_TOKEN: the same rule
     served = task_file(tmp_path, 'backend = "https://gpu.example.com:7999"\n')
-    assert error_line(str(served)) == (
+    assert run_error_line(str(served)) == (
         "error: the task's backend sends the run to the `autorl serve` at 'https://gpu.example.com:7999', "
         "off this machine; a task file cannot do that alone: pass --backend https://gpu.example.com:7999 too if "
         "you mean it"
@@ -288,18 +262,18 @@ def test_the_old_place_of_a_task_files_backend_still_works_with_one_warning(run,
     assert "`[cluster] backend` is deprecated; write `backend = ...` above the tables" in warning
     assert run(str(old), "--backend", "http://127.0.0.1:8000")[1].backend == "http://127.0.0.1:8000"  # a flag wins
     both = task_file(tmp_path, 'backend = "http://127.0.0.1:7999"\n[cluster]\nbackend = "http://127.0.0.1:8000"\n')
-    assert "backend and [cluster] backend differ" in error_line(str(both))
+    assert "backend and [cluster] backend differ" in run_error_line(str(both))
     off = task_file(tmp_path, '[cluster]\nbackend = "https://gpu.example.com:7999"\n')
-    assert error_line(str(off)).startswith("error: the task's backend sends the run to the `autorl serve`")
+    assert run_error_line(str(off)).startswith("error: the task's backend sends the run to the `autorl serve`")
 
 
 def test_a_backend_is_a_url_and_not_beside_ray(run):
     _, config = run(TASK, "--backend", "http://gpu-box:7999")
     assert (config.backend, config.cluster) == ("http://gpu-box:7999", ClusterConfig())
-    assert error_line(TASK, "--backend", "gpu-box:7999").startswith(
+    assert run_error_line(TASK, "--backend", "gpu-box:7999").startswith(
         "error: --backend: 'gpu-box:7999': expected the URL"
     )
-    line = error_line(TASK, "--backend", "http://gpu-box:7999", "--ray", "local")
+    line = run_error_line(TASK, "--backend", "http://gpu-box:7999", "--ray", "local")
     assert line == "error: --ray and --backend name two places to train: give one", line
 
 
@@ -314,4 +288,4 @@ def test_report_to_takes_a_list_and_no_wandb_stays_its_alias(run):
     _, config = run(TASK, "--report-to", "mlflow,tensorboard", "--report-to", "wandb", "--no-wandb")
     assert config.report_to == ["mlflow", "tensorboard", "wandb"] and config.trackers() == ["mlflow", "tensorboard"]
     assert run(TASK)[1].trackers() == ["wandb"]
-    assert "--report-to" in error_line(TASK, "--report-to", "comet")
+    assert "--report-to" in run_error_line(TASK, "--report-to", "comet")

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from test_checkpoint_retention import backend_with_model
-from test_preflight import TASK, upstream_artifacts
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from autorl.backends.run_dir import read_history
@@ -28,7 +26,9 @@ from pipelines.context import StageContext
 from pipelines.costs import Meter
 from pipelines.stages import report, train
 from ruler import FunctionJudge
+from tests.helpers.pipeline import TASK, upstream_artifacts
 from tests.helpers.tiny import choice
+from tests.helpers.training import backend_with_model
 
 ANSWER_TOKENS = 6
 DRIFT_FROM = 3

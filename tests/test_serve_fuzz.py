@@ -12,8 +12,6 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from starlette.testclient import TestClient
-from test_benchmark_optimize import completion
-from test_remote_backend import MAX_BODY, TOKEN, ScriptedPlacement, register_body
 
 import autorl as art
 from autorl.atomic import private_dir
@@ -25,7 +23,8 @@ from autorl.backends.remote.served import ServedModels
 from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.serving.routes import INFERENCE_ROUTES
-from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.chat_server import ChatCompletionServer, completion
+from tests.helpers.remote import MAX_BODY, TOKEN, ScriptedPlacement, register_body
 
 MAX_ANSWER_BYTES = 64 * 1024
 """No answer of the fuzzed app is larger (its error lines are short, the lists it answers are of one model)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gzip
-import http.client
 import ipaddress
 import json
 import logging
@@ -34,11 +33,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
-from test_benchmark_optimize import completion
-from test_cli_errors import error_line
-from test_cluster_routing import CHAT, proxied, serve  # noqa: F401 (fixtures)
-from test_remote_backend import MAX_BODY, TOKEN, Harness, call, chat, register_body, served  # noqa: F401 (fixtures)
-from test_trainer_options import groups
 from typer.testing import CliRunner
 
 from autorl import TrainableModel, Trajectory
@@ -54,45 +48,15 @@ from autorl.task import load_task
 from autorl.training.sequences import tokenize_trajectory
 from pipelines.cli import app as cli
 from ruler.client import JudgeModel
-from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.chat_server import ChatCompletionServer, completion
+from tests.helpers.cli import error_line
+from tests.helpers.remote import MAX_BODY, OUTSIDE, TOKEN, Harness, call, raw_post, register_body
+from tests.helpers.routing import CHAT
 from tests.helpers.tiny import choice
+from tests.helpers.training import groups
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
-OUTSIDE = [
-    "/v1/../collective_rpc",
-    "/v1/../pause",
-    "/v1/%2e%2e/pause",
-    "/v1/%2E%2E/sleep",
-    "/v1/.%2e/collective_rpc",
-    "/v1/..%2Fpause",
-    "/v1/..%2fcollective_rpc",
-    "/v1/%2e%2e%2fpause",
-    "/v1/%252e%252e/pause",
-    "/v1/%252e%252e%252fcollective_rpc",
-    "/v1/%25252e%25252e/pause",
-    "/v1/..\\pause",
-    "/v1/..%5Cpause",
-    "/v1/%5C..%5Ccollective_rpc",
-    "/v1//../pause",
-    "/v1/./../sleep",
-    "/v1/chat/../../collective_rpc",
-    "/v1/chat/completions/../../../pause",
-    "/v1/chat%2fcompletions%2f..%2f..%2f..%2fpause",
-    "/v1/../../../../etc/passwd",
-    "/v1/load_lora_adapter",
-    "/v1/unload_lora_adapter",
-    "/v1/%6coad_lora_adapter",
-    "/v1/chat/../load_lora_adapter",
-    "/v1/chat/completions%00",
-    "/v1/chat/completions;/../../pause",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/audio/transcriptions",
-    "/v1/models",  # a POST: the model list is GET only
-    "/v1/%ff%fe",
-]
-"""Paths a POST must not pass on; each is a dev endpoint, LoRA loading, or another route of vLLM's."""
 INSIDE = {
     "/v1/chat/completions": "/v1/chat/completions",
     "/v1/completions": "/v1/completions",
@@ -121,19 +85,7 @@ def test_paths_are_matched_as_the_server_would_read_them():
     assert set(INFERENCE_ROUTES) == {"/v1/chat/completions", "/v1/completions", "/v1/models"}
 
 
-def raw_post(port: int, path: str, body: dict, token: str = TOKEN) -> tuple[int, str]:
-    """POST `path` exactly as written (http.client does not normalise it), with the token."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        data = json.dumps(body).encode()
-        connection.request("POST", path, body=data, headers={"Authorization": f"Bearer {token}"})
-        response = connection.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
-    finally:
-        connection.close()
-
-
-def test_autorl_serve_passes_on_the_allowlist_only_whatever_the_spelling(served, chat, tiny_model):  # noqa: F811
+def test_autorl_serve_passes_on_the_allowlist_only_whatever_the_spelling(served, chat, tiny_model):
     assert call("POST", f"{served.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
     body = {"model": "agent", "messages": [{"role": "user", "content": "hi"}], "path": "/collective_rpc"}
     answered = {path: raw_post(served.port, path, body) for path in OUTSIDE}
@@ -148,7 +100,7 @@ def test_autorl_serve_passes_on_the_allowlist_only_whatever_the_spelling(served,
     assert all(headers["authorization"] == "Bearer the-vllm-servers-own-key" for headers in chat.headers)
 
 
-def test_the_pool_proxy_passes_on_the_allowlist_only_whatever_the_spelling(serve, proxied):  # noqa: F811
+def test_the_pool_proxy_passes_on_the_allowlist_only_whatever_the_spelling(serve, proxied):
     servers = [serve()]
     proxy, _, _ = proxied(servers)
     port = int(proxy.base_url.removesuffix("/v1").rsplit(":", 1)[1])
@@ -202,7 +154,7 @@ def test_each_client_knob_is_taken_at_its_bound_and_refused_past_it(path):
             assert why is not None and len(why) < 200, (value, why)
 
 
-def test_a_request_past_a_limit_is_400_before_anything_starts(tmp_path, chat, tiny_model, tokenizer):  # noqa: F811
+def test_a_request_past_a_limit_is_400_before_anything_starts(tmp_path, chat, tiny_model, tokenizer):
     harness = Harness(tmp_path, chat)
     try:
         over = register_body(tiny_model, server={"max_model_len": LIMITS.max_client_model_len + 1})
@@ -221,7 +173,7 @@ def test_a_request_past_a_limit_is_400_before_anything_starts(tmp_path, chat, ti
         harness.stop()
 
 
-def test_models_are_bounded_per_server_and_per_client(tmp_path, chat, tiny_model):  # noqa: F811
+def test_models_are_bounded_per_server_and_per_client(tmp_path, chat, tiny_model):
     harness = Harness(tmp_path, chat, limits=ServeLimits(max_models=2, max_models_per_client=1))
 
     def register(name: str, client: str) -> httpx.Response:
@@ -269,7 +221,7 @@ def test_requests_at_once_are_bounded_and_health_still_answers(tmp_path, tiny_mo
         held.close()
 
 
-def test_bodies_are_bounded_as_sent_and_as_inflated_compressed_or_chunked(served):  # noqa: F811
+def test_bodies_are_bounded_as_sent_and_as_inflated_compressed_or_chunked(served):
     url = f"{served.url}/models"
     gzipped = {"Content-Encoding": "gzip"}
     at_bound = gzip.compress(b" " * MAX_BODY)  # inflates to the limit: read, then refused as no JSON object
@@ -286,7 +238,7 @@ def test_bodies_are_bounded_as_sent_and_as_inflated_compressed_or_chunked(served
     assert call("POST", url, content=b" " * MAX_BODY).status_code == 400  # at the limit: read
 
 
-def test_a_bad_value_is_quoted_by_a_short_prefix_only(served):  # noqa: F811
+def test_a_bad_value_is_quoted_by_a_short_prefix_only(served):
     huge = "n" * (MAX_BODY - 100)
     for path, body in [("/models", {"name": huge, "base_model": "b"}), ("/v1/chat/completions", {"model": huge})]:
         answer = call("POST", f"{served.url}{path}", content=json.dumps(body))
@@ -328,7 +280,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     return cert, key_file
 
 
-def test_autorl_serve_answers_https_with_its_certificate_and_nothing_in_clear(tmp_path, chat, monkeypatch):  # noqa: F811
+def test_autorl_serve_answers_https_with_its_certificate_and_nothing_in_clear(tmp_path, chat, monkeypatch):
     cert, key = self_signed(tmp_path)
     options = ServeConfig(home=tmp_path, ssl_certfile=cert, ssl_keyfile=key)
     assert options.url.startswith("https://") and options.uvicorn_options()["ssl_certfile"] == str(cert)
@@ -372,7 +324,8 @@ def test_plain_http_off_loopback_is_said_once_by_the_client_and_the_server(tmp_p
 
 def started_serve_lines(home: Path, flags: list[str]) -> list[str]:
     """The first two lines a real `autorl serve` says (it is stopped once it said them)."""
-    from test_remote_serve import ROOT, free_port  # which imports this module
+    from tests.helpers.docs import ROOT
+    from tests.helpers.remote import free_port
 
     command = [sys.executable, "-m", "pipelines.cli", "serve", "--port", str(free_port()), "--home", str(home), *flags]
     env = {**os.environ, "AUTORL_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
@@ -399,7 +352,7 @@ def test_a_sampled_token_id_outside_the_vocabulary_is_refused(tokenizer):
 
 def test_logging_a_model_that_is_not_trainable_stays_out_of_trainable_models_and_is_bounded(
     tmp_path,
-    chat,  # noqa: F811
+    chat,
     tiny_model,
 ):
     harness = Harness(tmp_path, chat, limits=ServeLimits(max_models=2))
@@ -421,7 +374,7 @@ def test_logging_a_model_that_is_not_trainable_stays_out_of_trainable_models_and
 
 def test_a_step_id_in_flight_answers_only_its_own_model_and_only_after_the_lease(
     tmp_path,
-    chat,  # noqa: F811
+    chat,
     tiny_model,
     tokenizer,
 ):
@@ -448,7 +401,7 @@ def test_a_step_id_in_flight_answers_only_its_own_model_and_only_after_the_lease
         harness.stop()
 
 
-def test_an_unexpected_error_is_logged_with_an_id_and_the_client_gets_the_id_only(served, monkeypatch, caplog):  # noqa: F811
+def test_an_unexpected_error_is_logged_with_an_id_and_the_client_gets_the_id_only(served, monkeypatch, caplog):
     async def broken(name: str) -> None:
         raise RuntimeError("/srv/secret/path went wrong")
 

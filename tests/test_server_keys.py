@@ -9,13 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_server_options import SMOLLM2, write_config
 
 from autorl.serving import auth
 from autorl.serving.auth import KEY_ENV, RequireKey, authorized, bearer, new_key
 from autorl.serving.config import ServerConfig
 from autorl.serving.vllm_server import VLLMServer
 from ruler.endpoint import ModelEndpoint
+from tests.helpers.servers import SMOLLM2, write_config
 
 REACHED: list[str] = []
 """The scope types `app` was called with."""

@@ -1,7 +1,6 @@
 """The vLLM server's options, as command lines: merged-LoRA serving, the in-process CPU model, the KV cache
 sized in bytes; and which running server an embedded judge may reuse."""
 
-import json
 import subprocess
 import sys
 
@@ -16,13 +15,9 @@ from autorl.serving.embedded import running_server_for
 from autorl.serving.memory import kv_bytes_per_token, kv_cache_bytes
 from autorl.serving.vllm_server import VLLMServer
 from ruler.endpoint import ModelEndpoint
+from tests.helpers.servers import SMOLLM2, write_config
 
 # SmolLM2-135M's shape: 30 layers x 3 KV heads x 64 (576 / 9) x 2 (K, V) x 2 (bf16) = 23040 bytes a token
-SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
-
-
-def write_config(directory, config) -> None:
-    (directory / "config.json").write_text(json.dumps(config))
 
 
 def command(tmp_path, **config) -> list[str]:

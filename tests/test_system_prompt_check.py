@@ -10,7 +10,6 @@ import random
 
 import pytest
 from rich.console import Console
-from test_preflight import ScriptedPolicy, upstream_artifacts
 
 from autorl.inputs.generation import WrittenSystemPrompt
 from autorl.task import TaskSpec
@@ -19,6 +18,7 @@ from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.stages import report, system_prompt
 from ruler import FunctionJudge, TrajectoryScore
+from tests.helpers.pipeline import ScriptedPolicy, upstream_artifacts
 
 TASK = TaskSpec(description="Answer with the capital city, one word.")
 HARMFUL = "The response must have 2 paragraphs separated with *** and must contain 'you' in bold."

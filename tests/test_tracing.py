@@ -11,14 +11,14 @@ import sys
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from test_agent_loop import call, scripted, with_toolbox
-from test_judge_audit import by_content
 
 import ruler
 from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
 from pipelines.context import judge_attributes
+from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.judge_server import by_content
 
 SECRET = "sk-tracing-0123456789-never-in-a-span"
 

@@ -21,9 +21,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_judge_audit import by_content
 
 from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.judge_server import by_content
 
 pytestmark = pytest.mark.slow
 PHOENIX = os.environ.get("AUTORL_PHOENIX_PYTHON") or (sys.executable if importlib.util.find_spec("phoenix") else None)

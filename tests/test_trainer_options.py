@@ -5,7 +5,6 @@ distance to the base model; PPO epochs reuse a batch and truncated completions c
 
 import asyncio
 import math
-import random
 import threading
 import time
 
@@ -14,34 +13,13 @@ import torch
 from transformers import AutoTokenizer
 
 import autorl.training.trainer
-from autorl import TrainableModel, TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+from autorl import TrainableModel, TrainConfig, TrainerConfig
 from autorl.backends.base import ModelSlot
 from autorl.backends.local import LocalBackend
 from autorl.errors import AutoRLError
 from autorl.training.loss import overlong_penalty
 from autorl.training.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
-from tests.helpers.tiny import choice
-
-PROMPT = [
-    {"role": "system", "content": "You are a helpful assistant. Answer politely and briefly, please."},
-    {"role": "user", "content": "Reply to a customer asking for a refund, politely, in two sentences."},
-]
-
-
-def groups(tokenizer, prompts: int = 2, size: int = 4) -> list[TrajectoryGroup]:
-    rng = random.Random(0)
-    result = []
-    for p in range(prompts):
-        messages = [PROMPT[0], {"role": "user", "content": PROMPT[1]["content"] + " yes" * p}]
-        trajectories = []
-        for i in range(size):
-            ids = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(3, 9))]
-            logprobs = [-rng.uniform(1, 6) for _ in ids]
-            trajectories.append(
-                Trajectory(messages_and_choices=[*messages, choice(tokenizer.decode(ids), ids, logprobs)], reward=i)
-            )
-        result.append(TrajectoryGroup(trajectories))
-    return result
+from tests.helpers.training import ServingStandIn, groups
 
 
 def record_gradients(trainer: GRPOTrainer) -> list[dict[str, torch.Tensor]]:
@@ -220,36 +198,6 @@ def test_the_overlong_penalty_ranks_long_completions_below_short_ones_of_the_sam
     assert metrics["reward"] == 1.0  # the judge's
     with pytest.raises(AutoRLError, match="max_completion_tokens"):
         trainer.step(data, TrainConfig(overlong_buffer=4))
-
-
-class ServingStandIn:
-    """What the backend asks of a model's serving after a step, for a backend test without a server: it
-    "holds" the step served last (as merged serving does)."""
-
-    base_url = "http://127.0.0.1:1/v1"
-    api_key = "stand-in-key"
-
-    def __init__(self):
-        self.held: set[int] = set()
-
-    def transport(self):
-        return None
-
-    async def serve(self, step):
-        self.held = {step} - {0}
-        return "policy"
-
-    async def retire(self, name):
-        pass
-
-    def served_steps(self):
-        return set(self.held)
-
-    async def recover(self):
-        return True
-
-    def close(self):
-        pass
 
 
 def test_the_backend_builds_steps_and_saves_the_trainer_on_one_thread(tiny_model, tmp_path, monkeypatch):

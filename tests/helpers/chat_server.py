@@ -1,5 +1,6 @@
 """A real HTTP server on 127.0.0.1 that answers OpenAI chat completions from a function: the edge of unit
-tests that drive a real client (openai, DSPy, LangChain) over HTTP."""
+tests that drive a real client (openai, DSPy, LangChain) over HTTP; `completion` (one answer, as a chat
+completion) and `FakeOpenAIServer` (a generator stand-in: a choice per text, cut at `stop` as vLLM cuts)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+Reply = Callable[[dict], list[str]]
+"""Maps a chat-completions request body to the texts of its choices (one per `n`)."""
 
 
 def read_request(handler: BaseHTTPRequestHandler, server: Any) -> dict:
@@ -56,3 +60,39 @@ class ChatCompletionServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def completion(body: dict, content: str) -> dict:
+    """A chat completion of the model `body` asks for, answering `content`."""
+    message = {"role": "assistant", "content": content}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
+
+
+def is_prompt_request(body: dict) -> bool:
+    """Whether a request asks for the system prompt (else for inputs)."""
+    return body["messages"][0]["content"].startswith("Write the instructions")
+
+
+class FakeOpenAIServer(ChatCompletionServer):
+    """`POST /v1/chat/completions` answered by `reply`, one choice per text, each stopped as vLLM stops a
+    prefilled answer at `stop`; records every request body."""
+
+    def __init__(self, reply: Reply):
+        def answer(body: dict) -> dict:
+            choices = []
+            for index, text in enumerate(reply(body)):
+                stops = [text.find(s) for s in body.get("stop") or [] if s in text]
+                finished = text.endswith("<eos>") or bool(stops)
+                text = text[: min(stops)] if stops else text.removesuffix("<eos>")
+                message = {"role": "assistant", "content": text}
+                choices.append({"index": index, "message": message, "finish_reason": "stop" if finished else "length"})
+            return {
+                "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"], "choices": choices,
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2 * len(choices), "total_tokens": 3 + 2 * len(choices)},
+            }  # fmt: skip
+
+        super().__init__(answer)
+
+    def input_requests(self) -> list[dict]:
+        return [r for r in self.requests if not is_prompt_request(r)]

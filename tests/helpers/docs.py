@@ -29,3 +29,12 @@ def marked_block(page: Path, test: str, after: str = "") -> str:
 def marked_blocks() -> list[tuple[Path, str]]:
     """(page, test file) of every marked block in README.md and the docs."""
     return [(page, found.group(1)) for page in pages() for found in MARKER.finditer(page.read_text())]
+
+
+def docs_example() -> dict:
+    """The names the docs' LangGraph example defines (`rollout`, `adder_group`, ...), run as written."""
+    page = DOCS / "langgraph.md"
+    code = marked_block(page, "tests/test_langgraph.py")
+    namespace: dict = {"__name__": "__docs__"}
+    exec(compile(code, str(page), "exec"), namespace)
+    return namespace

@@ -1,8 +1,11 @@
-"""A fake judge: an HTTP server on 127.0.0.1 that answers OpenAI's chat completions API from a script."""
+"""A fake judge: an HTTP server on 127.0.0.1 that answers OpenAI's chat completions API from a script; and the
+pieces of scripted RULER judges (`answers_in` reads a RULER prompt, `judge_completion` answers scores,
+`by_content` is a consistent judge)."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -105,3 +108,34 @@ class FakeJudgeServer:
         with self._lock:
             self._exited = True
         self._close()
+
+
+TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
+
+
+def answers_in(request: dict) -> dict[str, str]:
+    """The RULER prompt's trajectories: id -> the text of its last assistant message."""
+    prompt = request["messages"][1]["content"]
+    found = {}
+    for tid, body in TRAJECTORY.findall(prompt):
+        messages = [json.loads(line) for line in body.splitlines()]
+        found[tid] = next(m["content"] for m in reversed(messages) if m["role"] == "assistant")
+    return found
+
+
+def judge_completion(scores: dict[str, float]) -> dict:
+    """A RULER answer giving each trajectory id its score."""
+    content = json.dumps({"scores": {tid: {"explanation": "scripted", "score": s} for tid, s in scores.items()}})
+    return {
+        "id": "chatcmpl-audit",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
+
+
+def by_content(request: dict) -> dict:
+    """A consistent judge: longer answers score higher, whatever their place (trailing spaces ignored)."""
+    return judge_completion({tid: min(1.0, len(text.strip()) / 40) for tid, text in answers_in(request).items()})
