@@ -11,5 +11,16 @@
     app.py         the FastAPI app: the routes, the body limits, the token; openapi.py its OpenAPI description
     server.py      serve(): the app under uvicorn, one server per home
 
-Nothing is imported here, so the CLI reads `ServeConfig` without loading FastAPI or the client.
+Nothing is imported here until asked for, so the CLI reads `ServeConfig` without loading FastAPI or the client;
+`RemoteBackend` and `ServerlessBackend` are reachable here too (client.py's, imported on first use).
 """
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RemoteBackend", "ServerlessBackend"):
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
