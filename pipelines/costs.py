@@ -136,13 +136,16 @@ USD = ("compute", "api", "total")
 
 
 def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, Any]]:
-    """The cost records of training steps 1..`steps` (`spent` in each step's cost file), skipping a step that
+    """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
+    sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
     has none (trained before autorl priced steps)."""
     from autorl.training.checkpoints import checkpoint_name
 
+    from .stages.train import dropped_step_dirs
+
+    dirs = [train_dir / "steps" / checkpoint_name(step) for step in range(1, steps + 1)]
     records = []
-    for step in range(1, steps + 1):
-        path = train_dir / "steps" / checkpoint_name(step) / cost_file
+    for path in [d / cost_file for d in [*dropped_step_dirs(train_dir, steps), *dirs]]:
         if path.exists() and "spent" in (record := json.loads(path.read_text())):
             records.append(record["spent"])
     return records

@@ -22,7 +22,7 @@ from autorl.errors import AutoRLError
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
-from pipelines import sentinel
+from pipelines import costs, sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.costs import Meter
@@ -139,6 +139,9 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
         "0002", "0003", "0004"
     ]  # fmt: skip
     assert "rolled back to step 1" in ctx.console.export_text()
+    # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
+    assert len(costs.steps_cost(policy.run_dir, 7, train.STEP_COST)) == 10
+    assert len(costs.steps_cost(policy.run_dir, 1, train.STEP_COST)) == 1  # checkpoint 1 was made before them
     section = "\n".join(report._sentinel_section(train.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 

@@ -190,6 +190,18 @@ def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
     return read_history(run_dir, SENTINEL_ACTIONS)
 
 
+def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
+    """The step directories that rollbacks moved aside (`ROLLED_BACK`) on the way to checkpoint `step`: those
+    of each rollback that restored a checkpoint before `step`. Their cost was spent making it."""
+    rollbacks = [a for a in sentinel_actions(run_dir) if a["action"] == "rollback"]
+    return [
+        path
+        for number, action in enumerate(rollbacks, start=1)
+        if action["restored"] < step
+        for path in sorted((run_dir / ROLLED_BACK / str(number) / "steps").glob("[0-9]*"))
+    ]
+
+
 def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
     """`config` with the KL coefficient and learning rate the newest rollback in `actions` set, if any."""
     rollbacks = [a for a in actions if a["action"] == "rollback"]
