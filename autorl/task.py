@@ -2,8 +2,9 @@
 
 A TOML task file maps one to one onto `TaskSpec`: every key is a field below (tools are `[[tools]]`
 tables, MCP servers `[[mcp_servers]]` tables, the run's settings `[train]`, `[trainer]`, `[cluster]` and
-`[sentinel]` tables, `inputs_file` and `keep_checkpoints`), and a key that is not a field is an error that names it. Relative paths in a task file (an
-inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
+`[sentinel]` tables, `inputs_file`, `keep_checkpoints` and `backend`), and a key that is not a field is an error
+that names it (`[cluster] backend`, the old place of `backend`, still works with a warning). Relative paths in a
+task file (an inputs file, a tool's `function` file, an MCP server's `cwd`) are relative to the file's directory,
 which is also where a stdio MCP server runs by default; `load_task` makes them absolute. The tools
 themselves are loaded and the servers started by `autorl.agents.tools.Toolbox`. docs/inputs.md documents
 the fields with an example; `pipelines/tasks/` holds ready-made task files.
@@ -175,6 +176,10 @@ class TaskSpec(BaseModel):
     line with an `input` string and optionally a `split` ("train" or "val"; rows without one are split
     like generated inputs). All of its inputs are used: `num_inputs` does not apply. A relative path in a
     task file is relative to the file's directory."""
+    backend: str | None = None
+    """URL of an `autorl serve` that serves and trains the run's policy (`autorl run --backend`, which must name
+    the same URL unless it is loopback: a task file alone does not send a run off this machine); unset: this
+    machine, or the `[cluster]` table's Ray cluster."""
     keep_checkpoints: str | None = None
     """Which checkpoints a run's training keeps (`autorl run --keep-checkpoints`, which overrides it): all, or
     a comma-separated set of latest, latest:N, best and every:N; unset: all."""
@@ -229,7 +234,7 @@ class TaskSpec(BaseModel):
         }
 
 
-RUN_SETTINGS = frozenset({"inputs_file", "keep_checkpoints", "train", "trainer", "cluster", "sentinel"})
+RUN_SETTINGS = frozenset({"inputs_file", "keep_checkpoints", "backend", "train", "trainer", "cluster", "sentinel"})
 """The `TaskSpec` fields that set up a run rather than describe its task. A run's config takes them over
 (`pipelines.config.RunConfig.for_task`, which also checks the tables' keys): the pipeline reads them
 there, and changing them keeps a run's name."""
@@ -273,7 +278,7 @@ def _load_task_file(path: Path) -> TaskSpec:
         raise AutoRLError(f"task file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise AutoRLError(f"task file {path} is not valid TOML: {exc}") from None
-    task = _validated(data, f"task file {path}")
+    task = _validated(_moved_keys(data, path), f"task file {path}")
     task._file = path.absolute()
     here = path.parent.absolute()
     if task.inputs_file is not None:
@@ -287,6 +292,20 @@ def _load_task_file(path: Path) -> TaskSpec:
             server.cwd = here / (server.cwd or "")
     warn_if_foreign(task, path)
     return task
+
+
+def _moved_keys(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`data` with the keys a task file had at an earlier place moved to their own, one warning line each:
+    `[cluster] backend` is the top-level `backend` (the `[cluster]` table is the Ray cluster's)."""
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict) or "backend" not in cluster:
+        return data
+    moved = {**data, "cluster": {k: v for k, v in cluster.items() if k != "backend"}}
+    if "backend" in data and data["backend"] != cluster["backend"]:
+        raise AutoRLError(f"task file {path}: backend and [cluster] backend differ; keep the top-level backend only")
+    moved["backend"] = cluster["backend"]
+    log.warning("task file %s: `[cluster] backend` is deprecated; write `backend = ...` above the tables", path)
+    return moved
 
 
 def warn_if_foreign(task: TaskSpec, path: Path) -> None:

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autorl.backends.remote.config import ServeConfig
 from autorl.config import LOSS_DEFAULTS
 from autorl.errors import AutoRLError
 from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
@@ -25,7 +26,6 @@ from ruler.errors import RulerError
 from .benchmark.config import BenchmarkConfig
 from .cli_options import FieldFlag, command_signature, field_flags, flag_for, given_values
 from .config import DEFAULT_HOME, RunConfig
-from .server.config import ServeConfig
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -122,6 +122,7 @@ def _per_loss_defaults(name: str) -> str:
     return f"Per loss: {values}."
 
 
+WHERE_IT_TRAINS = "Where it trains: a Ray cluster (ClusterConfig; a task file's cluster table) or an autorl serve"
 RUN_FLAGS = field_flags(
     RunConfig,
     {
@@ -139,7 +140,8 @@ RUN_FLAGS = field_flags(
         **{f"train.{name}": {"help_suffix": _per_loss_defaults(name)} for name in set().union(*LOSS_DEFAULTS.values())},
         "trainer.*": {"rich_help_panel": "The LoRA and its trainer (TrainerConfig; a task file's trainer table)"},
         "sentinel.*": {"rich_help_panel": "The reward-hacking sentinel (SentinelConfig; a task file's sentinel table)"},
-        "cluster.*": {"rich_help_panel": "Where it trains: a Ray cluster or an autorl serve (ClusterConfig; a task file's cluster table)"},
+        "cluster.*": {"rich_help_panel": WHERE_IT_TRAINS},
+        "backend": {"metavar": "URL", "rich_help_panel": WHERE_IT_TRAINS},
     },
 )  # fmt: skip
 """The `run` command's options: RunConfig fields, every field of its rollout, train, trainer and cluster configs."""
@@ -355,7 +357,7 @@ def serve_command(ctx: typer.Context, **values: Any) -> None:
     (--ssl-certfile, --ssl-keyfile) or put a TLS proxy in front on a network you do not trust. A restarted
     server resumes every model from its newest checkpoint.
     """
-    from pipelines.server import serve
+    from autorl.backends.remote.server import serve
 
     with user_errors(SERVE_FLAGS, "stopped"):
         config = ServeConfig(**given_values(ctx, SERVE_FLAGS, values))

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autorl.agents.rollout import RolloutConfig
 from autorl.backends.cluster.config import ClusterConfig
 from autorl.backends.retention import KeepPolicy
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
+from autorl.home import DEFAULT_HOME
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 from autorl.task import TaskSpec, describe_error
@@ -22,8 +23,6 @@ from autorl.tracking import PACKAGES
 from .sentinel import SentinelConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
-DEFAULT_HOME = Path(".autorl")
-"""Where runs and the artifact cache live unless `--home` or AUTORL_HOME says otherwise."""
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 """A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
 
@@ -137,10 +136,28 @@ class RunConfig(BaseModel):
     `groups_per_step` = 16 rollouts; ~10 validation inputs x `eval_samples` 2 in baseline and evaluate); a
     larger batch waits in vLLM's queue, which on a few CPU cores costs little throughput."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Where the policy is served and trained: this process (the default), vLLM replicas and a trainer on a
-    Ray cluster, or an `autorl serve` on another machine (a task file's `[cluster]` table). Not part of any
-    cache key: a run gives the same artifacts either way, so a run moved to a cluster resumes from its local
-    checkpoints and back."""
+    """Where the policy is served and trained: this process (the default), or vLLM replicas and a trainer on a
+    Ray cluster (a task file's `[cluster]` table). Not part of any cache key: a run gives the same artifacts
+    either way, so a run moved to a cluster resumes from its local checkpoints and back."""
+    backend: str | None = None
+    """URL of an `autorl serve` (http://host:7999) that serves and trains the policy (`RemoteBackend`, with the
+    token in AUTORL_TOKEN): the stages, the judge and the generator run here, the rollouts' model and its
+    training there; after each step its checkpoint and the history are copied into this machine's run
+    directory. The server serves every checkpoint as a LoRA (adapter serving), as the evaluation needs. Not
+    with --ray; a task file's `backend` key. Not part of any cache key."""
+
+    @field_validator("backend")
+    @classmethod
+    def _a_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r}: expected the URL of an `autorl serve`, http://host:port or https://host")
+        return value
+
+    @model_validator(mode="after")
+    def _one_place(self) -> RunConfig:
+        if self.cluster.ray is not None and self.backend is not None:
+            raise ValueError("--ray and --backend name two places to train: give one")
+        return self
 
     @field_validator("keep_checkpoints")
     @classmethod
@@ -172,19 +189,19 @@ class RunConfig(BaseModel):
     @classmethod
     def for_task(cls, task: TaskSpec, given: dict[str, Any] | None = None) -> RunConfig:
         """The config of a run of `task`: the `given` values (nested models as dicts: `{"train": {"loss":
-        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` / `[sentinel]` tables, `inputs_file` and
-        `keep_checkpoints`, over the defaults.
+        "gspo"}}`) over the task's `[train]` / `[trainer]` / `[cluster]` / `[sentinel]` tables, `inputs_file`,
+        `keep_checkpoints` and `backend`, over the defaults.
         A field set nowhere stays unset, so a loss's own defaults (`autorl.config.LOSS_DEFAULTS`) apply.
 
-        Raises AutoRLError naming a task table's key that is no field or whose value is invalid, or a `[cluster]`
-        `ray` or `backend` address off this machine that `given` does not name too (`check_off_machine`), and
+        Raises AutoRLError naming a task table's key that is no field or whose value is invalid, or a `[cluster]
+        ray` or `backend` address off this machine that `given` does not name too (`check_off_machine`), and
         pydantic's ValidationError (located by field) for an invalid `given` value.
         """
         given = dict(given or {})
-        for key in OFF_MACHINE:
-            check_off_machine(key, task.cluster.get(key), (given.get("cluster") or {}).get(key))
+        check_off_machine("ray", task.cluster.get("ray"), (given.get("cluster") or {}).get("ray"))
+        check_off_machine("backend", task.backend, given.get("backend"))
         values: dict[str, Any] = {
-            name: getattr(task, name) for name in ("inputs_file", "keep_checkpoints") if getattr(task, name)
+            name: getattr(task, name) for name in ("inputs_file", "keep_checkpoints", "backend") if getattr(task, name)
         }
         for table, strict in TASK_TABLES.items():
             settings = getattr(task, table)
@@ -200,12 +217,12 @@ class RunConfig(BaseModel):
 
 LOCAL_RAY = ("local", "auto")
 """`[cluster] ray` values that stay on this machine: a cluster it starts, or the one it belongs to."""
-OFF_MACHINE = {"ray": "the Ray cluster", "backend": "the `autorl serve`"}
-"""The `[cluster]` keys that may send a run to another machine, and what they send it to."""
+OFF_MACHINE = {"ray": ("[cluster] ray", "the Ray cluster"), "backend": ("backend", "the `autorl serve`")}
+"""The task file's keys that may send a run to another machine, and what they send it to."""
 
 
 def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -> None:
-    """A task file is code a user may not have written: its `[cluster] ray` or `backend` may name a machine
+    """A task file is code a user may not have written: its `[cluster] ray` or its `backend` may name a machine
     other than this one (which would receive the run: its model, data and tools, and for `backend` the
     AUTORL_TOKEN) only when the command line names the same address (`--ray`, `--backend`). "local", "auto"
     and loopback addresses need no flag."""
@@ -215,9 +232,10 @@ def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -
     host = address.rpartition(":")[0].strip("[]") if ":" in address else address
     if host == "localhost" or host == "::1" or host.startswith("127."):
         return
+    where, what = OFF_MACHINE[key]
     raise AutoRLError(
-        f"the task's [cluster] table sends the run to {OFF_MACHINE[key]} at {from_task!r}, off this machine; a "
-        f"task file cannot do that alone: pass --{key} {from_task} too if you mean it"
+        f"the task's {where} sends the run to {what} at {from_task!r}, off this machine; a task file cannot do "
+        f"that alone: pass --{key} {from_task} too if you mean it"
     )
 
 

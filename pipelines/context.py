@@ -50,7 +50,7 @@ class Policy:
     def __init__(
         self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
     ):
-        self.backend = make_backend(artifacts, config.server, config.cluster)
+        self.backend = make_backend(artifacts, config.server, config.cluster, config.backend)
         self.model = TrainableModel(  # W&B: the run's own Tracker logs its steps (report_metrics=[]: not twice)
             name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer, report_metrics=[]
         )

@@ -48,6 +48,26 @@ def test_the_configs_other_layers_read_load_without_ray_or_the_server_process():
     assert loaded.stdout.strip() == "[]"
 
 
+def test_the_server_of_autorl_serve_imports_without_the_pipeline():
+    """`autorl serve`'s server lives beside its client (`autorl.backends.remote`) and needs nothing of the
+    application: in a fresh interpreter where `pipelines` cannot be imported, its modules load and make the
+    app. (`test_no_module_imports_a_layer_above_its_own` reads the same from the source, function-level imports
+    included.)"""
+    code = (
+        "import sys; sys.modules['pipelines'] = None\n"
+        "from pathlib import Path; import tempfile\n"
+        "from autorl.backends.local import LocalBackend\n"
+        "from autorl.backends.remote import app, client, config, server, served\n"
+        "home = Path(tempfile.mkdtemp())\n"
+        "models = served.ServedModels(LocalBackend(home / config.MODELS_DIR), home, 60.0)\n"
+        "app.make_app(models, 'k' * 32, 2**20)\n"
+        "print(sorted(m for m, module in sys.modules.items() if m.split('.')[0] == 'pipelines' and module))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.strip() == "[]"
+
+
 def _docstrings_edited(source: str) -> str:
     """`source` with every docstring's text replaced and a comment and blank lines added: the same code."""
     lines = source.splitlines()
@@ -120,5 +140,5 @@ def test_each_backend_says_what_the_pipeline_needs_to_know(tmp_path, monkeypatch
     adapter = make_backend(tmp_path, ServerConfig(lora_serving="adapter"), ClusterConfig())
     assert traits(adapter) == (True, False, False)  # the embedded model is the policy server's base weights
     monkeypatch.setenv("AUTORL_TOKEN", "t" * 32)
-    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(backend="http://gpu-box:7999"))
+    remote = make_backend(tmp_path, ServerConfig(), ClusterConfig(), "http://gpu-box:7999")
     assert traits(remote) == (True, True, False)

@@ -26,7 +26,11 @@ from typer.testing import CliRunner
 import autorl as art
 from autorl.atomic import private_dir
 from autorl.backends.local import LocalPlacement
-from autorl.backends.remote import CLIENT_HEADER, GZIP_OVER_BYTES, RemoteBackend, TrainRequest
+from autorl.backends.remote.app import make_app
+from autorl.backends.remote.client import RemoteBackend
+from autorl.backends.remote.config import MODELS_DIR, ServeConfig, resolve_token
+from autorl.backends.remote.served import STEP_IDS_FILE, Refused, ServedModels
+from autorl.backends.remote.wire import CLIENT_HEADER, GZIP_OVER_BYTES, TrainRequest
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.config import TrainerConfig
 from autorl.errors import AutoRLError
@@ -34,8 +38,6 @@ from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
 from pipelines.cli import app as cli
-from pipelines.server.app import STEP_IDS_FILE, Refused, ServedModels, make_app
-from pipelines.server.config import MODELS_DIR, ServeConfig, resolve_token
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.cli import error_line
 

@@ -24,9 +24,9 @@ import pytest
 from art_programs import dataset_loop
 from test_serve_security import OUTSIDE, raw_post
 
-from autorl.backends.remote import RemoteBackend
+from autorl.backends.remote.client import RemoteBackend
+from autorl.backends.remote.served import STEP_IDS_FILE
 from autorl.backends.run_dir import read_history
-from pipelines.server.app import STEP_IDS_FILE
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

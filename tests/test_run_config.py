@@ -257,42 +257,57 @@ def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
 def test_a_task_file_cannot_send_a_run_off_this_machine_without_the_same_flag(run, tmp_path):
     remote = task_file(tmp_path, '[cluster]\nray = "203.0.113.5:6379"\n')
     assert error_line(str(remote)) == (
-        "error: the task's [cluster] table sends the run to the Ray cluster at '203.0.113.5:6379', off this "
+        "error: the task's [cluster] ray sends the run to the Ray cluster at '203.0.113.5:6379', off this "
         "machine; a task file cannot do that alone: pass --ray 203.0.113.5:6379 too if you mean it"
     )
     assert run(str(remote), "--ray", "203.0.113.5:6379")[1].cluster.ray == "203.0.113.5:6379"  # the user's own word
-    assert error_line(str(remote), "--ray", "198.51.100.7:6379").startswith("error: the task's [cluster] table sends")
+    assert error_line(str(remote), "--ray", "198.51.100.7:6379").startswith("error: the task's [cluster] ray sends")
     for here in ("local", "auto", "127.0.0.1:6379", "localhost:6379", "[::1]:6379"):
         path = task_file(tmp_path, f'[cluster]\nray = "{here}"\n')
         assert run(str(path))[1].cluster.ray == here
     # an `autorl serve` elsewhere would get the run and the AUTORL_TOKEN: the same rule
-    served = task_file(tmp_path, '[cluster]\nbackend = "https://gpu.example.com:7999"\n')
+    served = task_file(tmp_path, 'backend = "https://gpu.example.com:7999"\n')
     assert error_line(str(served)) == (
-        "error: the task's [cluster] table sends the run to the `autorl serve` at 'https://gpu.example.com:7999', "
+        "error: the task's backend sends the run to the `autorl serve` at 'https://gpu.example.com:7999', "
         "off this machine; a task file cannot do that alone: pass --backend https://gpu.example.com:7999 too if "
         "you mean it"
     )
-    assert run(str(served), "--backend", "https://gpu.example.com:7999")[1].cluster.backend.startswith("https://gpu")
+    assert run(str(served), "--backend", "https://gpu.example.com:7999")[1].backend.startswith("https://gpu")
     for here in ("http://127.0.0.1:7999", "http://localhost:7999", "http://[::1]:7999"):
-        path = task_file(tmp_path, f'[cluster]\nbackend = "{here}"\n')
-        assert run(str(path))[1].cluster.backend == here
+        path = task_file(tmp_path, f'backend = "{here}"\n')
+        assert run(str(path))[1].backend == here
+
+
+def test_the_old_place_of_a_task_files_backend_still_works_with_one_warning(run, tmp_path, caplog):
+    """`[cluster] backend` (before the `[cluster]` table was the Ray cluster's alone) is the top-level `backend`."""
+    old = task_file(tmp_path, '[cluster]\nbackend = "http://127.0.0.1:7999"\nreplicas = 2\n')
+    with caplog.at_level("WARNING", logger="autorl"):
+        _, config = run(str(old))
+    assert config.backend == "http://127.0.0.1:7999" and config.cluster == ClusterConfig(replicas=2)
+    (warning,) = [r.getMessage() for r in caplog.records if "backend" in r.getMessage()]
+    assert "`[cluster] backend` is deprecated; write `backend = ...` above the tables" in warning
+    assert run(str(old), "--backend", "http://127.0.0.1:8000")[1].backend == "http://127.0.0.1:8000"  # a flag wins
+    both = task_file(tmp_path, 'backend = "http://127.0.0.1:7999"\n[cluster]\nbackend = "http://127.0.0.1:8000"\n')
+    assert "backend and [cluster] backend differ" in error_line(str(both))
+    off = task_file(tmp_path, '[cluster]\nbackend = "https://gpu.example.com:7999"\n')
+    assert error_line(str(off)).startswith("error: the task's backend sends the run to the `autorl serve`")
 
 
 def test_a_backend_is_a_url_and_not_beside_ray(run):
-    assert run(TASK, "--backend", "http://gpu-box:7999")[1].cluster == ClusterConfig(backend="http://gpu-box:7999")
+    _, config = run(TASK, "--backend", "http://gpu-box:7999")
+    assert (config.backend, config.cluster) == ("http://gpu-box:7999", ClusterConfig())
     assert error_line(TASK, "--backend", "gpu-box:7999").startswith(
         "error: --backend: 'gpu-box:7999': expected the URL"
     )
     line = error_line(TASK, "--backend", "http://gpu-box:7999", "--ray", "local")
-    assert line.endswith("ray and backend name two places to train: give one"), line
+    assert line == "error: --ray and --backend name two places to train: give one", line
 
 
 def test_where_a_run_is_served_changes_no_cache_key():
     task = TaskSpec(description=TASK)
     cluster = ClusterConfig(ray="local", replicas=3, replica_cpus=2, trainer_cpus=2)
     assert stage_keys(task, RunConfig(cluster=cluster)) == stage_keys(task, RunConfig())
-    served = ClusterConfig(backend="http://gpu-box:7999")
-    assert stage_keys(task, RunConfig(cluster=served)) == stage_keys(task, RunConfig())
+    assert stage_keys(task, RunConfig(backend="http://gpu-box:7999")) == stage_keys(task, RunConfig())
 
 
 def test_report_to_takes_a_list_and_no_wandb_stays_its_alias(run):

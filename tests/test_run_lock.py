@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from autorl.home import LockedError
 from autorl.task import TaskSpec
 from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
-from pipelines.run_lock import RunLockedError, run_locks
+from pipelines.run_lock import run_locks
 
 HOLD = """
 import subprocess, sys, time
@@ -40,13 +41,13 @@ def hold(home: Path, name: str, train_key: str) -> tuple[subprocess.Popen, int]:
 def test_a_held_run_is_refused_and_a_killed_holder_leaves_no_lock(tmp_path):
     holder, child = hold(tmp_path, "r", "k1")
     try:
-        with pytest.raises(RunLockedError) as error, run_locks(tmp_path, "r", "k2"):
+        with pytest.raises(LockedError) as error, run_locks(tmp_path, "r", "k2"):
             pass
         message = str(error.value)
         assert message.startswith(f"run 'r' is in use by process {holder.pid} (since ")
         assert message.endswith("; wait for it to finish, or choose another --name")
         same_training = r"^training k1 \(another run with the same settings\) is in use"
-        with pytest.raises(RunLockedError, match=same_training), run_locks(tmp_path, "other-name", "k1"):
+        with pytest.raises(LockedError, match=same_training), run_locks(tmp_path, "other-name", "k1"):
             pass
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()

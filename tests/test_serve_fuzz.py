@@ -1,4 +1,4 @@
-"""`autorl serve`'s HTTP surface fuzzed from its OpenAPI description (`pipelines.server.openapi.describe`) with
+"""`autorl serve`'s HTTP surface fuzzed from its OpenAPI description (`autorl.backends.remote.openapi.describe`) with
 schemathesis: the real app, in-process, over a stand-in placement whose models are served by a plain HTTP
 server in place of vLLM (tests/test_remote_backend.py's `ScriptedPlacement`), with the token. Whatever
 schemathesis sends (valid requests and invalid ones, any path parameter, any body): no 5xx, no answer over
@@ -17,13 +17,14 @@ from test_remote_backend import MAX_BODY, TOKEN, ScriptedPlacement, register_bod
 
 import autorl as art
 from autorl.atomic import private_dir
+from autorl.backends.remote.app import make_app
+from autorl.backends.remote.config import MODELS_DIR
+from autorl.backends.remote.limits import ServeLimits
+from autorl.backends.remote.openapi import describe
+from autorl.backends.remote.served import ServedModels
 from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.serving.routes import INFERENCE_ROUTES
-from pipelines.server.app import ServedModels, make_app
-from pipelines.server.config import MODELS_DIR
-from pipelines.server.limits import ServeLimits
-from pipelines.server.openapi import describe
 from tests.helpers.chat_server import ChatCompletionServer
 
 MAX_ANSWER_BYTES = 64 * 1024

@@ -42,16 +42,17 @@ from test_trainer_options import groups
 from typer.testing import CliRunner
 
 from autorl import TrainableModel, Trajectory
-from autorl.backends.remote import CLIENT_HEADER, RegisterRequest, RemoteBackend, TrainRequest
+from autorl.backends.remote.client import RemoteBackend
+from autorl.backends.remote.config import ServeConfig
+from autorl.backends.remote.limits import ServeLimits
+from autorl.backends.remote.served import STEP_IDS_FILE
+from autorl.backends.remote.wire import CLIENT_HEADER, RegisterRequest, TrainRequest
 from autorl.config import TrainConfig, TrainerConfig
 from autorl.errors import AutoRLError
 from autorl.serving.routes import INFERENCE_ROUTES, allowed_route, normalised
 from autorl.task import load_task
 from autorl.training.sequences import tokenize_trajectory
 from pipelines.cli import app as cli
-from pipelines.server.app import STEP_IDS_FILE
-from pipelines.server.config import ServeConfig
-from pipelines.server.limits import ServeLimits
 from ruler.client import JudgeModel
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.tiny import choice

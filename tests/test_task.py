@@ -82,7 +82,7 @@ def test_ready_made_task_files_load(path):
     [
         (
             'description = "x"\nnum_input = 3',
-            r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, keep_checkpoints, train, trainer, cluster, sentinel\)",
+            r"unknown field 'num_input' \(known fields: description, .*tools, inputs_file, backend, keep_checkpoints, train, trainer, cluster, sentinel\)",
         ),
         ('description = "x"\nnum_inputs = "many"', r"field 'num_inputs': Input should be a valid integer.*'many'"),
         ('description = "x"\nnum_inputs = 0', r"field 'num_inputs': Input should be greater than 0"),

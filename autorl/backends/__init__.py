@@ -1,6 +1,6 @@
 """Where a `TrainableModel` is served and trained: the `Backend` interface (base.py) and its implementations,
 `LocalBackend` (this machine, local.py), `ClusterBackend` (a Ray cluster, cluster/) and `RemoteBackend` (a client
-of `autorl serve` on another machine, remote.py). `make_backend` picks
+of `autorl serve` on another machine, remote/: its client, wire format and server). `make_backend` picks
 one from the configs. Nothing but the errors is imported here, so `autorl.backends.cluster.config` loads without the
 server's process code or Ray."""
 
@@ -20,13 +20,20 @@ if TYPE_CHECKING:
     from .cluster.config import ClusterConfig
 
 
-def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig) -> Backend:
-    """A `RemoteBackend` when `cluster.backend` names an `autorl serve` (its run directories copied under `path`;
+def make_backend(
+    path: str | os.PathLike, server: ServerConfig, cluster: ClusterConfig, remote: str | None = None
+) -> Backend:
+    """A `RemoteBackend` when `remote` is the URL of an `autorl serve` (its run directories copied under `path`;
     the `server` fields set, but where it runs, asked of it for each model, with adapter serving; one client id
-    per machine and `path`, so a rerun is the client that trained before), a
-    `ClusterBackend` when `cluster.ray` names a cluster, else a `LocalBackend`."""
-    if cluster.backend is not None:
-        from .remote import CLIENT_SET, RemoteBackend
+    per machine and `path`, so a rerun is the client that trained before), a `ClusterBackend` when
+    `cluster.ray` names a cluster, else a `LocalBackend` (both under `path`)."""
+    if remote is not None:
+        if cluster.ray is not None:
+            raise AutoRLError(
+                "a Ray cluster (cluster.ray) and an `autorl serve` (remote) are two places to train: give one"
+            )
+        from .remote.client import RemoteBackend
+        from .remote.wire import CLIENT_SET
 
         if server.lora_serving == "merged":
             raise AutoRLError(
@@ -35,7 +42,7 @@ def make_backend(path: str | os.PathLike, server: ServerConfig, cluster: Cluster
             )
         asked = {**server.model_dump(exclude_unset=True, exclude=set(CLIENT_SET)), "lora_serving": "adapter"}
         client = hashlib.sha256(f"{socket.gethostname()}:{Path(path).resolve()}".encode()).hexdigest()[:32]
-        return RemoteBackend(cluster.backend, mirror=path, server=asked, client_id=client)
+        return RemoteBackend(remote, mirror=path, server=asked, client_id=client)
     if cluster.ray is None:
         from .local import LocalBackend
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, print_table, ratio_entry, summary, write_result
 
 import autorl as art
-from autorl.backends.remote import TrainRequest
+from autorl.backends.remote.wire import TrainRequest
 from autorl.serving.embedded import DEFAULT_BASE_MODEL
 
 GROUPS, GROUP_SIZE, MAX_TOKENS = 2, 8, 64

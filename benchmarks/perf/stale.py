@@ -78,9 +78,7 @@ MEASURES: dict[str, Measures] = {
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
     "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e
-    "remote": Measures(
-        "benchmarks/perf/perf_remote.py", ("autorl/backends/remote.py", "pipelines/server/", *LOCAL_BACKEND, *TRAINING)
-    ),
+    "remote": Measures("benchmarks/perf/perf_remote.py", ("autorl/backends/remote/", *LOCAL_BACKEND, *TRAINING)),
     "generator": Measures("benchmarks/perf/perf_generator.py", ("autorl/inputs/", *SERVING, "ruler/endpoint.py")),
     "replicas": Measures(
         "benchmarks/perf/perf_replicas.py",

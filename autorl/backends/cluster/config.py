@@ -1,14 +1,15 @@
-"""`ClusterConfig`: where a run's inference and training run (this process, a Ray cluster, or an `autorl serve`
-on another machine); importable without Ray or the cluster's code."""
+"""`ClusterConfig`: where a run's inference and training run on Ray (replicas, CPUs), or this process when no
+cluster is named; importable without Ray or the cluster's code. (An `autorl serve` elsewhere is not a placement
+of ours: the run's `backend` URL names it, `pipelines.config.RunConfig.backend`.)"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ClusterConfig(BaseModel):
-    """Where inference and training run: this process (the default), a Ray cluster (`ray`) or the `autorl
-    serve` at `backend`."""
+    """Where inference and training run: this process (the default) or a Ray cluster (`ray`), and how the
+    cluster's work is placed."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)  # field docstrings are CLI help
 
@@ -30,26 +31,6 @@ class ClusterConfig(BaseModel):
     trainer takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
     cores as the replicas: `ray="local"` makes the cluster as large as these reservations ask (the embedded
     model's replicas included)."""
-
-    backend: str | None = None
-    """URL of an `autorl serve` (http://host:7999) that serves and trains the policy (`RemoteBackend`, with the
-    token in AUTORL_TOKEN): the stages, the judge and the generator run here, the rollouts' model and its
-    training there; after each step its checkpoint and the history are copied into this machine's run
-    directory. The server serves every checkpoint as a LoRA (adapter serving), as the evaluation needs. Not
-    with `ray`."""
-
-    @field_validator("backend")
-    @classmethod
-    def _a_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r}: expected the URL of an `autorl serve`, http://host:port or https://host")
-        return value
-
-    @model_validator(mode="after")
-    def _one_place(self) -> ClusterConfig:
-        if self.ray is not None and self.backend is not None:
-            raise ValueError("ray and backend name two places to train: give one")
-        return self
 
     @field_validator("ray")
     @classmethod

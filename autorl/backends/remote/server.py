@@ -1,8 +1,9 @@
 """`autorl serve`: models trained and served on this machine for programs on others (`autorl.RemoteBackend`).
 
-`config.py` holds the command's options (`ServeConfig`) and where the token comes from; `app.py` the HTTP
-app (FastAPI) over a `LocalBackend`. `serve` runs it with uvicorn until Ctrl-C or SIGTERM, then stops the
-models' vLLM servers.
+`config.py` holds the command's options (`ServeConfig`) and where the token comes from; `served.py` the
+models over a `LocalBackend`, `app.py` the HTTP app (FastAPI) in front of them. `serve` runs it with uvicorn
+until Ctrl-C or SIGTERM, then stops the models' vLLM servers. It needs nothing of the pipeline (`pipelines`):
+a home directory and its lock; `pipelines/cli.py` makes it the `autorl serve` command.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from autorl.errors import AutoRLError
-from autorl.serving.vllm_server import bind_error
-
+from ...errors import AutoRLError
+from ...serving.vllm_server import bind_error
 from .config import MODELS_DIR, ServeConfig, resolve_token
 
 log = logging.getLogger("autorl")
@@ -29,10 +29,10 @@ def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> Non
     the token)."""
     import uvicorn
 
-    from autorl.backends.local import LocalBackend
-    from pipelines.run_lock import exclusive
-
-    from .app import ServedModels, make_app
+    from ...home import exclusive
+    from ..local import LocalBackend
+    from .app import make_app
+    from .served import ServedModels
 
     token, source = resolve_token(config)
     check_port(config.host, config.port)

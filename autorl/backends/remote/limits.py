@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.errors import quoted
+from ...errors import quoted
 
 
 class ServeLimits(BaseModel):

@@ -12,13 +12,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autorl.atomic import private_dir
-from autorl.backends.remote import DEFAULT_PORT, TOKEN_ENV
-from autorl.errors import AutoRLError
-from autorl.serving.config import LOOPBACK_HOSTS, ServerConfig
-from pipelines.config import DEFAULT_HOME
-
+from ...atomic import private_dir
+from ...errors import AutoRLError
+from ...home import DEFAULT_HOME
+from ...serving.config import LOOPBACK_HOSTS, ServerConfig
 from .limits import ServeLimits
+from .wire import DEFAULT_PORT, TOKEN_ENV
 
 SERVE_DIR = "serve"
 """The server's own files under the home: `token` (when it made one), `models.json` (what it serves)."""
@@ -57,7 +56,7 @@ class ServeConfig(BaseModel):
     server: ServerConfig = Field(default_factory=ServerConfig)
     """How each model's vLLM server starts (on loopback, behind this server)."""
     limits: ServeLimits = Field(default_factory=ServeLimits)
-    """What clients may ask of this server: models, requests at once, each knob of a model (pipelines/server/limits.py)."""
+    """What clients may ask of this server: models, requests at once, each knob of a model (limits.py)."""
 
     @model_validator(mode="after")
     def _tls_files(self) -> ServeConfig:

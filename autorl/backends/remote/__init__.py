@@ -1,0 +1,15 @@
+"""A model served and trained on another machine: `RemoteBackend` (client.py), the client of `autorl serve`
+(server.py), and what passes between them (wire.py).
+
+    wire.py        the requests and answers, the headers, the name checks: what both sides import
+    client.py      RemoteBackend (ART's ServerlessBackend): a `Backend` over HTTP, a local copy of each model's
+                   run directory with mirror=
+    connection.py  its requests: retries with backoff, answers read as wire models, bounded downloads
+    config.py      ServeConfig (the `autorl serve` options; light to import) and where the server's token comes from
+    limits.py      ServeLimits: what clients may ask of a server; requests at once
+    served.py      ServedModels: a `LocalBackend`'s models as the server holds them (registry, leases, step ids)
+    app.py         the FastAPI app: the routes, the body limits, the token; openapi.py its OpenAPI description
+    server.py      serve(): the app under uvicorn, one server per home
+
+Nothing is imported here, so the CLI reads `ServeConfig` without loading FastAPI or the client.
+"""
