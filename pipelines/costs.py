@@ -154,12 +154,12 @@ def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, An
 def run_costs(ctx: StageContext) -> dict[str, dict[str, Any]]:
     """The cost record of each stage whose artifact exists (or, for train, whose steps exist), in stage order:
     what making the run's artifacts cost, whichever invocation made them."""
-    from .stages.train import STEP_COST, steps_done
+    from .stages.train import STEP_COST, last_step, steps_done
 
     costs = {}
     for stage in STAGES:
         if stage == "train":
-            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), ctx.config.steps), STEP_COST):
+            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx)), STEP_COST):
                 costs[stage] = added(steps)
         elif (cost := ctx.store.summary(stage, ctx.keys[stage]).get("cost")) is not None:
             costs[stage] = cost

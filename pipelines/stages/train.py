@@ -17,6 +17,7 @@ stronger KL penalty and train those steps again. Its actions are recorded in `SE
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,9 +26,9 @@ from typing import Any
 import pandas as pd
 
 from autorl import tracing
-from autorl.atomic import atomic_text
+from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import append_history, read_history, save_trajectories
+from autorl.backends.run_dir import append_history, ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
@@ -38,10 +39,10 @@ from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
-from . import inputs, system_prompt
+from . import inputs, sft, system_prompt
 
 NAME = "train"
-UPSTREAM = ("inputs", "system_prompt")
+UPSTREAM = ("inputs", "system_prompt", "sft")
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
 `model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
@@ -98,9 +99,33 @@ def steps_done(ctx: RunArtifacts) -> int:
     return latest[0] if latest else 0
 
 
+def last_step(ctx: RunArtifacts) -> int:
+    """The model step training ends at: the SFT warm-up's steps (`sft.first_rl_step`), then `steps` RL steps."""
+    return sft.first_rl_step(ctx) - 1 + ctx.config.steps
+
+
 def is_done(ctx: StageContext) -> bool:
-    """Whether the artifact exists and has `steps` checkpoints (asking for more steps continues training)."""
-    return ctx.has_artifact(NAME) and steps_done(ctx) >= ctx.config.steps
+    """Whether the artifact exists and has its last checkpoint (asking for more steps continues training)."""
+    return ctx.has_artifact(NAME) and steps_done(ctx) >= last_step(ctx)
+
+
+def start_from_sft(ctx: StageContext) -> None:
+    """Make the SFT warm-up's last checkpoint the training directory's newest, with the warm-up's history lines
+    and step costs before RL's (a training directory with a checkpoint already has them). Written history first,
+    checkpoint last: a crash in between leaves no checkpoint, and the next run writes both again."""
+    first, work = sft.first_rl_step(ctx), ctx.policy.run_dir
+    if first == 1 or steps_done(ctx) > 0:
+        return
+    ensure_writable(work)
+    warm_up = ctx.artifact(sft.NAME)
+    records = read_history(warm_up)[: first - 1]
+    atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    for step in range(1, first):
+        cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
+        (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
+        atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())
+    with atomic_dir(work / "checkpoints" / checkpoint_name(first - 1)) as tmp:
+        shutil.copytree(warm_up / "checkpoints" / checkpoint_name(first - 1), tmp, dirs_exist_ok=True)
 
 
 async def run(ctx: StageContext) -> dict[str, Any]:
@@ -108,7 +133,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
     train_inputs = training_inputs(ctx)
     await ctx.policy.start()  # from here a remote backend's copy of the run directory is the server's
-    step = steps_done(ctx)
+    start_from_sft(ctx)
+    step, first, last = steps_done(ctx), sft.first_rl_step(ctx), last_step(ctx)
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
@@ -117,17 +143,17 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     train_config = adjusted_config(step_config(config), actions)
     rollbacks = [a for a in actions if a["action"] == "rollback"]
     watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
-    while step < config.steps:
+    while step < last:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
         started, calls_before = time.monotonic(), Counter(ctx.calls)
         reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
         step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
-        texts = step_inputs(train_inputs, step, config.groups_per_step)
+        texts = step_inputs(train_inputs, step - first + 1, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
         made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
-        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{config.steps}")
+        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{last}")
         if not groups:
             ctx.console.print(
                 f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
@@ -146,11 +172,11 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
-            f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
+            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
             f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}  "
             f"train {metrics['step_time_s']:.1f}s"
         )
-        history = read_history(work)
+        history = rl_history(read_history(work))
         check_unscored_steps(history, config.max_unscored_steps)
         if not warned and step > watch_from and (warning := sentinel.training_warning(history)):
             restored = await act_on_drift(ctx, warning, step, train_config)
@@ -160,8 +186,10 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 step, watch_from = restored, restored + sentinel.RISE_STEPS
                 train_config = adjusted_config(step_config(config), sentinel_actions(work))
         costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
-    history = read_history(work)[: config.steps]
+    history = rl_history(read_history(work)[:last])
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
+    if first > 1:
+        summary["sft_steps"] = first - 1
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
 
@@ -332,8 +360,8 @@ BEST_METRIC = "train/reward"
 
 
 def best_step(ctx: RunArtifacts) -> int:
-    """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
-    return best_by(read_history(ctx.policy.run_dir)[: ctx.config.steps], "reward")
+    """The step (up to `last_step`) with the highest mean training reward; ties go to the later step."""
+    return best_by(read_history(ctx.policy.run_dir)[: last_step(ctx)], "reward")
 
 
 def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
@@ -351,5 +379,10 @@ def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:
-    """The training history of the first `steps` steps, one row per step."""
-    return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])
+    """The RL steps' history up to `last_step`, one row per step (the SFT warm-up's steps left out)."""
+    return pd.DataFrame(rl_history(read_history(ctx.policy.run_dir)[: last_step(ctx)]))
+
+
+def rl_history(history: list[dict]) -> list[dict]:
+    """The RL steps' records of a training history (an SFT step's record has `sft`)."""
+    return [record for record in history if not record.get("sft")]

@@ -175,7 +175,7 @@ class ClusterServing:
         await self.pool.publish(step)
         return self._served_name
 
-    async def retire(self, name: str) -> None:
+    async def retire(self, step: int) -> None:
         """Nothing to free: a replica replaces its adapter when it loads the next one."""
 
     def served_steps(self) -> set[int]:
