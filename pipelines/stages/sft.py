@@ -82,7 +82,7 @@ def check_file(config: RunConfig) -> None:
     """Read the SFT file as the stage will, so that a bad one is one line before anything starts."""
     if config.sft.file is None:
         return
-    if config.cluster.backend is not None:  # its training directory is the server's: a checkpoint made here stays here
+    if config.backend is not None:  # its training directory is the server's: a checkpoint made here stays here
         raise AutoRLError(
             "--sft-file with --backend: not supported; warm up with model.train_sft on the server's model"
         )
