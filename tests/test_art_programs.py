@@ -1,8 +1,10 @@
-"""ART-style client programs (tests/art_programs/) run unchanged but for their import, in order, on one backend: one
-vLLM server on the embedded model, which the embedded RULER judge shares (adapter serving keeps the base weights
-served under their own name; RULER's plumbing is checked on it too). Each program trains steps of the same model,
-so the later ones resume where the earlier stopped, as a user's next program would. The last two are written as
-ART's 2026 docs write programs: SFT warm-up, `backend.train(...)` and its `TrainResult`, explicit logs."""
+"""ART-style client programs (tests/art_programs/) run unchanged but for their import on one backend: one vLLM
+server on the embedded model, which the embedded RULER judge shares (adapter serving keeps the base weights
+served under their own name; RULER's plumbing is checked on it too). Each program trains steps of the same model
+and resumes where the programs before it stopped, as a user's next program would; each test asserts relative to
+the step, records and checkpoints it found (or sets up what it asserts on), so the tests pass in any order. The
+last two are written as ART's 2026 docs write programs: SFT warm-up, `backend.train(...)` and its `TrainResult`,
+explicit logs."""
 
 from __future__ import annotations
 
@@ -44,6 +46,13 @@ class Session:
     def checkpoints(self) -> list[int]:
         return sorted(int(p.name) for p in (self.run_dir / "checkpoints").glob("[0-9]*"))
 
+    def step(self) -> int:
+        """The programs' model's step as the backend has it: where the next program starts."""
+        return self.run(self.backend.get_step(art_model()))
+
+    def logged(self) -> list[dict]:
+        return read_history(self.run_dir, LOG_HISTORY_FILE)
+
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
@@ -60,28 +69,29 @@ def session(tmp_path_factory):
 
 @pytest.mark.timeout(300)  # ~60 s on CI: the server's start, two steps of three-turn games
 def test_a_multi_turn_game_without_logprobs_logs_validation_and_deletes_checkpoints(session, caplog):
+    start, records = session.step(), len(session.logged())
     model = session.run(guess_the_number.main(session.backend))
-    assert session.run(model.get_step()) == 2
+    assert session.run(model.get_step()) == start + 2
     assert "_internal_config: not supported by autorl, ignored: gpu_memory_utilization" in caplog.text  # on CPU
-    logged = read_history(session.run_dir, LOG_HISTORY_FILE)
-    assert [(r["step"], r["split"]) for r in logged] == [(0, "val"), (1, "val")]
+    logged = session.logged()[records:]
+    assert [(r["step"], r["split"]) for r in logged] == [(start, "val"), (start + 1, "val")]
     assert all("val/reward" in r and "val/turns" in r for r in logged)
-    assert len(pd.read_parquet(session.run_dir / "trajectories" / "val" / "0001.parquet")) == 2
-    history = read_history(session.run_dir)
-    assert [h["step"] for h in history] == [1, 2]
+    assert len(pd.read_parquet(session.run_dir / "trajectories" / "val" / f"{start + 1:04d}.parquet")) == 2
+    history = read_history(session.run_dir)[start:]
+    assert [h["step"] for h in history] == [start + 1, start + 2]
     assert sum(h["trained_tokens"] for h in history) > 0  # multi-turn choices without logprobs trained
-    assert session.checkpoints() == [1, 2]
+    # delete_checkpoints before each step keeps ART's latest and best: the two steps, at most one best before them
+    assert session.checkpoints()[-2:] == [start + 1, start + 2] and len(session.checkpoints()) <= 3
 
 
 @pytest.mark.timeout(300)  # ~40 s on CI: two judged groups
 def test_a_ruler_scored_group_trains_and_litellm_reaches_the_model(session):
+    start = session.step()
     model, reply = session.run(ruler_judged.main(session.backend))
-    assert session.run(model.get_step()) == 4
+    assert session.run(model.get_step()) == start + 2
     assert isinstance(reply, str)
-    frame = pd.read_parquet(session.run_dir / "trajectories" / "val" / "0001.parquet")  # the first program's
-    assert len(frame) == 2
-    steps = read_history(session.run_dir)[2:]
-    assert [h["step"] for h in steps] == [3, 4]
+    steps = read_history(session.run_dir)[start:]
+    assert [h["step"] for h in steps] == [start + 1, start + 2]
     judged = sum(h["groups"] for h in steps)
     assert judged >= 1, "the embedded judge scored no group in two steps"
 
@@ -125,19 +135,22 @@ def test_the_embedded_judge_on_that_server_scores_a_group_in_range_and_a_repeat_
 
 @pytest.mark.timeout(300)  # ~40 s on CI: two steps of two groups with a tool
 def test_a_dataset_loop_resumes_at_the_model_s_step_and_keeps_the_latest_and_the_best(session):
+    start = session.step()
+    if start:  # the newest checkpoint is made the best by val/reward, above any reward a rollout gets
+        session.run(session.backend.log(art_model(), [], "val", {"reward": 10.0}, start))
     model = session.run(dataset_loop.main(session.backend))
-    assert session.run(model.get_step()) == 6
+    assert session.run(model.get_step()) == start + 2
     history = read_history(session.run_dir)
-    assert [h["step"] for h in history] == [1, 2, 3, 4, 5, 6]  # every step's record outlives its checkpoint
-    # before step 5: 2 and 3 went (1 is the best by val/reward, the only one logged; 4 the latest);
-    # before step 6: 4 went; 5 stays until the next call (ART deletes before each step)
-    assert session.checkpoints() == [1, 5, 6]
-    assert session.backend.serving(model).served_steps() == {6}
+    assert [h["step"] for h in history] == list(range(1, start + 3))  # every step's record outlives its checkpoint
+    # before step start+1: all but `start` (the latest and the best) went; before start+2: none but start+1 (the
+    # latest) and `start` (the best) were left; start+2 stays until the next call (ART deletes before each step)
+    assert session.checkpoints() == ([start] if start else []) + [start + 1, start + 2]
+    assert session.backend.serving(model).served_steps() == {start + 2}
 
 
 @pytest.mark.timeout(300)  # ~60 s on 2 cores: two SFT steps, two RL steps of two groups
 def test_an_sft_warm_up_then_backend_first_rl_counts_its_steps_and_logs_explicitly(session):
-    start = session.run(session.backend.get_step(art_model()))
+    start, records = session.step(), len(session.logged())
     sft_file = str(Path(sft_warmup.__file__).with_suffix(".jsonl"))
     model, results = session.run(sft_warmup.main(session.backend, sft_file))
     history = read_history(session.run_dir)[start:]
@@ -147,7 +160,7 @@ def test_an_sft_warm_up_then_backend_first_rl_counts_its_steps_and_logs_explicit
     assert all(h["trained_tokens"] > 0 for h in history[:2])  # the tool-call conversation included
     assert [r.step for r in results] == [start + 3, start + 4] and session.run(model.get_step()) == start + 4
     assert all(r.checkpoint_path == str(session.run_dir / "checkpoints" / f"{r.step:04d}") for r in results)
-    logged = [r for r in read_history(session.run_dir, LOG_HISTORY_FILE) if r["split"] == "train"]
+    logged = [r for r in session.logged()[records:] if r["split"] == "train"]
     metrics = [r for r in logged if "train/loss" in r]
     assert [r["step"] for r in metrics] == [start + 3, start + 4]  # log(metrics=, step=) at the result's step
     assert metrics[0]["train/loss"] == results[0].metrics["loss"]
@@ -156,13 +169,13 @@ def test_an_sft_warm_up_then_backend_first_rl_counts_its_steps_and_logs_explicit
 
 @pytest.mark.timeout(300)  # ~60 s on 2 cores: two steps of two groups, the second judged by the embedded RULER
 def test_yes_no_maybe_trains_through_the_backend_and_ruler_explains(session):
-    start = session.run(session.backend.get_step(art_model()))
+    start, records = session.step(), len(session.logged())
     model, results, judged = session.run(yes_no_maybe.main(session.backend))
     assert [r.step for r in results] == [start + 1, start + 2] and session.run(model.get_step()) == start + 2
     assert all(r.metrics["groups"] == 2 for r in results[:1]) and "reward" in results[0].metrics
     assert judged, "the embedded judge scored no group"
     assert all(t.logs[-1].startswith("RULER explanation: ") for g in judged for t in g.trajectories)
-    logged = read_history(session.run_dir, LOG_HISTORY_FILE)
+    logged = session.logged()[records:]
     assert {r["step"] for r in logged if "train/length" in r} == {start, start + 1}  # the groups, before each step
 
 

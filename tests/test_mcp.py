@@ -44,6 +44,13 @@ def crash() -> str:
     os._exit(3)
 
 @app.tool()
+def crash_noticed_late() -> str:
+    if os.fork() == 0:  # a child that keeps the server's pipes open: the client reads the death late
+        time.sleep(2)
+        os._exit(0)
+    os._exit(3)
+
+@app.tool()
 def environment() -> dict:
     return dict(os.environ)
 
@@ -138,6 +145,22 @@ def test_a_server_that_dies_is_restarted_once_then_the_run_fails(test_server):
     assert str(error).startswith("MCP server 'python server.py' died again after it was restarted")
     assert toolbox.server_failures == {"python server.py": 2}
     assert toolbox.calls == {"ok": 1, "error": 1}  # the calls that raised returned nothing
+
+
+def test_a_server_whose_death_is_noticed_after_the_deadline_died_and_did_not_time_out(test_server):
+    """The tool timeout (0.5 s) passes before the client can read that the server died (a child of the server
+    holds its pipes 2 s): a ping decides, so the call is the server's death, as when it is noticed at once
+    (a loaded machine reads a closed pipe late), and the restarted server answers the next call."""
+
+    async def scenario():
+        async with await Toolbox.open(test_server) as toolbox:
+            died = await toolbox.call("crash_noticed_late", "{}")
+            return died, await toolbox.call("echo", '{"text": "back"}'), toolbox.server_failures
+
+    died, back, failures = asyncio.run(scenario())
+    assert died == "error: the server of tool 'crash_noticed_late' stopped during the call; it is being restarted"
+    assert back == "back"
+    assert failures == {"python server.py": 1}
 
 
 def test_a_stdio_server_gets_a_minimal_environment_plus_what_the_task_names(test_server, monkeypatch):

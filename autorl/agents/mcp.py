@@ -21,7 +21,10 @@ sends it SIGTERM if autorl itself dies without cleaning up (a crash, SIGKILL).
 A server that dies (a call finds its connection closed) is restarted once: the call that found it dead
 returns an error text at once, `McpServer.failures` counts the death, and later calls wait for the
 restart. A second death, or a failed restart, raises `McpServerDied` (an `AutoRLError`, one line) from
-the call that finds it and from every later call of the server: a run cannot go on without it.
+the call that finds it and from every later call of the server: a run cannot go on without it. A call that
+runs past the tool timeout is a timeout only if its server is alive (`McpServer.lost_during_call` asks it
+for a ping): a death noticed after the deadline (its closed pipe read late on a loaded machine) is still a
+death, so whether a call died or timed out never depends on how fast the loss was noticed.
 """
 
 from __future__ import annotations
@@ -112,11 +115,22 @@ class McpServer:
             result = await connection.call(name, arguments)
         except _ConnectionLost:
             self._restart(connection)
-            return False, f"error: the server of tool {name!r} stopped during the call; it is being restarted"
+            return False, _stopped(name)
         except MCPError as exc:
             return False, f"error: {exc.message}"
         text = result_text(result)
         return (False, f"error: {text}") if result.is_error else (True, text)
+
+    async def lost_during_call(self, name: str) -> str | None:
+        """After a call of tool `name` ran past its deadline: None when the server answers a ping (the tool was
+        slow), else the error text of a server that stopped during the call (restarted as when a call finds it
+        dead; McpServerDied at its second death). The ping waits until the server answers or its connection is
+        found closed, up to `START_TIMEOUT_S` (a server that does neither is taken as alive)."""
+        connection = self._connection
+        if connection is None or await connection.answers_ping(START_TIMEOUT_S):
+            return None
+        self._restart(connection)
+        return _stopped(name)
 
     async def ready(self) -> None:
         """Wait for a restart in progress; McpServerDied if the server is gone for good."""
@@ -190,9 +204,25 @@ class _Connection:
             raise
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await self._request(lambda session: session.call_tool(name, arguments))
+
+    async def answers_ping(self, timeout_s: float) -> bool:
+        """Whether the server answers an MCP ping (False once the connection is found closed; True when neither
+        happens within `timeout_s`, or the server answers with an error: it is there)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._request(lambda session: session.send_ping())
+        except _ConnectionLost:
+            return False
+        except (MCPError, TimeoutError):
+            return True
+        return True
+
+    async def _request(self, send: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+        """`send(session)` run by the owner task; its answer, or `_ConnectionLost`."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            self._send.send_nowait((name, arguments, future))
+            self._send.send_nowait((send, future))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise _ConnectionLost("the connection is closed") from None
         return await future  # cancelling the caller cancels the future, which cancels the request
@@ -234,8 +264,8 @@ class _Connection:
                         self.resources = await _listed(session.list_resources, "resources")
                 self._ready.set_result(None)
                 async with anyio.create_task_group() as group:
-                    async for name, arguments, future in self._receive:
-                        group.start_soon(_serve, session, name, arguments, future)
+                    async for send, future in self._receive:
+                        group.start_soon(_serve, session, send, future)
                     group.cancel_scope.cancel()  # closing: calls still running are abandoned
         except Exception as exc:
             log.debug("MCP server %r: connection ended: %r", self.spec.label, exc)
@@ -247,16 +277,18 @@ class _Connection:
             self._receive.close()  # later calls fail at once; queued ones are answered below
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.EndOfStream):
                 while True:
-                    _, _, future = self._receive.receive_nowait()
+                    _, future = self._receive.receive_nowait()
                     _settle(future, _ConnectionLost("the connection is closed"))
 
 
-async def _serve(session: ClientSession, name: str, arguments: dict[str, Any], future: asyncio.Future) -> None:
-    """One `call_tool` request, run in the owner's task group; its outcome goes to `future`."""
+async def _serve(
+    session: ClientSession, send: Callable[[ClientSession], Awaitable[Any]], future: asyncio.Future
+) -> None:
+    """One request (`call_tool`, `send_ping`), run in the owner's task group; its outcome goes to `future`."""
     try:
         with anyio.CancelScope() as scope:
             future.add_done_callback(lambda _: scope.cancel())  # the caller gave up
-            result = await session.call_tool(name, arguments)
+            result = await send(session)
         if not scope.cancelled_caught:
             _settle(future, result)
     except MCPError as exc:
@@ -267,6 +299,11 @@ async def _serve(session: ClientSession, name: str, arguments: dict[str, Any], f
         _settle(future, MCPError(types.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
     finally:
         _settle(future, _ConnectionLost("the connection was closed during the call"))
+
+
+def _stopped(name: str) -> str:
+    """What the model sees of a call whose server stopped during it."""
+    return f"error: the server of tool {name!r} stopped during the call; it is being restarted"
 
 
 def _settle(future: asyncio.Future, outcome: Any) -> None:

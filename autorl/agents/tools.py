@@ -194,6 +194,8 @@ class Toolbox:
             raise
         except (Exception, SystemExit) as exc:
             if isinstance(exc, TimeoutError) and deadline.expired():
+                if tool.server is not None and (stopped := await tool.server.lost_during_call(name)) is not None:
+                    return False, stopped  # the server died: noticed after the deadline, still a death
                 return False, f"error: {name!r} did not finish within {self.timeout_s:g} s"
             return False, f"error: {name!r} raised {type(exc).__name__}: {exc}"
         if not ok or isinstance(result, str):
