@@ -69,8 +69,8 @@ class RunConfig(BaseModel):
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
     steps: int = Field(20, ge=1)
-    """RL training steps of the run (a resumed run trains until this many exist), after the SFT warm-up's
-    steps if any (`--sft-file`: ART counts those as model steps too, so RL's first step is the one after them)."""
+    """RL training steps of the run, after the SFT warm-up's if any (a resumed run trains until this many exist).
+    ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them."""
     group_size: int = Field(8, ge=2)
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)

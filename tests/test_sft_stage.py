@@ -70,6 +70,14 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
         assert [h["learning_rate"] for h in warm_up] == pytest.approx([2e-4, 1e-4, 0.0])  # linear from the peak
         assert summary["final_loss"] == warm_up[-1]["loss"] and "sft step 3/3" in printed.getvalue()
 
+        # killed after step 3's checkpoint, before its history line and the manifest: the rerun trains nothing
+        # again, and takes step 3's line from its checkpoint
+        (ctx.artifact("sft") / "artifact.json").unlink()
+        (ctx.artifact("sft") / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in warm_up[:2]))
+        printed.truncate(0)
+        assert asyncio.run(sft.run(ctx))["steps"] == 3 and "sft step" not in printed.getvalue()
+        assert read_history(ctx.artifact("sft")) == warm_up
+
         train.start_from_sft(ctx)
         work = policy.run_dir
         assert [step for step, _ in complete_checkpoints(work / "checkpoints")] == [3]

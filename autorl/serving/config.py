@@ -55,7 +55,10 @@ class ServerConfig(BaseModel):
     max_lora_rank: int = 8
     """Largest LoRA rank the server accepts; must be at least the trained LoRA's rank."""
     max_loras: int = 2
-    """LoRAs resident at once (the newest and the one being replaced)."""
+    """LoRAs vLLM runs in one batch and keeps in memory (`--max-loras`): 2 covers the newest checkpoint and the
+    one before it, which rollouts that named it before a step still ask for. Every checkpoint served stays
+    loaded under its name until it is deleted; a request for one beyond these waits, and vLLM reads it again
+    from its checkpoint."""
     dtype: str = "auto"
     """Weights dtype for inference (auto, bfloat16, float32, ...)."""
     startup_timeout_s: float = 600.0

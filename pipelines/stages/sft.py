@@ -21,7 +21,7 @@ from typing import Any
 
 from autorl.atomic import atomic_text, private_dir
 from autorl.backends.local import ThreadTrainer
-from autorl.backends.run_dir import append_history, read_history
+from autorl.backends.run_dir import append_history, read_history, reconcile_history
 from autorl.errors import AutoRLError
 from autorl.serving.embedded import resolve_base_model
 from autorl.task import TaskSpec
@@ -114,6 +114,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     found = conversations(config.sft.file)
     steps = chunks(config, found)
     private_dir(work / "checkpoints")
+    reconcile_history(work)  # killed between a step's checkpoint and its history line: the line comes back
     latest = latest_checkpoint(work / "checkpoints")
     done = latest[0] if latest else 0
     with ThreadPoolExecutor(1, "autorl-torch-sft") as thread:  # torch on one thread, as the policy's trainer

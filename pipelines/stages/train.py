@@ -122,8 +122,9 @@ def start_from_sft(ctx: StageContext) -> None:
     atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     for step in range(1, first):
         cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
-        (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
-        atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())
+        if cost.is_file():  # not for a step killed before its cost was written: its cost is then unknown
+            (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
+            atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())
     with atomic_dir(work / "checkpoints" / checkpoint_name(first - 1)) as tmp:
         shutil.copytree(warm_up / "checkpoints" / checkpoint_name(first - 1), tmp, dirs_exist_ok=True)
 
