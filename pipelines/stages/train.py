@@ -79,12 +79,22 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
     return {
         **group_settings(task, config),
-        "train": config.train.model_dump(),
+        "train": config.train.model_dump(exclude=keyed_when_set(config.train)),
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         # the inputs it trains on, when the learnability check may drop some
         **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
     }
+
+
+KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap")
+"""`TrainConfig` fields added after runs were cached: in the train key only away from their defaults, so the runs
+cached before them keep their keys."""
+
+
+def keyed_when_set(train: TrainConfig) -> set[str]:
+    """The fields of `KEYED_WHEN_SET` that `train` leaves at their defaults (left out of the key)."""
+    return {name for name in KEYED_WHEN_SET if getattr(train, name) == TrainConfig.model_fields[name].default}
 
 
 SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
