@@ -3,7 +3,7 @@
 The rollout stage (`num_rollout_workers` asyncio tasks) keeps answering scenarios with the newest weights the
 backend serves and puts each finished group on an `asyncio.Queue`; the training stage takes groups off it as
 they come, drops those sampled more than `max_steps_off_policy` policy versions ago (stale) and those whose
-rewards tie (no signal), counting both, and runs one `backend.train` step per batch of `min_batch_size` to
+rewards tie (no signal), counting both (and groups without a trajectory: every rollout raised), and runs one `backend.train` step per batch of `min_batch_size` to
 `max_batch_size` groups; every `eval_every_n_steps` steps the evaluation stage runs `eval_fn` on the new
 checkpoint while the rollouts go on (the next update waits for it, so it evaluates exactly that checkpoint).
 
@@ -66,6 +66,8 @@ class PipelineState:
     """Groups dropped because they were sampled more than `max_steps_off_policy` versions before the policy trained."""
     tied_groups: int = 0
     """Groups dropped because their rewards tied (zero variance: no learning signal)."""
+    failed_groups: int = 0
+    """Groups dropped because none of their rollouts gave a trajectory (each raised, or the judge failed)."""
     trained_groups: int = 0
     """Groups trained on."""
     staleness: dict[int, int] = field(default_factory=dict)
@@ -153,8 +155,9 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
             normalize_advantages, kl_penalty_coef: each step's settings as `backend.train` takes them, over
             `train_config` (autorl's `TrainConfig`: every other setting, such as the importance sampling cap).
         max_steps: training steps to run from the model's current step (None: until the scenarios run out).
-        discard_queue_multiplier: stop (with a warning) when this many x min_batch_size groups in a row tied: the
-            policy has collapsed, or the judge cannot tell answers apart.
+        discard_queue_multiplier: stop (with a warning) when this many x min_batch_size groups in a row tied or
+            failed (no trajectory: each rollout raised): the policy has collapsed, or the judge cannot tell answers
+            apart.
         eval_every_n_steps: evaluate every this many steps (0: never); eval_at_start: evaluate the starting
             checkpoint first (once: a resumed run does not evaluate it again).
         save_checkpoint: accepted for ART's sake: autorl's step is its checkpoint, always written.
@@ -206,7 +209,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         """The newest trained step: what the rollouts sample from."""
         self._training_step = 0  # the step being trained (policy_version + 1 during an update)
         self._done = False
-        self._tied_in_a_row = 0
+        self._useless_in_a_row = 0  # tied or failed groups since the last usable one
         self._policy: asyncio.Condition | None = None
         self._queue: asyncio.Queue[TrajectoryGroup | None] | None = None
 
@@ -339,24 +342,26 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
             if group is None:
                 return batch, stale, ties, True
             if not group.trajectories:
-                raise AutoRLError(f"every rollout of a group failed; the first: {(group.exceptions or ['?'])[0]}")
-            if self.staleness(group, step) > self.max_steps_off_policy:
+                log.warning("PipelineTrainer: a group has no trajectory: %s", (group.exceptions or ["?"])[0])
+                self.state.failed_groups += 1
+                self._useless_in_a_row += 1
+            elif self.staleness(group, step) > self.max_steps_off_policy:
                 stale += 1
                 self.state.stale_groups += 1
             elif tied([t.reward for t in group.trajectories]):
                 ties += 1
                 self.state.tied_groups += 1
-                self._tied_in_a_row += 1
-                if self._tied_in_a_row >= self.discard_limit:
-                    log.warning(
-                        "PipelineTrainer: %d groups in a row tied (no reward variance): the policy may have collapsed, "
-                        "or the judge cannot tell its answers apart; stopping (raise discard_queue_multiplier to go on)",
-                        self._tied_in_a_row,
-                    )
-                    self._done = True
+                self._useless_in_a_row += 1
             else:
-                self._tied_in_a_row = 0
+                self._useless_in_a_row = 0
                 batch.append(group)
+            if self._useless_in_a_row >= self.discard_limit:
+                log.warning(
+                    "PipelineTrainer: %d groups in a row tied or failed: the policy may have collapsed, or the judge "
+                    "cannot tell its answers apart; stopping (raise discard_queue_multiplier to go on)",
+                    self._useless_in_a_row,
+                )
+                self._done = True
         return batch, stale, ties, False
 
     @staticmethod
@@ -374,12 +379,13 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         self.state.trained_groups += len(batch)
         for age in ages:
             self.state.staleness[age] = self.state.staleness.get(age, 0) + 1
-        made = self.state.trained_groups + self.state.stale_groups + self.state.tied_groups
+        made = self.state.trained_groups + self.state.stale_groups + self.state.tied_groups + self.state.failed_groups
         return {
             "discarded/step/stale_groups": float(stale),
             "discarded/step/zero_variance_groups": float(tied),
             "discarded/cum/stale_groups": float(self.state.stale_groups),
             "discarded/cum/zero_variance_groups": float(self.state.tied_groups),
+            "discarded/cum/failed_groups": float(self.state.failed_groups),
             "discarded/rate/stale_groups": self.state.stale_groups / max(made, 1),
             "discarded/rate/zero_variance_groups": self.state.tied_groups / max(made, 1),
             "staleness/mean": statistics.fmean(ages),

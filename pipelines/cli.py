@@ -133,6 +133,7 @@ RUN_FLAGS = field_flags(
         "price_per_hour": {"metavar": "USD"}, "budget_usd": {"metavar": "USD"}, "budget_tokens": {"metavar": "N"},
         "otlp_endpoint": {"metavar": "URL"}, "force": {"metavar": "STAGE"}, "resume": {},
         "keep_checkpoints": {"metavar": "POLICY"},
+        "max_steps_off_policy": {"names": ("--async", "--max-steps-off-policy"), "metavar": "N"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
         "train.learning_rate": {"names": ("--learning-rate", "--lr")},
