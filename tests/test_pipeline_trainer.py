@@ -226,3 +226,23 @@ def test_with_no_off_policy_gap_the_corrected_step_is_the_synchronous_one(tiny_m
         results.append((metrics["loss"], weights))
     assert results[0][0] == results[1][0]
     assert all(torch.equal(results[0][1][n], results[1][1][n]) for n in results[0][1])
+
+
+def test_an_art_pipeline_program_runs_with_only_its_import_changed(tmp_path, tiny_model, chat):
+    """tests/art_programs/pipeline.py, as ART's programs use `PipelineTrainer`, on the stand-in backend."""
+    from art_programs import pipeline
+
+    from autorl.config import TrainerConfig
+
+    config = ServerConfig(lora_serving="adapter")
+    backend = art.LocalBackend(tmp_path, server=config)
+    backend.placement = ScriptedPlacement(chat, config)
+    try:
+        model = asyncio.run(pipeline.main(backend, str(tiny_model), trainer=TrainerConfig(dtype="float32")))
+        logged = read_history(backend.run_dir(model), LOG_HISTORY_FILE)
+    finally:
+        backend.close()
+    assert [r["step"] for r in logged if r["split"] == "train"] == [1, 2]
+    assert [r["step"] for r in logged if r["split"] == "val"] == [1, 2]  # eval_every_n_steps=1, not at start
+    trained = [r for r in logged if r["split"] == "train"]
+    assert sum(v for k, v in trained[-1].items() if k.startswith("train/staleness/hist/")) == 4  # 2 steps x 2 groups
