@@ -96,6 +96,19 @@ class TrainConfig(BaseModel):
     exp(ref - logp) - (ref - logp) - 1 is added to the loss of every completion of the step, tied groups
     included (as in TRL), averaged over all their tokens (by the loss's normaliser over every completion).
     0: no penalty and no extra pass (and no `kl` metric)."""
+    importance_sampling_correction: bool = False
+    """Correct for tokens sampled by an older policy than the one being trained (truncated importance
+    sampling, as TRL's and prime-rl's asynchronous trainers do): the ratio r and its clip are taken against
+    the trainer's own logprobs of the policy before this update (pi_old), and each token's policy term is
+    multiplied by min(pi_old / pi_behaviour, importance_sampling_cap), without gradient, pi_behaviour being
+    the logprob the inference server reported when it sampled the token (1 where unknown). Off: r is taken
+    against pi_behaviour itself, as a synchronous step wants. `autorl.PipelineTrainer` (`autorl run --async
+    N`, N > 0) turns it on unless it is set; it adds the step metrics `is_weight_mean` and
+    `is_truncated_fraction`."""
+    importance_sampling_cap: float = Field(2.0, gt=0)
+    """The truncation bound C of the importance weights of `importance_sampling_correction`: a token's
+    weight is at most C, which bounds the variance a very stale or very unlikely token can add (TRL's
+    `vllm_importance_sampling_cap`)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)

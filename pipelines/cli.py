@@ -137,6 +137,7 @@ RUN_FLAGS = field_flags(
         "sft.file": {"names": ("--sft-file",), "metavar": "FILE"},
         **{f"sft.{name}": {"names": (f"--sft-{name.replace('_', '-')}",)} for name in ("epochs", "batch_size", "peak_lr", "chunk_size")},
         "sft.*": {"rich_help_panel": "SFT warm-up before RL (ART's JSONL; create_sft_dataset_iterator's settings)"},
+        "max_steps_off_policy": {"names": ("--async", "--max-steps-off-policy"), "metavar": "N"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
         "train.learning_rate": {"names": ("--learning-rate", "--lr")},

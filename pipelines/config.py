@@ -75,6 +75,11 @@ class RunConfig(BaseModel):
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
+    max_steps_off_policy: int = Field(0, ge=0)
+    """Train asynchronously (`autorl.PipelineTrainer`): the rollouts and their judging go on while a step trains,
+    and a step may train on groups sampled up to this many policy versions (steps) before the one it updates;
+    older ones are dropped and counted, tied ones too, and the loss corrects stale tokens by truncated importance
+    sampling (`--importance-sampling-cap`). 0: the synchronous loop (rollouts, judging, then the update)."""
     max_unscored_steps: int = Field(3, ge=0)
     """Training steps in a row in which the judge could score no group (each such step trains nothing); one
     more ends the run with an error instead of a silent run of no-op steps. 0: no limit. (Steps whose groups

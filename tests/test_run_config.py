@@ -315,3 +315,15 @@ def test_report_to_takes_a_list_and_no_wandb_stays_its_alias(run):
     assert config.report_to == ["mlflow", "tensorboard", "wandb"] and config.trackers() == ["mlflow", "tensorboard"]
     assert run(TASK)[1].trackers() == ["wandb"]
     assert "--report-to" in error_line(TASK, "--report-to", "comet")
+
+
+def test_async_sets_the_pipelines_staleness_bound_and_enters_the_train_key_only_above_0(run):
+    _, config = run(TASK, "--async", "2")
+    assert config.max_steps_off_policy == 2 and run(TASK)[1].max_steps_off_policy == 0
+    task = TaskSpec(description=TASK)
+    base = stage_keys(task, RunConfig())
+    assert stage_keys(task, RunConfig(max_steps_off_policy=0)) == base  # the synchronous runs keep their keys
+    keys = stage_keys(task, RunConfig(max_steps_off_policy=1))
+    assert {stage for stage in keys if keys[stage] != base[stage]} == {"train", "evaluate", "report"}
+    corrected = stage_keys(task, RunConfig(train={"importance_sampling_correction": False}))
+    assert corrected == base  # a field added later enters the key only away from its default

@@ -52,6 +52,11 @@ LOSSES: dict[str, LossVariant] = {
 """The variants of `TrainConfig.loss`."""
 
 
+def tied(rewards: list[float]) -> bool:
+    """Whether a group's rewards carry no learning signal: fewer than 2, or all within `TIE_TOLERANCE`."""
+    return len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE
+
+
 def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list[list[float] | None]:
     """Per group of a step, its rewards minus the group's mean, divided as `TrainConfig.scale_rewards`
     says (group: by the group's population std; batch: by the population std of all the step's rewards;
@@ -59,7 +64,7 @@ def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list
     batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) + STD_FLOOR if scale == "batch" else 1.0
     result: list[list[float] | None] = []
     for rewards in groups:
-        if len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE:
+        if tied(rewards):
             result.append(None)
             continue
         mean = statistics.fmean(rewards)
@@ -111,6 +116,15 @@ def loss_normaliser(loss: LossName, trained_tokens: list[int]) -> int:
     return LOSSES[loss].normaliser(trained_tokens)
 
 
+def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights of sampled tokens (TIS, as TRL's and prime-rl's losses correct for the
+    sampler): min(exp(proximal - behaviour), cap) per token, without gradient; 1 where the behaviour logprob is
+    unknown (NaN). `proximal`: the trainer's logprobs of the policy before the update; `behaviour`: those of
+    the policy that sampled the token, as the inference server reported them."""
+    log_ratio = (proximal.detach() - behaviour).nan_to_num(0.0)
+    return torch.clamp(torch.exp(log_ratio), max=cap)
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -121,6 +135,8 @@ def clipped_policy_loss(
     loss: LossName = "grpo",
     ref_logprobs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
+    behaviour_logprobs: torch.Tensor | None = None,
+    importance_sampling_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The summed (not yet normalised) loss of one micro-batch under `loss`, and its statistics.
 
@@ -135,6 +151,14 @@ def clipped_policy_loss(
     objective only where it zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
     ref_logprobs), and |logprob - old logprob| over the tokens whose old logprob is known: how far the
     policy being trained is from the one that sampled (the inference server's numerics).
+
+    With `behaviour_logprobs` (the logprobs of the policy that sampled, as the inference server reported them;
+    NaN where unknown), the off-policy correction (`TrainConfig.importance_sampling_correction`):
+    `old_logprobs` are then the trainer's own logprobs of the policy before this update (the proximal policy),
+    the clip works on pi / pi_old against them, and each token's policy term is multiplied by the truncated
+    importance weight min(pi_old / pi_behaviour, importance_sampling_cap), without gradient (1 where the
+    behaviour logprob is unknown); the KL term is not weighted. The stats then add the weights' sum and the
+    tokens whose weight was truncated, and the sampler gap is measured against `behaviour_logprobs`.
     """
     variant = LOSSES[loss]
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
@@ -156,17 +180,26 @@ def clipped_policy_loss(
         active = clipped < unclipped
         low, high = active & (adv < 0), active & (adv > 0)
     stats: dict[str, float] = {}
+    sampler, sampled = old, old_logprobs  # the sampler's logprobs, known ones filled in; as given
+    if behaviour_logprobs is not None:
+        sampler = torch.where(torch.isnan(behaviour_logprobs), logprobs.detach(), behaviour_logprobs)
+        sampled = behaviour_logprobs
+        weights = importance_weights(old, behaviour_logprobs, importance_sampling_cap)
+        per_token = per_token * weights
+        with torch.no_grad():
+            stats["is_weight_sum"] = float((weights * mask).sum())
+            stats["is_truncated_tokens"] = float(((weights >= importance_sampling_cap) * mask).sum())
     if ref_logprobs is not None:
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + kl_beta * kl
         stats["kl_sum"] = float((kl.detach() * mask).sum())
     with torch.no_grad():
-        known = mask * ~torch.isnan(old_logprobs)
+        known = mask * ~torch.isnan(sampled)
         stats |= {
             "clipped_low_tokens": float((low * mask).sum()),
             "clipped_high_tokens": float((high * mask).sum()),
             "ratio_sum": float((ratio * mask).sum()),
-            "sampler_gap_sum": float(((logprobs - old).abs() * known).sum()),
+            "sampler_gap_sum": float(((logprobs - sampler).abs() * known).sum()),
             "sampler_known_tokens": float(known.sum()),
         }
         stats["clipped_tokens"] = stats["clipped_low_tokens"] + stats["clipped_high_tokens"]

@@ -266,7 +266,8 @@ class GRPOTrainer:
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
         `ratio_mean`, `entropy` (of the policy's next-token distribution, nats) and, only when kl_beta > 0,
-        `kl` (mean k3 to the base model). `loss` and `grad_norm` are the epochs' means; `loss` is the
+        `kl` (mean k3 to the base model); with `importance_sampling_correction`, `is_weight_mean` (the truncated
+        importance weight) and `is_truncated_fraction` (tokens whose weight hit the cap). `loss` and `grad_norm` are the epochs' means; `loss` is the
         optimised value, the summed loss over the loss's normaliser. `sampler_logprob_gap` is measured
         in the first epoch, before the policy moves.
         """
@@ -282,8 +283,9 @@ class GRPOTrainer:
         micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
+        proximal: list[torch.Tensor] = []  # with the off-policy correction: each micro-batch's first-epoch logprobs
         for epoch in range(config.ppo_epochs):
-            for micro in micro_batches:
+            for index, micro in enumerate(micro_batches):
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
                 advantage = torch.tensor([a for _, a in micro], device=self.device)
                 reference = None
@@ -292,9 +294,18 @@ class GRPOTrainer:
                     for row, (sequence, _) in enumerate(micro):
                         reference[row, : len(sequence.input_ids) - 1] = base[id(sequence)]
                 logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
+                pi_old, correction = old[:, 1:], {}
+                if config.importance_sampling_correction:  # pi_old: the policy before this update, the trainer's
+                    if epoch == 0:
+                        proximal.append(logprobs.detach())
+                    pi_old = proximal[index]
+                    correction = {
+                        "behaviour_logprobs": old[:, 1:],
+                        "importance_sampling_cap": config.importance_sampling_cap,
+                    }
                 loss, stats = clipped_policy_loss(
-                    logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta,
+                    logprobs, pi_old, advantage, mask[:, 1:], config.epsilon, epsilon_high,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta, **correction,
                 )  # fmt: skip
                 (loss / normaliser).backward()
                 sums["loss"] += float(loss.detach())
@@ -321,6 +332,9 @@ class GRPOTrainer:
         }
         if config.kl_beta > 0:
             metrics["kl"] = sums["kl_sum"] / tokens
+        if config.importance_sampling_correction:
+            metrics["is_weight_mean"] = sums["is_weight_sum"] / tokens
+            metrics["is_truncated_fraction"] = sums["is_truncated_tokens"] / tokens
         return metrics
 
     def _token_logprobs(

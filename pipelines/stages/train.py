@@ -16,6 +16,7 @@ stronger KL penalty and train those steps again. Its actions are recorded in `SE
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -80,12 +81,23 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
     return {
         **group_settings(task, config),
-        "train": config.train.model_dump(),
+        "train": config.train.model_dump(exclude=keyed_when_set(config.train)),
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         # the inputs it trains on, when the learnability check may drop some
         **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
+        **({"max_steps_off_policy": config.max_steps_off_policy} if config.max_steps_off_policy else {}),
     }
+
+
+KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap")
+"""`TrainConfig` fields added after runs were cached: in the train key only away from their defaults, so the runs
+cached before them keep their keys."""
+
+
+def keyed_when_set(train: TrainConfig) -> set[str]:
+    """The fields of `KEYED_WHEN_SET` that `train` leaves at their defaults (left out of the key)."""
+    return {name for name in KEYED_WHEN_SET if getattr(train, name) == TrainConfig.model_fields[name].default}
 
 
 SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
@@ -144,6 +156,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     train_config = adjusted_config(step_config(config), actions)
     rollbacks = [a for a in actions if a["action"] == "rollback"]
     watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
+    if config.max_steps_off_policy:
+        step = await train_pipelined(ctx, prompt, train_inputs, step, last, train_config)
     while step < last:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
@@ -193,6 +207,78 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         summary["sft_steps"] = first - 1
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
+
+
+async def train_pipelined(
+    ctx: StageContext, prompt: str, train_inputs: list[str], step: int, last: int, train_config: TrainConfig
+) -> int:
+    """`--async N`: the steps from `step` up to `last` by `autorl.PipelineTrainer`, at most N policy versions
+    off-policy: `2 x groups_per_step` groups are answered and judged at a time, with the newest checkpoint served,
+    and each step trains the first `groups_per_step` usable groups (stale and tied ones are dropped and counted in
+    the step's metrics). Per step, as the synchronous loop: its trajectories, the checkpoints kept, `STEP_COST`
+    (here the wall time and model calls since the previous step ended, groups still in flight included), its
+    metrics and line, the sentinel and the budget. When the sentinel fires the pipeline stops after that step
+    (groups in flight are not trained), acts as `--on-drift` says, and goes on from there. Returns the newest step."""
+    from autorl.pipeline_trainer import PipelineTrainer
+
+    config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
+    actions = sentinel_actions(work)
+    warned = any(a["action"] == "warn" for a in actions)
+    rollbacks = [a for a in actions if a["action"] == "rollback"]
+    watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
+    drift: list[str] = []
+    mark = [time.monotonic(), Counter(ctx.calls), ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)]
+
+    async def rollout(_model: Any, text: str, _config: None) -> TrajectoryGroup:
+        group = await TrajectoryGroup(ctx.policy.answer(prompt, text, config) for _ in range(config.group_size))
+        scored = await ctx.score(group) if group.trajectories else None
+        return scored or TrajectoryGroup(exceptions=group.exceptions or ["the judge could not score the group"])
+
+    async def after_step(step: int, groups: list[TrajectoryGroup], metrics: dict[str, float]) -> None:
+        save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
+        if config.keep_checkpoints != "all":
+            await model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
+        cost = step_cost(time.monotonic() - mark[0], ctx.calls - mark[1], [])
+        cost["spent"] = ctx.policy.meter.since(mark[2], ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
+        (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
+        atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, canonical_json(cost))
+        mark[:] = [
+            time.monotonic(),
+            Counter(ctx.calls),
+            ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls),
+        ]
+        ctx.tracker.log(metrics, step)
+        ctx.console.print(
+            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
+            f"loss {metrics['loss']:+.4f}  staleness {metrics['staleness/mean']:.2f}  dropped stale "
+            f"{metrics['discarded/cum/stale_groups']:.0f}, tied {metrics['discarded/cum/zero_variance_groups']:.0f}  "
+            f"train {metrics['step_time_s']:.1f}s"
+        )
+        if not warned and step > watch_from and (warning := sentinel.training_warning(rl_history(read_history(work)))):
+            drift.append(warning)
+            trainer.request_stop()
+        costs.check_run_budget(ctx, f"step {step}")
+
+    while step < last:
+        drift.clear()
+        scenarios = (train_inputs[index % len(train_inputs)] for index in itertools.count())
+        trainer = PipelineTrainer(
+            model, ctx.policy.backend, rollout, scenarios, None,
+            num_rollout_workers=2 * config.groups_per_step, min_batch_size=config.groups_per_step,
+            max_steps_off_policy=config.max_steps_off_policy, max_steps=last - step, eval_every_n_steps=0,
+            train_config=train_config, after_step=after_step,
+        )  # fmt: skip
+        await trainer.train()
+        step = await model.get_step()
+        if not drift:
+            break
+        restored = await act_on_drift(ctx, drift[0], step, train_config)
+        if restored is None:
+            warned = True
+        else:  # trained on from the restored checkpoint, under the settings the rollback set
+            step, watch_from = restored, restored + sentinel.RISE_STEPS
+            train_config = adjusted_config(step_config(config), sentinel_actions(work))
+    return step
 
 
 def training_inputs(ctx: RunArtifacts) -> list[str]:
