@@ -2,7 +2,7 @@
 token-balanced split of a step's sequences; and on a local Ray cluster, two trainer workers (gloo, CPU)
 against one trainer on the same groups: the same loss and gradient norm (relative 1e-5), the same sentinel
 figures and the same LoRA (1e-4, a hundredth of one step's Adam update at the learning rate 1e-2) step
-after step, a KL penalty included. A worker killed between steps: the next step is redone on new workers
+after step, a KL penalty included, and a supervised step. A worker killed between steps: the next step is redone on new workers
 from the newest checkpoint and ends where the one trainer does, with no group lost or trained twice (either
 would move the LoRA by about the learning rate, 100x the tolerance)."""
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from autorl import TrainableModel, TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
+from autorl import TrainableModel, TrainConfig, TrainerConfig, TrainSFTConfig, Trajectory, TrajectoryGroup
 from autorl.errors import AutoRLError
 from autorl.training.data_parallel import DataParallel, Share, shard, share
 from autorl.training.trainer import GRPOTrainer
@@ -101,6 +101,17 @@ def test_two_trainer_workers_train_as_one_and_redo_a_step_a_killed_worker_cut(
             assert trained.keys() == ours.keys()
             assert max(float((trained[k] - ours[k]).abs().max()) for k in trained) < 1e-4
         assert workers.restarts == 1
+        # a supervised step (ART's train_sft) splits and averages the same way
+        sft = [t for g in scored_groups(tokenizer, 4) for t in g.trajectories]
+        expected = reference.sft_step(sft, TrainSFTConfig(learning_rate=1e-2, batch_size=6))
+        metrics = asyncio.run(workers.sft(sft, TrainSFTConfig(learning_rate=1e-2, batch_size=6), 4))
+        assert (
+            metrics["batches"] == expected["batches"] == 2 and metrics["trained_tokens"] == expected["trained_tokens"]
+        )
+        for key in ("loss", "grad_norm"):
+            assert metrics[key] == pytest.approx(expected[key], rel=1e-5), key
+        trained, ours = lora(reference.save(4, expected)), lora(tmp_path / "run" / "checkpoints" / "0004")
+        assert max(float((trained[k] - ours[k]).abs().max()) for k in trained) < 1e-4
     finally:
         workers.close()
 

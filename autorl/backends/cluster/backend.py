@@ -285,6 +285,8 @@ class ClusterTrainer:
                 return (await _all_or_death(calls))[0]
             except ray.exceptions.RayActorError as death:  # ActorUnavailableError too
                 self._stop()
+                if death.actor_init_failed:  # not a death: the trainer cannot start (its error says why)
+                    raise
                 if attempt == TRAINER_RESTARTS:
                     raise AutoRLError(
                         f"a trainer worker died {attempt + 1} times in step {args[-1]}, the last time: {death}"
@@ -306,8 +308,9 @@ class ClusterTrainer:
     def _stop(self) -> None:
         import ray
 
-        stop_actors(self.actors)
-        self.actors = []
+        if self.actors:
+            stop_actors(self.actors)
+            self.actors = []
         if self._group is not None:
             ray.util.remove_placement_group(self._group)
             self._group = None
