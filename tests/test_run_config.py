@@ -248,9 +248,12 @@ def test_the_overlong_penalty_counts_up_to_the_runs_max_tokens_unless_set(run):
 def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
     path = task_file(tmp_path, '[cluster]\nray = "auto"\nreplicas = 4\nreplica_cpus = 2\n')
     assert run(str(path))[1].cluster == ClusterConfig(ray="auto", replicas=4, replica_cpus=2)
-    _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3")
-    assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3)
+    _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3", "--trainer-workers", "2")
+    assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3, trainer_workers=2)
     assert run(TASK)[1].cluster.ray is None  # the default: no Ray
+    assert error_line(TASK, "--trainer-workers", "2").endswith(
+        "trainer_workers > 1 trains on a Ray cluster: give ray too (--ray local, auto or an address)"
+    )
     assert error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
 
 

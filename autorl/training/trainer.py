@@ -21,7 +21,8 @@ from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
-from .drift import drift_figures
+from .data_parallel import DataParallel, Share, share, synced
+from .drift import drift_totals, figures_from_totals
 from .engines import LOADERS, resolve_engine
 from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty, token_logprobs
 from .sequences import Sequence, tokenize_trajectory
@@ -94,9 +95,20 @@ def _shared_prefix_length(input_ids: torch.Tensor, mask: torch.Tensor) -> int:
 
 
 class GRPOTrainer:
-    """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update."""
+    """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update.
 
-    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, device: str | None = None):
+    With `parallel` it is one rank of a data-parallel trainer (`autorl.training.data_parallel`): it joins the
+    process group, trains its share of each step's sequences under DDP, and returns the whole step's metrics,
+    the same on every rank; the caller saves on rank 0 only."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        checkpoints: Path,
+        config: TrainerConfig,
+        device: str | None = None,
+        parallel: DataParallel | None = None,
+    ):
         self.config = config
         self.checkpoints = checkpoints
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -116,6 +128,21 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
         if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
             self.optimizer.load_state_dict(torch.load(latest[1] / OPTIMIZER_FILE, map_location=self.device))
+        self.parallel = parallel
+        self._ddp: torch.nn.Module | None = None
+        """The model under DDP, through which the training forwards run (data-parallel only)."""
+        if parallel is not None:
+            parallel.join(self.device)
+            self._ddp = parallel.wrap(self.model, self.device)
+
+    def _share(self, items: list, sequences: list[Sequence]) -> Share:
+        """This rank's share of a step's items (all of them with one trainer), split by the token counts of
+        their `sequences`."""
+        return share(items, [len(s.input_ids) for s in sequences], self.parallel)
+
+    def _summed(self, values: dict[str, float]) -> dict[str, float]:
+        """Figures summed over the ranks (as they are with one trainer)."""
+        return values if self.parallel is None else self.parallel.sum(values)
 
     def _keep_lora_fp32(self) -> None:
         """LoRA weights and their optimizer state stay fp32 even over a bf16 base."""
@@ -170,11 +197,22 @@ class GRPOTrainer:
             metrics["truncated_masked"] = masked
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
-        base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
-        metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
-        references = {id(s): b for s, b in zip(sampled, base, strict=True)}
+        mine = self._share(batch, [s for s, _ in batch])
+        # the sentinel's sequences this rank scores: its share of the batch's, and a share of the others'
+        trained_ids = {id(s) for s, _ in batch}
+        scored = {id(s) for s, _ in mine.items} if mine.weight else set()
+        untrained = [s for s in sampled if id(s) not in trained_ids]
+        scored |= {id(s) for s in self._share(untrained, untrained).items}
+        counted = [s for s in sampled if id(s) in scored]  # in the step's order
+        extra = [] if mine.weight else [s for s, _ in mine.items]  # a reference for the idle rank's 0-weighted run
+        base = self._base_logprobs(counted + extra, config.micro_batch_size)  # before the update: no-grad forwards
+        totals = drift_totals(counted, [[math.nan, *b.tolist()] for b in base[: len(counted)]])
+        metrics.update(figures_from_totals(self._summed(totals)))
+        references = {id(s): b for s, b in zip(counted + extra, base, strict=True)}
         metrics.update(
-            self._update(batch, config, references) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
+            self._update(batch, mine, config, references)
+            if batch
+            else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
         )
         metrics["step_time_s"] = time.monotonic() - started
         release_freed_memory()
@@ -204,12 +242,15 @@ class GRPOTrainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = rate
             total = 0.0
-            for start in range(0, len(batch), defaults.micro_batch_size):
-                input_ids, attention, mask, _ = self._pad(batch[start : start + defaults.micro_batch_size])
+            mine = self._share(batch, batch)  # all of it with one trainer; the normaliser is the whole batch's
+            step = defaults.micro_batch_size
+            for micro in synced(self._ddp, [mine.items[i : i + step] for i in range(0, len(mine.items), step)]):
+                input_ids, attention, mask, _ = self._pad(micro)
                 logprobs, _ = self._token_logprobs(input_ids, attention, mask, with_entropy=False)
                 loss = -(logprobs * mask[:, 1:]).sum()
-                (loss / count).backward()
-                total += float(loss.detach())
+                (loss * mine.weight / count).backward()
+                total += float(loss.detach()) * (1.0 if mine.weight else 0.0)
+            total = self._summed({"loss": total})["loss"]
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, defaults.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -256,11 +297,16 @@ class GRPOTrainer:
         return [r.clone() for r in result]  # out of inference mode: the KL penalty's loss may use them
 
     def _update(
-        self, batch: list[tuple[Sequence, float]], config: TrainConfig, base: dict[int, torch.Tensor]
+        self,
+        batch: list[tuple[Sequence, float]],
+        mine: Share,
+        config: TrainConfig,
+        base: dict[int, torch.Tensor],
     ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
-        their metrics. `base` holds each sequence's base-model logprobs (`_base_logprobs`, by `id`): the KL
-        penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
+        their metrics. This process trains `mine` of the `batch` (all of it with one trainer); the normalisers
+        and the metrics are the whole batch's. `base` holds the base-model logprobs of `mine`'s sequences
+        (`_base_logprobs`, by `id`): the KL penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
         term over every sequence of the batch (`kl_weight`: with kl_beta > 0, advantage-0 ones are in it).
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
@@ -279,13 +325,15 @@ class GRPOTrainer:
         normaliser = loss_normaliser(config.loss, signal or [sum(s.mask) for s, _ in batch])
         kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        batch = sorted(batch, key=lambda item: self._order(item[0]))
-        micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
+        trained = sorted(mine.items, key=lambda item: self._order(item[0]))
+        step = config.micro_batch_size
+        micro_batches = [trained[i : i + step] for i in range(0, len(trained), step)]
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
         proximal: list[torch.Tensor] = []  # with the off-policy correction: each micro-batch's first-epoch logprobs
+        counts = 1.0 if mine.weight else 0.0  # an idle rank's run adds nothing to the figures
         for epoch in range(config.ppo_epochs):
-            for index, micro in enumerate(micro_batches):
+            for index, micro in enumerate(synced(self._ddp, micro_batches)):
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
                 advantage = torch.tensor([a for _, a in micro], device=self.device)
                 reference = None
@@ -307,15 +355,18 @@ class GRPOTrainer:
                     logprobs, pi_old, advantage, mask[:, 1:], config.epsilon, epsilon_high,
                     loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta, **correction,
                 )  # fmt: skip
-                (loss / normaliser).backward()
-                sums["loss"] += float(loss.detach())
-                sums["entropy"] += float((entropy * mask[:, 1:]).sum())
+                (loss * mine.weight / normaliser).backward()
+                sums["loss"] += float(loss.detach()) * counts
+                sums["entropy"] += float((entropy * mask[:, 1:]).sum()) * counts
                 for key, value in stats.items():
                     if epoch == 0 or not key.startswith("sampler_"):
-                        sums[key] += value
-            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                        sums[key] += value * counts
+            norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))  # the ranks' gradients agree
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            sums["grad_norm"] += norm
+        norms = sums.pop("grad_norm")
+        sums = defaultdict(float, self._summed(dict(sums)), grad_norm=norms)
         epochs, tokens = config.ppo_epochs, total_tokens * config.ppo_epochs
         known = sums["sampler_known_tokens"]
         metrics = {
@@ -365,9 +416,9 @@ class GRPOTrainer:
             cache.batch_repeat_interleave(input_ids.shape[0])
         offset = max(first, split)
         kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
-        logits = self.model(
-            input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept
-        ).logits
+        # a training forward under DDP, which the backward's gradient average needs; the prefix's runs plain
+        model = self._ddp if self._ddp is not None and torch.is_grad_enabled() else self.model
+        logits = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept).logits
         logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
         if not offset:
             return logprobs, entropy
