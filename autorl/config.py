@@ -172,6 +172,12 @@ class TrainerConfig(BaseModel):
     once, and continue every sequence from that KV cache, instead of once per sequence. Same loss and
     gradients up to float rounding; a group's sequences are then batched together. With LoRA dropout,
     the shared tokens share one dropout mask."""
+    logprob_chunk_tokens: int = Field(1024, ge=0)
+    """The trainer scores a micro-batch's tokens from the model's last hidden states, applying the output
+    head to this many positions at a time (`autorl.training.loss.head_logprobs`): memory holds one chunk's
+    logits, never the whole micro-batch's [sequences x tokens x vocabulary] in float32, which at long
+    completions is gigabytes. Same logprobs, entropies and gradients up to float rounding. 0: the whole
+    micro-batch's logits at once (the plain way; `benchmarks/perf/perf_trainer_memory.py` compares the two)."""
     eager_attention_max_tokens: int = Field(128, ge=0)
     """On CPU, a micro-batch up to this many tokens wide runs transformers' eager attention instead of
     SDPA, whose CPU backward is the slower one on short sequences; wider ones, and every one on a GPU, run

@@ -23,7 +23,15 @@ from ..types import TrainSFTConfig
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .drift import drift_figures
 from .engines import LOADERS, resolve_engine
-from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty, token_logprobs
+from .loss import (
+    advantages,
+    clipped_policy_loss,
+    head_logprobs,
+    kl_weight,
+    loss_normaliser,
+    overlong_penalty,
+    token_logprobs,
+)
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -338,23 +346,31 @@ class GRPOTrainer:
         run through the model once, and the rows continue from that KV cache (gradients flow back
         through it); positions inside the shared prefix score no trained token and get 0. With `first`,
         the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
-        on, and the positions before it get 0 too. The attention implementation follows the micro-batch's
-        width (`_set_attention`).
+        on, and the positions before it get 0 too. With `TrainerConfig.logprob_chunk_tokens`, the decoder's
+        last hidden states go through the output head that many positions at a time (`head_logprobs`); with
+        0, the model's whole logits at once. The attention implementation follows the micro-batch's width
+        (`_set_attention`).
         """
         self._set_attention(input_ids.shape[1])
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
+        chunk = self.config.logprob_chunk_tokens
+        model = self.model.get_base_model().get_decoder() if chunk else self.model
         cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
             split = 0
         else:
-            cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+            cache = model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])
         offset = max(first, split)
-        kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
-        logits = self.model(
-            input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept
-        ).logits
-        logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
+        if chunk:  # the last hidden states, then the output head over `chunk` positions at a time
+            hidden = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache)
+            hidden = hidden.last_hidden_state[:, offset - split : -1]
+            head = self.model.get_base_model().get_output_embeddings()
+            logprobs, entropy = head_logprobs(hidden, head, input_ids[:, offset + 1 :], chunk, with_entropy)
+        else:
+            kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
+            logits = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept)
+            logprobs, entropy = token_logprobs(logits.logits, input_ids[:, offset:], with_entropy)
         if not offset:
             return logprobs, entropy
         skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)
