@@ -92,10 +92,11 @@ class TrainConfig(BaseModel):
     (--max-tokens). With `model.train(...)`, set it when overlong_buffer is on."""
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
-    pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
+    pass without gradients on every step, no second copy of the weights). Per token, beta x k3 with k3 =
     exp(ref - logp) - (ref - logp) - 1 is added to the loss of every completion of the step, tied groups
     included (as in TRL), averaged over all their tokens (by the loss's normaliser over every completion).
-    0: no penalty and no extra pass (and no `kl` metric)."""
+    0: no penalty (and no `kl` metric); the base-model pass then runs only on the steps that measure the
+    sentinel's figures (`TrainerConfig.drift_every`)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
@@ -178,6 +179,15 @@ class TrainerConfig(BaseModel):
     logits, never the whole micro-batch's [sequences x tokens x vocabulary] in float32, which at long
     completions is gigabytes. Same logprobs, entropies and gradients up to float rounding. 0: the whole
     micro-batch's logits at once (the plain way; `benchmarks/perf/perf_trainer_memory.py` compares the two)."""
+    drift_every: int = Field(3, ge=0)
+    """How often a step measures the reward-hacking sentinel's figures (`base_logprob`, `kl_to_base` in its
+    metrics: every rollout of the step scored under the base weights, a forward without gradients): at step 1
+    and every this many steps after (1, 1 + k, 1 + 2k, ...); steps between have no such figures. With
+    `TrainConfig.kl_beta` > 0 that pass is the KL penalty's reference and runs every step, so every step
+    has them. The default 3 is the sentinel's window (`pipelines.sentinel.RISE_STEPS`: it averages the
+    figures of a run's last 3 steps), which then holds one measured step; replayed on the learning
+    benchmark's runs it flags the same gaming runs (`benchmarks/perf/sentinel_calibration.py`,
+    `at_defaults_measured_every`). 1: every step; 0: never (the sentinel then has nothing to judge)."""
     eager_attention_max_tokens: int = Field(128, ge=0)
     """On CPU, a micro-batch up to this many tokens wide runs transformers' eager attention instead of
     SDPA, whose CPU backward is the slower one on short sequences; wider ones, and every one on a GPU, run

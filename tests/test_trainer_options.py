@@ -20,7 +20,14 @@ from autorl.backends.local import LocalBackend
 from autorl.errors import AutoRLError
 from autorl.training.loss import overlong_penalty
 from autorl.training.sequences import tokenize_trajectory
-from autorl.training.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
+from autorl.training.trainer import (
+    MIN_SHARED_PREFIX,
+    GRPOTrainer,
+    _shared_prefix_length,
+    longest_turn,
+    measures_drift,
+    training_dtype,
+)
 from tests.helpers.tiny import choice
 
 PROMPT = [
@@ -292,6 +299,23 @@ class ServingStandIn:
 
     def close(self):
         pass
+
+
+def test_without_a_kl_penalty_the_base_pass_runs_only_on_the_steps_that_measure_the_sentinels_figures(
+    tiny_model, tmp_path
+):
+    assert [step for step in range(1, 9) if measures_drift(3, step)] == [1, 4, 7]
+    assert measures_drift(1, 5) and measures_drift(3, None) and not measures_drift(0, 1)
+    trainer = GRPOTrainer(tiny_model, tmp_path / "c", TrainerConfig(seed=0, drift_every=3))
+    passes, base_logprobs = [], trainer._base_logprobs
+    trainer._base_logprobs = lambda *args: passes.append(1) or base_logprobs(*args)
+    data = groups(trainer.tokenizer)
+    measured = []
+    for step in range(1, 6):
+        metrics = trainer.step(data, TrainConfig(kl_beta=0.1 if step == 5 else 0.0), step)
+        measured.append("kl_to_base" in metrics and "base_logprob" in metrics)
+        assert len(passes) == sum(measured), step  # one pass where the figures are, none elsewhere
+    assert measured == [True, False, False, True, True]  # step 5: the KL penalty's reference, and its figures
 
 
 def test_the_backend_builds_steps_and_saves_the_trainer_on_one_thread(tiny_model, tmp_path, monkeypatch):

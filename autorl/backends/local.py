@@ -141,7 +141,7 @@ class ThreadTrainer:
         self._thread = torch_thread
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
-        return await self._update(lambda trainer: trainer.step(groups, config), step)
+        return await self._update(lambda trainer: trainer.step(groups, config, step), step)
 
     async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
         return await self._update(lambda trainer: trainer.sft_step(trajectories, config), step)

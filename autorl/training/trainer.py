@@ -73,6 +73,13 @@ def release_freed_memory() -> None:
         trim(0)
 
 
+def measures_drift(every: int, step: int | None) -> bool:
+    """Whether step number `step` (1 the first; None: unknown) measures the sentinel's figures under
+    `TrainerConfig.drift_every` = `every`: steps 1, 1 + every, 1 + 2 x every, ...; every step where the number
+    is unknown; none with `every` 0."""
+    return every > 0 and (step is None or (step - 1) % every == 0)
+
+
 def truncated(trajectory: Trajectory) -> bool:
     """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
     return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
@@ -131,11 +138,12 @@ class GRPOTrainer:
             if p.requires_grad:
                 p.data = p.data.float()
 
-    def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
+    def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int | None = None) -> dict[str, float]:
         """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal (with
         kl_beta > 0, over every completion: the tied ones pay the KL penalty alone);
         returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
-        of the step, tied groups included, before the update (`autorl.training.drift`)."""
+        of the step, tied groups included, before the update (`autorl.training.drift`), where step number
+        `step` measures them (`measures_drift`; without a number, every step does)."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
@@ -178,9 +186,11 @@ class GRPOTrainer:
             metrics["truncated_masked"] = masked
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
-        base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
-        metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
-        references = {id(s): b for s, b in zip(sampled, base, strict=True)}
+        references: dict[int, torch.Tensor] = {}
+        if config.kl_beta > 0 or measures_drift(self.config.drift_every, step):
+            base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
+            metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
+            references = {id(s): b for s, b in zip(sampled, base, strict=True)}
         metrics.update(
             self._update(batch, config, references) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
         )

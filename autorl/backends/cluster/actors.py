@@ -116,7 +116,7 @@ class TrainerActor:
         self.trainer = GRPOTrainer(resolve_base_model(base_model), self._dir, config)
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
-        return self._saved(self.trainer.step(groups, config), step)
+        return self._saved(self.trainer.step(groups, config, step), step)
 
     def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> tuple[dict, dict[str, bytes]]:
         return self._saved(self.trainer.sft_step(trajectories, config), step)
