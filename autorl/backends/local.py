@@ -129,8 +129,8 @@ class ThreadTrainer:
     """The `GRPOTrainer` of one model, built, stepped and saved on the model's torch thread.
 
     One thread, not asyncio's pool: glibc gives each thread its own malloc arena and keeps what a step frees
-    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads grew a run to 22 GB,
-    where one thread holds one step's worth.
+    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads would each leave a
+    step's worth in their own arena, where one thread holds one step's worth in all.
     """
 
     def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor):

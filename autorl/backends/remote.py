@@ -71,7 +71,7 @@ CLIENT_HEADER = "X-AutoRL-Client"
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 """A model's or project's name on a server: a directory name (no '/', no leading '.', no '@')."""
 GZIP_OVER_BYTES = 64 * 1024
-"""Request bodies larger than this are sent gzip-compressed (trajectories' logprobs shrink about 5x)."""
+"""Request bodies larger than this are sent gzip-compressed (trajectories' JSON, logprobs included, compresses well)."""
 REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
 """A training step on a CPU, or one waiting for the server to start the model's vLLM, takes minutes."""
 MAX_DOWNLOAD_BYTES = 4 * 2**30

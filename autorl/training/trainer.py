@@ -66,8 +66,7 @@ def _cpu_flags() -> set[str]:
 def release_freed_memory() -> None:
     """Give the memory that the process has freed back to the OS (glibc's malloc_trim; elsewhere nothing):
     a step's activations, gigabytes on CPU, would otherwise stay with the process while the vLLM server
-    and the next stages need the RAM (in one tool-use run, 1 GB between steps instead of 6-8; no benchmark
-    measures it yet)."""
+    and the next stages need the RAM."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
