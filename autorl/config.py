@@ -173,6 +173,13 @@ class TrainerConfig(BaseModel):
     once, and continue every sequence from that KV cache, instead of once per sequence. Same loss and
     gradients up to float rounding; a group's sequences are then batched together. With LoRA dropout,
     the shared tokens share one dropout mask."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward and recompute the layer there (transformers'
+    gradient checkpointing; peft engine, where unsloth has its own always): a micro-batch's activations
+    shrink from every layer's to about one layer's, for one more forward pass per update. For long
+    completions at large micro-batches, where the activations are what fills memory
+    (`benchmarks/perf/perf_trainer_memory.py`). Same loss and gradients up to float rounding; prompts are
+    then not shared (`share_prompt_prefix`: a recomputed layer has no KV cache to continue from)."""
     logprob_chunk_tokens: int = Field(1024, ge=0)
     """The trainer scores a micro-batch's tokens from the model's last hidden states, applying the output
     head to this many positions at a time (`autorl.training.loss.head_logprobs`): memory holds one chunk's

@@ -141,6 +141,20 @@ def test_the_update_is_the_same_with_or_without_chunks_and_a_kl_penalty(tiny_mod
         assert got["entropy"] == pytest.approx(expected["entropy"], rel=1e-5)
 
 
+def test_gradient_checkpointing_gives_the_same_update(tiny_model, tmp_path):
+    config = TrainConfig(learning_rate=1e-2, micro_batch_size=3)
+    results = {}
+    for checkpointing in (False, True):
+        trainer = GRPOTrainer(
+            tiny_model, tmp_path / str(checkpointing),
+            TrainerConfig(seed=0, dtype="float32", gradient_checkpointing=checkpointing),
+        )  # fmt: skip
+        assert trainer.model.is_gradient_checkpointing == checkpointing
+        gradients = record_gradients(trainer)
+        results[checkpointing] = ([trainer.step(groups(trainer.tokenizer), config) for _ in range(2)], gradients)
+    assert_same_updates(results[False], results[True])
+
+
 def test_eager_attention_on_cpu_gives_the_same_update_as_the_models_own(tiny_model, tmp_path):
     config = TrainConfig(learning_rate=1e-2, micro_batch_size=3)
     results, ran = {}, {}

@@ -122,8 +122,11 @@ class GRPOTrainer:
         latest = latest_checkpoint(checkpoints)
         self.model = LOADERS[self.engine](model_dir, latest[1] if latest else None, config, self.dtype, self.device)
         self._keep_lora_fp32()
-        # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
-        self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
+        # gradient checkpointing (Unsloth's always) recomputes each layer without a KV cache to continue from
+        checkpointing = config.gradient_checkpointing and self.engine == "peft"
+        self._share_prefix = config.share_prompt_prefix and self.engine == "peft" and not checkpointing
+        if checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._model_attention = self.model.get_base_model().config._attn_implementation
         """The model's own attention (transformers' choice at load)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -372,13 +375,17 @@ class GRPOTrainer:
             cache.batch_repeat_interleave(input_ids.shape[0])
         offset = max(first, split)
         if chunk:  # the last hidden states, then the output head over `chunk` positions at a time
-            hidden = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache)
+            hidden = model(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False
+            )  # a given cache is continued all the same; none is made where there is none
             hidden = hidden.last_hidden_state[:, offset - split : -1]
             head = self.model.get_base_model().get_output_embeddings()
             logprobs, entropy = head_logprobs(hidden, head, input_ids[:, offset + 1 :], chunk, with_entropy)
         else:
             kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
-            logits = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept)
+            logits = model(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False, **kept
+            )
             logprobs, entropy = token_logprobs(logits.logits, input_ids[:, offset:], with_entropy)
         if not offset:
             return logprobs, entropy
