@@ -142,8 +142,8 @@ class ThreadTrainer:
     """The `GRPOTrainer` of one model, built, stepped and saved on the model's torch thread.
 
     One thread, not asyncio's pool: glibc gives each thread its own malloc arena and keeps what a step frees
-    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads grew a run to 22 GB,
-    where one thread holds one step's worth.
+    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads would each leave a
+    step's worth in their own arena, where one thread holds one step's worth in all.
     """
 
     def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor):
@@ -154,7 +154,7 @@ class ThreadTrainer:
         self._thread = torch_thread
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
-        return await self._update(lambda trainer: trainer.step(groups, config), step)
+        return await self._update(lambda trainer: trainer.step(groups, config, step), step)
 
     async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
         return await self._update(lambda trainer: trainer.sft_step(trajectories, config), step)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from ..config import LossName, ScaleRewards
 
@@ -92,6 +93,102 @@ def token_logprobs(
         with torch.no_grad():
             entropy = -(logprobs.exp() * logprobs).sum(-1)
     return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1), entropy
+
+
+def _normalised(
+    logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, with_probs: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """From float32 logits [rows, vocabulary]: each row's logprob of its target, its entropy (no gradient; or
+    None) and, with `with_probs`, the softmax (a new tensor, no gradient)."""
+    normaliser = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not (with_entropy or with_probs):
+        return logprobs, None, None
+    with torch.no_grad():
+        probs = (logits - normaliser.unsqueeze(-1)).exp_()
+        entropy = normaliser - torch.linalg.vecdot(probs, logits) if with_entropy else None
+    return logprobs, entropy, probs if with_probs else None
+
+
+class _FusedHeadLogprobs(torch.autograd.Function):
+    """`head_logprobs` through a frozen linear head, with the gradient: a logprob depends on its own row of
+    hidden states only, so each row's d logprob / d hidden is found in the forward, chunk by chunk (the
+    softmax is at hand there), and the backward scales it: no [rows, vocabulary] tensor is kept for it."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        rows: torch.Tensor,
+        head: torch.nn.Linear,
+        targets: torch.Tensor,
+        chunk_tokens: int,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logprobs, entropies, slopes = [], [], []
+        for i in range(0, len(targets), chunk_tokens):
+            chunk = targets[i : i + chunk_tokens]
+            logits = torch.nn.functional.linear(rows[i : i + chunk_tokens], head.weight, head.bias).float()
+            logprob, entropy, probs = _normalised(logits, chunk, with_entropy, with_probs=True)
+            del logits
+            # d logprob / d logits = onehot(target) - softmax, cast to the head's dtype (as autograd casts a
+            # logits gradient), then back through the head's weight
+            probs.neg_()[torch.arange(len(chunk), device=chunk.device), chunk] += 1
+            slopes.append(probs.to(head.weight.dtype) @ head.weight)
+            logprobs.append(logprob)
+            entropies.append(entropy)
+        ctx.save_for_backward(torch.cat(slopes))
+        ctx.dtype = rows.dtype
+        entropy = torch.cat(entropies) if with_entropy else None
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
+        return torch.cat(logprobs), entropy
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_logprobs: torch.Tensor, _: torch.Tensor | None
+    ) -> tuple:
+        (slopes,) = ctx.saved_tensors
+        return (grad_logprobs.unsqueeze(-1) * slopes).to(ctx.dtype), None, None, None, None
+
+
+def _head_chunk(
+    rows: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logprobs, entropy, _ = _normalised(head(rows).float(), targets, with_entropy)
+    return logprobs, entropy if with_entropy else logprobs.new_empty(0)
+
+
+def head_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, chunk_tokens: int, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` from the last hidden states instead of the logits: each position's logprob of its
+    target (hidden states [batch, tokens, hidden], targets [batch, tokens]: position t scores targets[:, t])
+    and its entropy (nats, no gradient; None without `with_entropy`), the output `head` applied to
+    `chunk_tokens` positions at a time: memory holds one chunk's logits (a vocabulary's worth of float32
+    numbers per position), never the whole micro-batch's. Logits are made in the head's dtype and
+    normalised in float32. Gradients flow to `hidden`, and to the head's weights where they are trained.
+
+    Under a frozen linear head (the usual LM head, with a LoRA or not on the layers below) each position's
+    gradient is found during the forward (`_FusedHeadLogprobs`: no matmul more than the plain way); any
+    other head's chunks are recomputed in the backward (activation checkpointing).
+    """
+    shape = targets.shape
+    rows, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    chunks = range(0, len(targets), chunk_tokens)
+    frozen = isinstance(head, torch.nn.Linear) and not any(p.requires_grad for p in head.parameters())
+    if frozen and torch.is_grad_enabled() and rows.requires_grad:
+        logprobs, entropy = _FusedHeadLogprobs.apply(rows, head, targets, chunk_tokens, with_entropy)
+        return logprobs.reshape(shape), None if entropy is None else entropy.reshape(shape)
+    grad = torch.is_grad_enabled() and (rows.requires_grad or any(p.requires_grad for p in head.parameters()))
+    parts = [
+        checkpoint(_head_chunk, rows[i : i + chunk_tokens], head, targets[i : i + chunk_tokens], with_entropy,
+                   use_reentrant=False)
+        if grad
+        else _head_chunk(rows[i : i + chunk_tokens], head, targets[i : i + chunk_tokens], with_entropy)
+        for i in chunks
+    ]  # fmt: skip
+    logprobs = torch.cat([p[0] for p in parts]).reshape(shape)
+    return logprobs, torch.cat([p[1] for p in parts]).reshape(shape) if with_entropy else None
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,15 @@ from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .data_parallel import DataParallel, Share, share, synced
 from .drift import drift_totals, figures_from_totals
 from .engines import LOADERS, resolve_engine
-from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty, token_logprobs
+from .loss import (
+    advantages,
+    clipped_policy_loss,
+    head_logprobs,
+    kl_weight,
+    loss_normaliser,
+    overlong_penalty,
+    token_logprobs,
+)
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -59,11 +67,17 @@ def _cpu_flags() -> set[str]:
 def release_freed_memory() -> None:
     """Give the memory that the process has freed back to the OS (glibc's malloc_trim; elsewhere nothing):
     a step's activations, gigabytes on CPU, would otherwise stay with the process while the vLLM server
-    and the next stages need the RAM (in one tool-use run, 1 GB between steps instead of 6-8; no benchmark
-    measures it yet)."""
+    and the next stages need the RAM."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def measures_drift(every: int, step: int | None) -> bool:
+    """Whether step number `step` (1 the first; None: unknown) measures the sentinel's figures under
+    `TrainerConfig.drift_every` = `every`: steps 1, 1 + every, 1 + 2 x every, ...; every step where the number
+    is unknown; none with `every` 0."""
+    return every > 0 and (step is None or (step - 1) % every == 0)
 
 
 def truncated(trajectory: Trajectory) -> bool:
@@ -120,8 +134,11 @@ class GRPOTrainer:
         latest = latest_checkpoint(checkpoints)
         self.model = LOADERS[self.engine](model_dir, latest[1] if latest else None, config, self.dtype, self.device)
         self._keep_lora_fp32()
-        # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
-        self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
+        # gradient checkpointing (Unsloth's always) recomputes each layer without a KV cache to continue from
+        checkpointing = config.gradient_checkpointing and self.engine == "peft"
+        self._share_prefix = config.share_prompt_prefix and self.engine == "peft" and not checkpointing
+        if checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._model_attention = self.model.get_base_model().config._attn_implementation
         """The model's own attention (transformers' choice at load)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -150,11 +167,12 @@ class GRPOTrainer:
             if p.requires_grad:
                 p.data = p.data.float()
 
-    def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
+    def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int | None = None) -> dict[str, float]:
         """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal (with
         kl_beta > 0, over every completion: the tied ones pay the KL penalty alone);
         returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
-        of the step, tied groups included, before the update (`autorl.training.drift`)."""
+        of the step, tied groups included, before the update (`autorl.training.drift`), where step number
+        `step` measures them (`measures_drift`; without a number, every step does)."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
@@ -198,17 +216,19 @@ class GRPOTrainer:
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
         mine = self._share(batch, [s for s, _ in batch])
-        # the sentinel's sequences this rank scores: its share of the batch's, and a share of the others'
-        trained_ids = {id(s) for s, _ in batch}
-        scored = {id(s) for s, _ in mine.items} if mine.weight else set()
-        untrained = [s for s in sampled if id(s) not in trained_ids]
-        scored |= {id(s) for s in self._share(untrained, untrained).items}
-        counted = [s for s in sampled if id(s) in scored]  # in the step's order
-        extra = [] if mine.weight else [s for s, _ in mine.items]  # a reference for the idle rank's 0-weighted run
-        base = self._base_logprobs(counted + extra, config.micro_batch_size)  # before the update: no-grad forwards
-        totals = drift_totals(counted, [[math.nan, *b.tolist()] for b in base[: len(counted)]])
-        metrics.update(figures_from_totals(self._summed(totals)))
-        references = {id(s): b for s, b in zip(counted + extra, base, strict=True)}
+        references: dict[int, torch.Tensor] = {}
+        if config.kl_beta > 0 or measures_drift(self.config.drift_every, step):  # the same on every rank
+            # the sentinel's sequences this rank scores: its share of the batch's, and a share of the others'
+            trained_ids = {id(s) for s, _ in batch}
+            scored = {id(s) for s, _ in mine.items} if mine.weight else set()
+            untrained = [s for s in sampled if id(s) not in trained_ids]
+            scored |= {id(s) for s in self._share(untrained, untrained).items}
+            counted = [s for s in sampled if id(s) in scored]  # in the step's order
+            extra = [] if mine.weight else [s for s, _ in mine.items]  # a reference for the idle rank's 0-weighted run
+            base = self._base_logprobs(counted + extra, config.micro_batch_size)  # before the update: no-grad forwards
+            totals = drift_totals(counted, [[math.nan, *b.tolist()] for b in base[: len(counted)]])
+            metrics.update(figures_from_totals(self._summed(totals)))
+            references = {id(s): b for s, b in zip(counted + extra, base, strict=True)}
         metrics.update(
             self._update(batch, mine, config, references)
             if batch
@@ -403,23 +423,39 @@ class GRPOTrainer:
         run through the model once, and the rows continue from that KV cache (gradients flow back
         through it); positions inside the shared prefix score no trained token and get 0. With `first`,
         the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
-        on, and the positions before it get 0 too. The attention implementation follows the micro-batch's
-        width (`_set_attention`).
+        on, and the positions before it get 0 too. With `TrainerConfig.logprob_chunk_tokens`, the decoder's
+        last hidden states go through the output head that many positions at a time (`head_logprobs`); with
+        0, the model's whole logits at once. The attention implementation follows the micro-batch's width
+        (`_set_attention`).
         """
         self._set_attention(input_ids.shape[1])
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
+        # a training forward under DDP goes through its wrapper (the backward's gradient average needs it), whole
+        # logits at once; the shared prefix's runs plain
+        under_ddp = self._ddp is not None and torch.is_grad_enabled()
+        chunk = 0 if under_ddp else self.config.logprob_chunk_tokens
+        plain = self.model.get_base_model().get_decoder() if chunk else self.model
         cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
             split = 0
         else:
-            cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+            cache = plain(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])
         offset = max(first, split)
-        kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
-        # a training forward under DDP, which the backward's gradient average needs; the prefix's runs plain
-        model = self._ddp if self._ddp is not None and torch.is_grad_enabled() else self.model
-        logits = model(input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept).logits
-        logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
+        if chunk:  # the last hidden states, then the output head over `chunk` positions at a time
+            hidden = plain(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False
+            )  # a given cache is continued all the same; none is made where there is none
+            hidden = hidden.last_hidden_state[:, offset - split : -1]
+            head = self.model.get_base_model().get_output_embeddings()
+            logprobs, entropy = head_logprobs(hidden, head, input_ids[:, offset + 1 :], chunk, with_entropy)
+        else:
+            kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
+            model = self._ddp if under_ddp else self.model
+            logits = model(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False, **kept
+            )
+            logprobs, entropy = token_logprobs(logits.logits, input_ids[:, offset:], with_entropy)
         if not offset:
             return logprobs, entropy
         skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)

@@ -156,7 +156,7 @@ class TrainerActor:
         self.trainer = GRPOTrainer(self._model_dir, self._dir, self._config, parallel=parallel)
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
-        return self._saved(self._trainer().step(groups, config), step)
+        return self._saved(self._trainer().step(groups, config, step), step)
 
     def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> tuple[dict, dict[str, bytes]]:
         return self._saved(self._trainer().sft_step(trajectories, config), step)
