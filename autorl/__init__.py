@@ -26,6 +26,7 @@ _EXPORTS = {
     "ServerlessBackend": "backends.remote.client",
     "MessagesAndChoices": "types",
     "Model": "model",
+    "PipelineTrainer": "pipeline_trainer",
     "ServerConfig": "serving.config",
     "TrainConfig": "config",
     "TrainResult": "types",
@@ -41,7 +42,18 @@ _EXPORTS = {
     "retry": "utils.retry",
 }
 __all__ = sorted(_EXPORTS)
-_SUBMODULES = {"dev", "langgraph", "local", "mcp", "rewards", "skypilot", "tinker", "types", "utils"}
+_SUBMODULES = {
+    "dev",
+    "langgraph",
+    "local",
+    "mcp",
+    "pipeline_trainer",
+    "rewards",
+    "skypilot",
+    "tinker",
+    "types",
+    "utils",
+}
 """Reachable as attributes (`art.langgraph.wrap_rollout`, `art.dev.InternalModelConfig`), as in ART; imported on
 first use."""
 _CAPTURE = (
@@ -62,8 +74,6 @@ _REFUSED = {
     },
     "TinkerBackend": "see `autorl.tinker`: autorl has no Tinker backend; use LocalBackend, ClusterBackend or RemoteBackend",
     "SkyPilotBackend": "see `autorl.skypilot`: autorl has no SkyPilot backend; run `autorl serve` there and use RemoteBackend",
-    "PipelineTrainer": "autorl has no asynchronous pipeline trainer; train step by step with "
-    "`await backend.train(model, groups, ...)`",
 }
 """ART's names autorl does not have, each with what to use instead (`NotInAutoRLError`, never AttributeError)."""
 

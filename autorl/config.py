@@ -92,10 +92,24 @@ class TrainConfig(BaseModel):
     (--max-tokens). With `model.train(...)`, set it when overlong_buffer is on."""
     kl_beta: float = Field(0.0, ge=0)
     """Weight of a KL penalty to the reference policy (the base model, LoRA disabled: one extra forward
-    pass without gradients, no second copy of the weights). Per token, beta x k3 with k3 =
+    pass without gradients on every step, no second copy of the weights). Per token, beta x k3 with k3 =
     exp(ref - logp) - (ref - logp) - 1 is added to the loss of every completion of the step, tied groups
     included (as in TRL), averaged over all their tokens (by the loss's normaliser over every completion).
-    0: no penalty and no extra pass (and no `kl` metric)."""
+    0: no penalty (and no `kl` metric); the base-model pass then runs only on the steps that measure the
+    sentinel's figures (`TrainerConfig.drift_every`)."""
+    importance_sampling_correction: bool = False
+    """Correct for tokens sampled by an older policy than the one being trained (truncated importance
+    sampling, as TRL's and prime-rl's asynchronous trainers do): the ratio r and its clip are taken against
+    the trainer's own logprobs of the policy before this update (pi_old), and each token's policy term is
+    multiplied by min(pi_old / pi_behaviour, importance_sampling_cap), without gradient, pi_behaviour being
+    the logprob the inference server reported when it sampled the token (1 where unknown). Off: r is taken
+    against pi_behaviour itself, as a synchronous step wants. `autorl.PipelineTrainer` (`autorl run --async
+    N`, N > 0) turns it on unless it is set; it adds the step metrics `is_weight_mean` and
+    `is_truncated_fraction`."""
+    importance_sampling_cap: float = Field(2.0, gt=0)
+    """The truncation bound C of the importance weights of `importance_sampling_correction`: a token's
+    weight is at most C, which bounds the variance a very stale or very unlikely token can add (TRL's
+    `vllm_importance_sampling_cap`)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
@@ -172,6 +186,30 @@ class TrainerConfig(BaseModel):
     once, and continue every sequence from that KV cache, instead of once per sequence. Same loss and
     gradients up to float rounding; a group's sequences are then batched together. With LoRA dropout,
     the shared tokens share one dropout mask."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward and recompute the layer there (transformers'
+    gradient checkpointing; peft engine, where unsloth has its own always): a micro-batch's activations
+    shrink from every layer's to about one layer's, for one more forward pass per update. For long
+    completions at large micro-batches, where the activations are what fills memory
+    (`benchmarks/perf/perf_trainer_memory.py`). Same loss and gradients up to float rounding; prompts are
+    then not shared (`share_prompt_prefix`: a recomputed layer has no KV cache to continue from)."""
+    logprob_chunk_tokens: int = Field(1024, ge=0)
+    """The trainer scores a micro-batch's tokens from the model's last hidden states, applying the output
+    head to this many positions at a time (`autorl.training.loss.head_logprobs`): memory holds one chunk's
+    logits, never the whole micro-batch's [sequences x tokens x vocabulary] in float32, which at long
+    completions is gigabytes. Same logprobs, entropies and gradients up to float rounding. 0: the whole
+    micro-batch's logits at once (the plain way; `benchmarks/perf/perf_trainer_memory.py` compares the two).
+    Data-parallel training (`ClusterConfig.trainer_workers` > 1) computes whole logits: its forward goes
+    through DDP's wrapper, which returns logits."""
+    drift_every: int = Field(3, ge=0)
+    """How often a step measures the reward-hacking sentinel's figures (`base_logprob`, `kl_to_base` in its
+    metrics: every rollout of the step scored under the base weights, a forward without gradients): at step 1
+    and every this many steps after (1, 1 + k, 1 + 2k, ...); steps between have no such figures. With
+    `TrainConfig.kl_beta` > 0 that pass is the KL penalty's reference and runs every step, so every step
+    has them. The default 3 is the sentinel's window (`pipelines.sentinel.RISE_STEPS`: it averages the
+    figures of a run's last 3 steps), which then holds one measured step; replayed on the learning
+    benchmark's runs it flags the same gaming runs (`benchmarks/perf/sentinel_calibration.py`,
+    `at_defaults_measured_every`). 1: every step; 0: never (the sentinel then has nothing to judge)."""
     eager_attention_max_tokens: int = Field(128, ge=0)
     """On CPU, a micro-batch up to this many tokens wide runs transformers' eager attention instead of
     SDPA, whose CPU backward is the slower one on short sequences; wider ones, and every one on a GPU, run

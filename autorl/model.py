@@ -93,23 +93,26 @@ class Model(BaseModel, Generic[ModelConfig]):
     def _transport(self) -> httpx.AsyncBaseTransport:
         return httpx.AsyncHTTPTransport()
 
-    def get_inference_name(self) -> str:
-        """The model name to pass as `model=` in chat completion requests."""
-        return self.inference_model_name or self.name
+    def get_inference_name(self, step: int | None = None) -> str:
+        """The model name to pass as `model=` in chat completion requests. `step` (ART's argument, as an
+        `eval_fn` of `PipelineTrainer` passes it): a check that the served checkpoint is that one where the served
+        name says which it is (adapter serving's `<name>@NNNN`; merged serving serves one checkpoint under one
+        name); another is one error line (serve it with `await backend.serve_checkpoint(model, step)`)."""
+        name = self.inference_model_name or self.name
+        if step is not None and "@" in name and not name.endswith(f"@{checkpoint_name(step)}"):
+            raise AutoRLError(
+                f"model {self.name!r} serves {name!r}, not checkpoint {checkpoint_name(step)}; serve that one with "
+                "`await backend.serve_checkpoint(model, step)` and pass the name it returns"
+            )
+        return name
 
     def litellm_completion_params(self, step: int | None = None) -> dict[str, Any]:
         """`litellm.completion` / `dspy.LM` keyword arguments for this model: `model`, `base_url`, `api_key` and
         `temperature` 1. A trainable model's name goes to LiteLLM's OpenAI-compatible vLLM provider
         (`hosted_vllm/<name>`). Such calls bypass `openai_client`'s transport: they are not held back while
-        the model trains. `step`: None, the served checkpoint; a step only where the served name says it is
-        that one (adapter serving's `<name>@NNNN`): serve another with `await backend.serve_checkpoint(model,
-        step)` and pass the name it returns."""
-        name = self.get_inference_name()
-        if step is not None and not name.endswith(f"@{checkpoint_name(step)}"):
-            raise AutoRLError(
-                f"model {self.name!r} serves {name!r}, not checkpoint {checkpoint_name(step)}; serve that one with "
-                "`await backend.serve_checkpoint(model, step)` and pass the name it returns"
-            )
+        the model trains. `step`: None, the served checkpoint; a step is checked as `get_inference_name(step)`
+        checks it: serve another with `await backend.serve_checkpoint(model, step)` and pass the name it returns."""
+        name = self.get_inference_name(step)
         return {
             "model": f"hosted_vllm/{name}" if isinstance(self, TrainableModel) else name,
             "base_url": self.require_endpoint(),

@@ -72,6 +72,11 @@ class Trajectory(BaseModel):
     logs: list[str] = Field(default_factory=list)
     """Human-readable notes, e.g. the judge's explanation."""
 
+    initial_policy_version: int | None = None
+    """The policy version (training step) that sampled the trajectory's first token, as ART records it
+    (`autorl.PipelineTrainer` sets it); None where not recorded."""
+    final_policy_version: int | None = None
+    """The newest policy version when the rollout ended: every token was sampled by a version between the two."""
     additional_histories: list[History] = Field(default_factory=list)
     """Other conversations of this rollout (ART's), each trained as its own sequence with this trajectory's
     advantage."""

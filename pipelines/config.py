@@ -22,7 +22,7 @@ from autorl.tracking import PACKAGES
 
 from .sentinel import SentinelConfig
 
-STAGES = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report")
+STAGES = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate", "report")
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 """A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
 
@@ -33,6 +33,28 @@ def check_run_name(name: str) -> str:
     if not RUN_NAME.fullmatch(name):
         raise AutoRLError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
     return name
+
+
+class SFTConfig(BaseModel):
+    """A supervised warm-up of the policy's LoRA before RL (`--sft-file`), cut into model steps as ART's
+    `create_sft_dataset_iterator` cuts it for `model.train_sft`: each step a chunk of `chunk_size` batches."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    file: Path | None = None
+    """JSONL file of conversations to fine-tune on before RL (ART's format: a `{"messages": [...], "tools": [...]}`
+    object a line; every assistant turn is trained); its steps come first, RL continues from its checkpoint.
+    Unset: no warm-up."""
+    epochs: int = Field(1, ge=1)
+    """Passes over the SFT file."""
+    batch_size: int = Field(2, ge=1)
+    """Conversations per optimizer step of the warm-up."""
+    peak_lr: float = Field(2e-4, gt=0)
+    """The warm-up's peak learning rate: reached after a linear warm-up over a tenth of its batches, then down
+    to 0 along a line (ART's defaults)."""
+    chunk_size: int = Field(10, ge=1)
+    """Batches per model step of the warm-up (each step is a checkpoint and a history line, as one
+    `model.train_sft` call is)."""
 
 
 class RunConfig(BaseModel):
@@ -47,11 +69,17 @@ class RunConfig(BaseModel):
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
     steps: int = Field(20, ge=1)
-    """Training steps of the run (a resumed run trains until this many exist)."""
+    """RL training steps of the run, after the SFT warm-up's if any (a resumed run trains until this many exist).
+    ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them."""
     group_size: int = Field(8, ge=2)
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
+    max_steps_off_policy: int = Field(0, ge=0)
+    """Train asynchronously (`autorl.PipelineTrainer`): the rollouts and their judging go on while a step trains,
+    and a step may train on groups sampled up to this many policy versions (steps) before the one it updates;
+    older ones are dropped and counted, tied ones too, and the loss corrects stale tokens by truncated importance
+    sampling (`--importance-sampling-cap`). 0: the synchronous loop (rollouts, judging, then the update)."""
     max_unscored_steps: int = Field(3, ge=0)
     """Training steps in a row in which the judge could score no group (each such step trains nothing); one
     more ends the run with an error instead of a silent run of no-op steps. 0: no limit. (Steps whose groups
@@ -85,6 +113,8 @@ class RunConfig(BaseModel):
     `groups_per_step` do); warn: only warn. The action is printed, and recorded in run.json and the report."""
     inputs_file: Path | None = None
     """JSONL file of the inputs (`input`, optional `split`): the inputs stage reads it instead of generating."""
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    """The supervised warm-up before RL (`--sft-file`); off unless a file is given."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

@@ -136,13 +136,16 @@ USD = ("compute", "api", "total")
 
 
 def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, Any]]:
-    """The cost records of training steps 1..`steps` (`spent` in each step's cost file), skipping a step that
+    """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
+    sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
     has none (trained before autorl priced steps)."""
     from autorl.training.checkpoints import checkpoint_name
 
+    from .stages.train import dropped_step_dirs
+
+    dirs = [train_dir / "steps" / checkpoint_name(step) for step in range(1, steps + 1)]
     records = []
-    for step in range(1, steps + 1):
-        path = train_dir / "steps" / checkpoint_name(step) / cost_file
+    for path in [d / cost_file for d in [*dropped_step_dirs(train_dir, steps), *dirs]]:
         if path.exists() and "spent" in (record := json.loads(path.read_text())):
             records.append(record["spent"])
     return records
@@ -151,12 +154,12 @@ def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, An
 def run_costs(ctx: StageContext) -> dict[str, dict[str, Any]]:
     """The cost record of each stage whose artifact exists (or, for train, whose steps exist), in stage order:
     what making the run's artifacts cost, whichever invocation made them."""
-    from .stages.train import STEP_COST, steps_done
+    from .stages.train import STEP_COST, last_step, steps_done
 
     costs = {}
     for stage in STAGES:
         if stage == "train":
-            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), ctx.config.steps), STEP_COST):
+            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx)), STEP_COST):
                 costs[stage] = added(steps)
         elif (cost := ctx.store.summary(stage, ctx.keys[stage]).get("cost")) is not None:
             costs[stage] = cost

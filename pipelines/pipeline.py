@@ -38,7 +38,7 @@ from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
 from .run_lock import run_locks
-from .stages import STAGE_MODULES
+from .stages import STAGE_MODULES, sft
 
 RUN_FILE = "run.json"
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
@@ -87,6 +87,7 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     tracker_names(config.trackers())  # a tracker's missing package
     judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
     engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
+    sft.check_file(config)  # a missing or malformed SFT file
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
         traced = tracing.configure(config.otlp_endpoint)  # off unless asked for: then every span below
         try:
@@ -132,7 +133,11 @@ async def _run_locked(
             started, before = time.monotonic(), sum(calls.values())
             marks = len(ctx.judge_calls()), len(ctx.generator_calls)
             reading = policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
-            if STAGE_MODULES[stage].is_done(ctx):
+            skip = getattr(STAGE_MODULES[stage], "skipped", None)
+            if skip is not None and (why := skip(config)):
+                entry = {"cached": False, "skipped": why, "summary": {}}
+                console.print(f"[dim]{stage}: skipped ({why})[/dim]")
+            elif STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
             else:

@@ -3,7 +3,9 @@ rose, say so, and act as `SentinelConfig.on_drift` says: warn, stop the run, or 
 checkpoint before the drift with a stronger KL penalty (or a lower learning rate) and go on.
 
 The figures come from `autorl.training.drift`: per training step in the history (`kl_to_base`,
-`base_logprob` of the step's rollouts), and in the evaluate stage per variant on the validation answers.
+`base_logprob` of the step's rollouts) on the steps that measure them (step 1 and every
+`TrainerConfig.drift_every`-th after, every step with a KL penalty), and in the evaluate stage per variant on
+the validation answers.
 "Far" is calibrated on the learning benchmark (`benchmarks/perf/sentinel_calibration.py` reads its results:
 form-only tasks, whose trained answers game their judges, against content-checked tasks, whose gains are
 real), per threshold its precision and recall (`results/sentinel_calibration.json`, docs/training.md).
@@ -28,7 +30,8 @@ LOGPROB_DROP_FAR = 1.0
 wrote, minus the mean of the last `RISE_STEPS` steps') from which they are far from anything it would write."""
 RISE_STEPS = 3
 """The training reward "rose" when the mean of the last this many steps lies above step 1's; the drift figures
-are means over the same steps (one step's base log-likelihood moves by ~0.4 nats from step to step)."""
+are means over those of the same steps that measured them (one step's base log-likelihood moves by ~0.4 nats
+from step to step)."""
 
 OnDrift = Literal["warn", "stop", "rollback"]
 
@@ -83,7 +86,8 @@ def far(kl: float | None, drop: float | None, thresholds: Thresholds = FAR) -> l
 
 def training_warning(history: list[dict[str, Any]], thresholds: Thresholds = FAR) -> str | None:
     """The warning for the newest step of `history`: its last `RISE_STEPS` steps' rollouts are far from the base
-    model (on average) while the training reward rose since step 1; None otherwise."""
+    model (on average over those steps that measured the figures) while the training reward rose since step 1;
+    None otherwise, and on a step without the figures (it is judged at the next step with them)."""
     if len(history) < 2 or "base_logprob" not in history[0] or "base_logprob" not in history[-1]:
         return None
     first, last, recent = history[0], history[-1], history[1:][-RISE_STEPS:]

@@ -159,7 +159,6 @@ def test_ruler_scores_a_single_conversation_and_logs_its_explanation_as_art_does
         (lambda: art.skypilot.SkyPilotBackend, "autorl.skypilot.SkyPilotBackend: autorl has no SkyPilot backend"),
         (lambda: art.mcp.generate_scenarios, "autorl.mcp.generate_scenarios: autorl has no MCP•RL scenario"),
         (lambda: art.capture_auto_trajectory, "autorl.capture_auto_trajectory: autorl does not record"),
-        (lambda: art.PipelineTrainer, "autorl.PipelineTrainer: autorl has no asynchronous pipeline trainer"),
         (lambda: art.Trajectory().__enter__(), "ART's capture scope"),
     ],
 )

@@ -10,6 +10,7 @@ from autorl.training.loss import (
     STD_FLOOR,
     advantages,
     clipped_policy_loss,
+    head_logprobs,
     k3_kl,
     loss_normaliser,
     overlong_penalty,
@@ -191,6 +192,46 @@ def test_token_entropy():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30], [0.2, 0.3, 0.5]]]))
     hand = [-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), 0.0]
     assert token_logprobs(logits, torch.tensor([[0, 1, 2]]))[1][0].tolist() == pytest.approx(hand, abs=1e-6)
+
+
+@pytest.mark.parametrize("trained_head", [False, True], ids=["frozen head", "trained head"])
+def test_head_logprobs_in_chunks_equal_the_whole_logits_and_their_gradients(trained_head):
+    """Chunks of 4 positions out of 2 x 7 (one chunk spans both rows, the last is short) against
+    `token_logprobs` of the whole [2, 8, 50] logits: values, entropies and gradients, with no gradient too."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(6, 50, bias=True, dtype=torch.float64).requires_grad_(trained_head)
+    hidden = torch.randn(2, 8, 6, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 50, (2, 8))
+    weights = torch.randn(2, 7, dtype=torch.float64)  # a loss that weighs each position differently
+
+    def gradients(logprobs: torch.Tensor) -> list[torch.Tensor]:
+        wrt = [hidden, *head.parameters()] if trained_head else [hidden]
+        return torch.autograd.grad((logprobs * weights).sum(), wrt)
+
+    plain, plain_entropy = token_logprobs(head(hidden), ids)
+    chunked, entropy = head_logprobs(hidden[:, :-1], head, ids[:, 1:], chunk_tokens=4)
+    torch.testing.assert_close(chunked, plain)
+    torch.testing.assert_close(entropy, plain_entropy)
+    assert not entropy.requires_grad
+    for got, expected in zip(gradients(chunked), gradients(plain), strict=True):
+        torch.testing.assert_close(got, expected)
+    with torch.no_grad():
+        torch.testing.assert_close(head_logprobs(hidden[:, :-1], head, ids[:, 1:], 4, with_entropy=False)[0], plain)
+
+
+def test_head_logprobs_in_bf16_stay_within_bf16_rounding_of_float32():
+    torch.manual_seed(1)
+    head = torch.nn.Linear(16, 300, bias=False).requires_grad_(False)
+    hidden = torch.randn(3, 9, 16, requires_grad=True)
+    ids = torch.randint(0, 300, (3, 9))
+    exact, _ = head_logprobs(hidden, head, ids, chunk_tokens=5)
+    (grad,) = torch.autograd.grad(exact.sum(), hidden)
+    low = hidden.detach().bfloat16().requires_grad_()
+    rounded, _ = head_logprobs(low, head.bfloat16(), ids, chunk_tokens=5)
+    (low_grad,) = torch.autograd.grad(rounded.sum(), low)
+    assert rounded.dtype == torch.float32 and low_grad.dtype == torch.bfloat16
+    torch.testing.assert_close(rounded, exact, rtol=0.02, atol=0.05)
+    torch.testing.assert_close(low_grad.float(), grad, rtol=0.02, atol=0.05)
 
 
 @pytest.mark.parametrize(

@@ -168,9 +168,10 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     judge_line, learnability_line = checks["lines"][:2]  # (the progress lines off a terminal come before them)
     assert learnability_line.startswith("learnability: ")
     assert output.index(judge_line) < output.index(learnability_line) < output.index("step 1/2  reward")
-    # the sentinel: per step in the history, and in evaluate under the base weights served again by vLLM
+    # the sentinel: in the history at step 1 (then every TrainerConfig.drift_every steps: not step 2 of 2), and
+    # in evaluate under the base weights served again by vLLM
     history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
-    assert all(h["kl_to_base"] >= 0 and h["base_logprob"] < 0 for h in history)
+    assert history[0]["kl_to_base"] >= 0 and history[0]["base_logprob"] < 0 and "kl_to_base" not in history[1]
     drift = evaluated["drift"]
     assert drift["base"]["kl_to_base"] < 0.01, drift  # the base model on its own answers, scored as it sampled
     assert drift["latest"]["base_logprob"] < 0 and drift["latest"]["drift_tokens"] > 0

@@ -35,8 +35,8 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
         "evaluate",
         "report",
     }
-    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES)
-    assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs"}
+    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"sft"}  # SFT reads its file
+    assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs", "sft"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
 
 
@@ -53,9 +53,32 @@ def test_the_preflight_settings_change_the_checks_and_the_report_only():
     assert changed(base, stage_keys(TASK, RunConfig(rollout={"temperature": 0.7}))) >= {"preflight", "train"}
 
 
+def test_the_sft_key_covers_the_file_s_content_not_its_path_and_training_starts_from_it(tmp_path):
+    line = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Good day."}]}\n'
+    first, moved, edited = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    first.write_text(line)
+    moved.write_text(line)
+    edited.write_text(line.replace("Good day", "Hello"))
+    base = stage_keys(TASK, RunConfig())
+    warm = stage_keys(TASK, RunConfig(sft={"file": first}))
+    after_sft = {"sft", "train", "evaluate", "report"}
+    assert changed(base, warm) == after_sft
+    assert stage_keys(TASK, RunConfig(sft={"file": moved})) == warm  # the same content elsewhere: all cached
+    assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": edited}))) == after_sft
+    for setting in ({"epochs": 2}, {"batch_size": 4}, {"peak_lr": 1e-4}, {"chunk_size": 1}):
+        assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": first, **setting}))) == after_sft, setting
+    assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": first}, trainer={"lora_rank": 16}))) == after_sft
+    assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": first}, seed=1))) == set(STAGES)  # the shuffle too
+    # RL's own settings leave the warm-up cached
+    rl = stage_keys(TASK, RunConfig(sft={"file": first}, train={"learning_rate": 1e-4}))
+    assert changed(warm, rl) == {"train", "evaluate", "report"}
+    assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": first}, steps=3))) == {"evaluate", "report"}
+
+
 def test_force_recomputes_a_stage_and_everything_after_it():
     assert forced_stages([]) == set()
     assert forced_stages(["train"]) == {"train", "evaluate", "report"}
+    assert forced_stages(["sft"]) == {"sft", "train", "evaluate", "report"}
     assert forced_stages(["all"]) == set(STAGES)
     with pytest.raises(AutoRLError, match="--force trian: no such stage"):
         forced_stages(["trian"])

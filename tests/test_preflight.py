@@ -187,6 +187,10 @@ def test_the_sentinel_warns_when_the_policy_moves_far_while_the_reward_rises():
     assert warning.startswith("step 4: the training reward rose (0.200 at step 1, 0.733 lately)")
     assert "KL to the base model 0.50 nats/token" in warning
     assert sentinel.first_drift(steps) == 4 and sentinel.first_drift(near) is None
+    # steps without the figures (TrainerConfig.drift_every): judged at the next one with them, on those measured
+    gapped = [{k: v for k, v in h.items() if k in ("step", "reward") or h["step"] in (1, 4)} for h in steps]
+    assert sentinel.training_warning(gapped[:3]) is None and sentinel.first_drift(gapped) == 4
+    assert "KL to the base model 0.70 nats/token" in sentinel.training_warning(gapped)  # step 4's alone
     drop = sentinel.training_warning(history((0.2, 0.0, -1.5), (0.9, 0.1, -1.5 - sentinel.LOGPROB_DROP_FAR)))
     assert "1.00 nats/token less likely than its own" in drop
     console = Console(record=True, width=300)

@@ -222,9 +222,12 @@ def test_the_overlong_penalty_counts_up_to_the_runs_max_tokens_unless_set(run):
 def test_the_cluster_comes_from_flags_over_the_task_table(run, tmp_path):
     path = task_file(tmp_path, '[cluster]\nray = "auto"\nreplicas = 4\nreplica_cpus = 2\n')
     assert run(str(path))[1].cluster == ClusterConfig(ray="auto", replicas=4, replica_cpus=2)
-    _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3")
-    assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3)
+    _, config = run(str(path), "--ray", "local", "--replicas", "2", "--trainer-cpus", "3", "--trainer-workers", "2")
+    assert config.cluster == ClusterConfig(ray="local", replicas=2, replica_cpus=2, trainer_cpus=3, trainer_workers=2)
     assert run(TASK)[1].cluster.ray is None  # the default: no Ray
+    assert run_error_line(TASK, "--trainer-workers", "2").endswith(
+        "trainer_workers > 1 trains on a Ray cluster: give ray too (--ray local, auto or an address)"
+    )
     assert run_error_line(TASK, "--ray", "ray://head:10001").startswith("error: --ray: Ray Client addresses (ray://)")
 
 
@@ -289,3 +292,15 @@ def test_report_to_takes_a_list_and_no_wandb_stays_its_alias(run):
     assert config.report_to == ["mlflow", "tensorboard", "wandb"] and config.trackers() == ["mlflow", "tensorboard"]
     assert run(TASK)[1].trackers() == ["wandb"]
     assert "--report-to" in run_error_line(TASK, "--report-to", "comet")
+
+
+def test_async_sets_the_pipelines_staleness_bound_and_enters_the_train_key_only_above_0(run):
+    _, config = run(TASK, "--async", "2")
+    assert config.max_steps_off_policy == 2 and run(TASK)[1].max_steps_off_policy == 0
+    task = TaskSpec(description=TASK)
+    base = stage_keys(task, RunConfig())
+    assert stage_keys(task, RunConfig(max_steps_off_policy=0)) == base  # the synchronous runs keep their keys
+    keys = stage_keys(task, RunConfig(max_steps_off_policy=1))
+    assert {stage for stage in keys if keys[stage] != base[stage]} == {"train", "evaluate", "report"}
+    corrected = stage_keys(task, RunConfig(train={"importance_sampling_correction": False}))
+    assert corrected == base  # a field added later enters the key only away from its default

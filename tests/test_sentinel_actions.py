@@ -20,7 +20,7 @@ from autorl.errors import AutoRLError
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
-from pipelines import sentinel
+from pipelines import costs, sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.costs import Meter
@@ -117,7 +117,9 @@ def test_a_policy_that_stays_near_the_base_is_left_alone(tiny_model, tmp_path):
     history = read_history(policy.run_dir)
     assert [h["step"] for h in history] == list(range(1, 8))
     assert history[-1]["reward"] > history[0]["reward"] + 0.3  # the reward rose ...
-    assert max(h["kl_to_base"] for h in history) < 0.01  # ... with the policy at the base model
+    measured = [h for h in history if "kl_to_base" in h]  # TrainerConfig.drift_every's steps (kl_beta 0)
+    assert [h["step"] for h in measured] == [1, 4, 7]
+    assert max(h["kl_to_base"] for h in measured) < 0.01  # ... with the policy at the base model
     assert train.sentinel_actions(policy.run_dir) == []
     assert "It never fired" in "\n".join(report._sentinel_section([], ctx.config))
 
@@ -127,18 +129,22 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     ctx = stage_context(tmp_path, policy)
     asyncio.run(train.run(ctx))
     (action,) = train.sentinel_actions(policy.run_dir)
-    # checkpoint 3 answered step 4 with the gamed answers: the sentinel fires there (mean KL of steps 2-4)
+    # checkpoint 3 answered step 4 with the gamed answers: the sentinel fires there (the figures of steps 2-4 that
+    # were measured: step 4's, TrainerConfig.drift_every being 3)
     assert (action["action"], action["step"], action["restored"]) == ("rollback", 4, 4 - sentinel.RISE_STEPS)
     assert [r["step"] for r in action["dropped"]] == [2, 3, 4] and action["dropped"][-1]["kl_to_base"] > 1
     assert action["kl_beta"] == ctx.config.sentinel.rollback_kl_beta
     history = read_history(policy.run_dir)
     assert [h["step"] for h in history] == list(range(1, 8))  # trained on to the asked-for steps
     assert "kl" not in history[0] and all("kl" in h for h in history[1:])  # the KL penalty from the rollback on
-    assert max(h["kl_to_base"] for h in history) < 0.5
+    assert all("kl_to_base" in h for h in history) and max(h["kl_to_base"] for h in history) < 0.5  # kl_beta > 0
     assert sorted(p.name for p in (policy.run_dir / train.ROLLED_BACK / "1" / "steps").iterdir()) == [
         "0002", "0003", "0004"
     ]  # fmt: skip
     assert "rolled back to step 1" in ctx.console.export_text()
+    # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
+    assert len(costs.steps_cost(policy.run_dir, 7, train.STEP_COST)) == 10
+    assert len(costs.steps_cost(policy.run_dir, 1, train.STEP_COST)) == 1  # checkpoint 1 was made before them
     section = "\n".join(report._sentinel_section(train.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 

@@ -18,7 +18,14 @@ from autorl.backends.base import ModelSlot
 from autorl.backends.local import LocalBackend
 from autorl.errors import AutoRLError
 from autorl.training.loss import overlong_penalty
-from autorl.training.trainer import MIN_SHARED_PREFIX, GRPOTrainer, _shared_prefix_length, longest_turn, training_dtype
+from autorl.training.sequences import tokenize_trajectory
+from autorl.training.trainer import (
+    MIN_SHARED_PREFIX,
+    GRPOTrainer,
+    _shared_prefix_length,
+    longest_turn,
+    training_dtype,
+)
 from tests.helpers.training import ServingStandIn, groups
 
 
@@ -58,16 +65,70 @@ def test_sharing_the_prompt_gives_the_same_update(tiny_model, tmp_path, micro_ba
         )
         data = groups(trainer.tokenizer)
         gradients = record_gradients(trainer)
-        forward, continued = trainer.model.forward, []
+        decoder = trainer.model.get_base_model().get_decoder()  # under the output head: every pass runs it
+        forward, continued = decoder.forward, []
 
         def counting_forward(*args, forward=forward, continued=continued, **kwargs):
             continued.append(kwargs.get("past_key_values") is not None)
             return forward(*args, **kwargs)
 
-        trainer.model.forward = counting_forward
+        decoder.forward = counting_forward
         metrics = [trainer.step(data, config) for _ in range(2)]
         assert any(continued) == share  # the shared path ran (and only when asked for)
         results[share] = (metrics, gradients)
+    assert_same_updates(results[False], results[True])
+
+
+def test_logprobs_from_chunks_of_the_output_head_are_a_plain_forwards_with_the_same_gradients(tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model, tmp_path / "c", TrainerConfig(seed=0, dtype="float32", logprob_chunk_tokens=5))
+    trainer.step(groups(trainer.tokenizer), TrainConfig(learning_rate=5e-2))  # the LoRA away from 0
+    group = [tokenize_trajectory(t, trainer.tokenizer) for t in groups(trainer.tokenizer)[1].trajectories]
+    input_ids, attention, mask, _ = trainer._pad(group)
+    assert _shared_prefix_length(input_ids, mask) >= MIN_SHARED_PREFIX  # prompt sharing's continuation runs too
+    trained, weights = mask[:, 1:].bool(), torch.rand(input_ids.shape[0], input_ids.shape[1] - 1)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    chunked, entropy = trainer._token_logprobs(input_ids, attention, mask)
+    chunked_gradients = torch.autograd.grad((chunked * weights * trained).sum(), params)
+
+    plain = torch.log_softmax(trainer.model(input_ids=input_ids, attention_mask=attention).logits[:, :-1], dim=-1)
+    expected = plain.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    plain_gradients = torch.autograd.grad((expected * weights * trained).sum(), params)
+    torch.testing.assert_close(chunked[trained], expected[trained])
+    torch.testing.assert_close(entropy[trained], -(plain.exp() * plain).sum(-1)[trained].detach())
+    scale = max(float(g.abs().max()) for g in plain_gradients)
+    assert scale > 0.1
+    for got, want in zip(chunked_gradients, plain_gradients, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * scale)  # float32 rounding of a sum
+
+
+def test_the_update_is_the_same_with_or_without_chunks_and_a_kl_penalty(tiny_model, tmp_path):
+    """Two steps with the KL penalty (the base pass's reference and the sentinel's figures too), micro-batches
+    of 3, the output head over 7 positions at a time against the whole logits (0)."""
+    config = TrainConfig(learning_rate=1e-2, micro_batch_size=3, kl_beta=0.1)
+    results = {}
+    for chunk in (0, 7):
+        trainer = GRPOTrainer(
+            tiny_model, tmp_path / str(chunk), TrainerConfig(seed=0, dtype="float32", logprob_chunk_tokens=chunk)
+        )
+        gradients = record_gradients(trainer)
+        results[chunk] = ([trainer.step(groups(trainer.tokenizer), config) for _ in range(2)], gradients)
+    assert_same_updates(results[0], results[7])
+    for expected, got in zip(results[0][0], results[7][0], strict=True):
+        assert got["kl_to_base"] == pytest.approx(expected["kl_to_base"], rel=1e-4, abs=1e-7)
+        assert got["entropy"] == pytest.approx(expected["entropy"], rel=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_update(tiny_model, tmp_path):
+    config = TrainConfig(learning_rate=1e-2, micro_batch_size=3)
+    results = {}
+    for checkpointing in (False, True):
+        trainer = GRPOTrainer(
+            tiny_model, tmp_path / str(checkpointing),
+            TrainerConfig(seed=0, dtype="float32", gradient_checkpointing=checkpointing),
+        )  # fmt: skip
+        assert trainer.model.is_gradient_checkpointing == checkpointing
+        gradients = record_gradients(trainer)
+        results[checkpointing] = ([trainer.step(groups(trainer.tokenizer), config) for _ in range(2)], gradients)
     assert_same_updates(results[False], results[True])
 
 
@@ -81,13 +142,14 @@ def test_eager_attention_on_cpu_gives_the_same_update_as_the_models_own(tiny_mod
             TrainerConfig(seed=0, dtype="float32", eager_attention_max_tokens=limit),
             device="cpu",
         )
-        gradients, forward, ran[limit] = record_gradients(trainer), trainer.model.forward, set()
+        decoder = trainer.model.get_base_model().get_decoder()
+        gradients, forward, ran[limit] = record_gradients(trainer), decoder.forward, set()
 
         def recording_forward(*args, forward=forward, seen=ran[limit], trainer=trainer, **kwargs):
             seen.add(trainer.model.get_base_model().config._attn_implementation)
             return forward(*args, **kwargs)
 
-        trainer.model.forward = recording_forward
+        decoder.forward = recording_forward
         results[limit] = ([trainer.step(groups(trainer.tokenizer), config) for _ in range(2)], gradients)
     assert ran[0] == {"sdpa"} and ran[10**6] == {"eager"}  # prompt sharing's KV-cache continuation included
     assert_same_updates(results[0], results[10**6])

@@ -173,12 +173,14 @@ class Serving(Protocol):
         """Serve checkpoint `step` (0: the base model); returns the name to request it under."""
         ...
 
-    async def retire(self, name: str) -> None:
-        """A name served before is no longer the newest checkpoint's: free what it holds, if anything."""
+    async def retire(self, step: int) -> None:
+        """Checkpoint `step` is about to be deleted (`delete_checkpoints`, a rollback): stop serving it, freeing
+        what it holds, if anything. Until then every checkpoint served once stays servable under its name, so a
+        rollout that named one before a training step may still send its requests after the step."""
         ...
 
     def served_steps(self) -> set[int]:
-        """The checkpoints whose weights the servers hold now (never deleted while they do)."""
+        """The checkpoint served now, the one `serve` was last asked for (never deleted while it is)."""
         ...
 
     async def recover(self) -> bool:
@@ -387,10 +389,8 @@ class ModelBackend(TrainingCalls):
             metrics = await update(slot.trainer, step)
             append_history(slot.run_dir, {"step": step, **metrics})
             self._tracker(model).log(metrics, step, "train")
-            previous = model.inference_model_name
+            # the step before stays servable: rollouts that named it may send after this step (`Serving.retire`)
             model.inference_model_name = await slot.serving.serve(step)
-            if previous is not None and previous != model.inference_model_name:
-                await slot.serving.retire(previous)  # only the newest LoRA stays resident
         return {"step": step, **metrics}
 
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
@@ -442,6 +442,7 @@ class ModelBackend(TrainingCalls):
             kept = policy.steps_to_keep(steps, best) | slot.serving.served_steps()
             doomed = [step for step in steps if step not in kept]
             for step in doomed:
+                await slot.serving.retire(step)
                 remove_checkpoint(checkpoints, step)
         return doomed
 
@@ -454,13 +455,11 @@ class ModelBackend(TrainingCalls):
             if slot.trainer is not None:
                 slot.trainer.close()
                 slot.trainer = None
-            previous = model.inference_model_name
             model.inference_model_name = await slot.serving.serve(step)
-            if previous is not None and previous != model.inference_model_name:
-                await slot.serving.retire(previous)
             checkpoints = slot.run_dir / "checkpoints"
             for later, _ in complete_checkpoints(checkpoints):
                 if later > step:
+                    await slot.serving.retire(later)
                     remove_checkpoint(checkpoints, later)
             records = read_history(slot.run_dir)
             kept = [r for r in records if r.get("step", 0) <= step]

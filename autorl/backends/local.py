@@ -40,14 +40,21 @@ class LocalServing:
         self.server = server
         self.max_restarts = max_restarts
         self.loaded: dict[str, int] = {}
-        """LoRA names loaded into the server, and their steps (adapter serving)."""
+        """LoRA names loaded into the server, and their steps (adapter serving). A name stays loaded while its
+        checkpoint exists (`retire` unloads it when the checkpoint goes), not only while it is the newest: a
+        rollout that took the model's name before a step may send its requests after the step."""
         self.resident = 0
         """The step whose weights the server holds (merged serving; 0: the base model)."""
+        self.current = 0
+        """The step served last (`serve`): the newest checkpoint, unless an older one was asked for since."""
         self.restarts = 0
         """Times the server died and was restarted."""
         self.torch_thread = torch_thread
         """Where merges run: the model's torch thread (`LocalPlacement.torch_thread`)."""
         self._restart_lock = asyncio.Lock()
+        self._load_lock = asyncio.Lock()
+        """One load or unload at a time: a second `serve` of a step being loaded waits for that load instead of
+        sending its own (which vLLM refuses: "already been loaded"), and an unload never overtakes a load."""
 
     @property
     def base_url(self) -> str:
@@ -63,7 +70,9 @@ class LocalServing:
     async def serve(self, step: int) -> str:
         if not self.server.running:
             await self.recover()
-        return await self._load(step)
+        name = await self._load(step)
+        self.current = step
+        return name
 
     async def _load(self, step: int) -> str:
         path = None
@@ -79,18 +88,22 @@ class LocalServing:
         if path is None:
             return self.base_model
         name = inference_name(self.model_name, step)
-        if name not in self.loaded:
-            await asyncio.to_thread(self.server.load_lora, name, path)
-            self.loaded[name] = step
+        async with self._load_lock:
+            if name not in self.loaded:
+                await asyncio.to_thread(self.server.load_lora, name, path)
+                self.loaded[name] = step
         return name
 
-    async def retire(self, name: str) -> None:
-        if name in self.loaded:
-            await asyncio.to_thread(self.server.unload_lora, name)
-            del self.loaded[name]
+    async def retire(self, step: int) -> None:
+        """Unload checkpoint `step`'s LoRA (adapter serving), if loaded: its files are about to go."""
+        name = inference_name(self.model_name, step)
+        async with self._load_lock:
+            if name in self.loaded:
+                await asyncio.to_thread(self.server.unload_lora, name)
+                del self.loaded[name]
 
     def served_steps(self) -> set[int]:
-        return {self.resident} - {0} if self.server.merged else set(self.loaded.values())
+        return {self.current} - {0}
 
     async def recover(self) -> bool:
         """Restart the server if it died or no longer answers its health check (it is shutting down, or its
@@ -129,8 +142,8 @@ class ThreadTrainer:
     """The `GRPOTrainer` of one model, built, stepped and saved on the model's torch thread.
 
     One thread, not asyncio's pool: glibc gives each thread its own malloc arena and keeps what a step frees
-    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads grew a run to 22 GB,
-    where one thread holds one step's worth.
+    there (gigabytes of activations on CPU); steps spread over asyncio's worker threads would each leave a
+    step's worth in their own arena, where one thread holds one step's worth in all.
     """
 
     def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor):
@@ -141,7 +154,7 @@ class ThreadTrainer:
         self._thread = torch_thread
 
     async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
-        return await self._update(lambda trainer: trainer.step(groups, config), step)
+        return await self._update(lambda trainer: trainer.step(groups, config, step), step)
 
     async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
         return await self._update(lambda trainer: trainer.sft_step(trajectories, config), step)

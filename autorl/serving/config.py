@@ -55,7 +55,10 @@ class ServerConfig(BaseModel):
     max_lora_rank: int = 8
     """Largest LoRA rank the server accepts; must be at least the trained LoRA's rank."""
     max_loras: int = 2
-    """LoRAs resident at once (the newest and the one being replaced)."""
+    """LoRAs vLLM runs in one batch and keeps in memory (`--max-loras`): 2 covers the newest checkpoint and the
+    one before it, which rollouts that named it before a step still ask for. Every checkpoint served stays
+    loaded under its name until it is deleted; a request for one beyond these waits, and vLLM reads it again
+    from its checkpoint."""
     dtype: str = "auto"
     """Weights dtype for inference (auto, bfloat16, float32, ...)."""
     startup_timeout_s: float = 600.0
@@ -69,9 +72,9 @@ class ServerConfig(BaseModel):
     template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
     None for no tool calling."""
     enforce_eager: bool = Field(default_factory=lambda: os.environ.get(EAGER_ENV, "") == "1")
-    """Run the model without torch.compile (`--enforce-eager`). On CPU a server then starts about 1.8x sooner
-    and decodes about 0.89x as fast (`benchmarks/perf/perf_server_start.py`, docs/results.md): the better
-    trade for short runs, and for a test suite that starts many servers. Default: true when the environment
+    """Run the model without torch.compile (`--enforce-eager`). On CPU a server then starts sooner and decodes
+    somewhat slower (`benchmarks/perf/perf_server_start.py` measures both; its figures: docs/results.md): the
+    better trade for short runs, and for a test suite that starts many servers. Default: true when the environment
     sets AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts), else false."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""

@@ -19,7 +19,7 @@ KV_BLOCK_TOKENS = 128
 """Tokens per KV cache block of vLLM's CPU attention (its default block size there)."""
 MEMORY_MARGIN_BYTES = 3 * 2**30
 """Memory kept free beside the weights and the KV cache: vLLM's own runtime (torch, compiled code,
-activations; about 1.5 GiB RSS for SmolLM2-135M) and whatever else the run allocates meanwhile."""
+activations) and whatever else the run allocates meanwhile."""
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 

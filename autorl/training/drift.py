@@ -37,6 +37,12 @@ def drift_figures(sequences: Seq[Sequence], base_logprobs: Seq[Seq[float | None]
     with `input_ids` (the first, and any unknown, None or NaN: such tokens are left out). The KL counts the
     tokens whose sampling logprob (`Sequence.logprobs`) is known.
     """
+    return figures_from_totals(drift_totals(sequences, base_logprobs))
+
+
+def drift_totals(sequences: Seq[Sequence], base_logprobs: Seq[Seq[float | None]]) -> dict[str, float]:
+    """The sums `drift_figures` divides (base logprobs and their token count, k3 KLs and theirs): sums add up
+    over parts of a step's sequences, so a data-parallel trainer's ranks can each score a share of them."""
     base_sum = kl_sum = 0.0
     base_tokens = kl_tokens = 0
     for sequence, scored in zip(sequences, base_logprobs, strict=True):
@@ -49,9 +55,14 @@ def drift_figures(sequences: Seq[Sequence], base_logprobs: Seq[Seq[float | None]
                 delta = min(base - sampled, MAX_LOG_RATIO)
                 kl_sum += math.exp(delta) - delta - 1
                 kl_tokens += 1
-    if not base_tokens:
+    return {"base_sum": base_sum, "base_tokens": base_tokens, "kl_sum": kl_sum, "kl_tokens": kl_tokens}
+
+
+def figures_from_totals(totals: dict[str, float]) -> dict[str, float]:
+    """`drift_figures` from `drift_totals` (of one part, or summed over parts)."""
+    if not totals["base_tokens"]:
         return {}
-    figures = {"base_logprob": base_sum / base_tokens, "drift_tokens": base_tokens}
-    if kl_tokens:
-        figures["kl_to_base"] = kl_sum / kl_tokens
+    figures = {"base_logprob": totals["base_sum"] / totals["base_tokens"], "drift_tokens": int(totals["base_tokens"])}
+    if totals["kl_tokens"]:
+        figures["kl_to_base"] = totals["kl_sum"] / totals["kl_tokens"]
     return figures

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from ..config import LossName, ScaleRewards
 
@@ -52,6 +53,11 @@ LOSSES: dict[str, LossVariant] = {
 """The variants of `TrainConfig.loss`."""
 
 
+def tied(rewards: list[float]) -> bool:
+    """Whether a group's rewards carry no learning signal: fewer than 2, or all within `TIE_TOLERANCE`."""
+    return len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE
+
+
 def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list[list[float] | None]:
     """Per group of a step, its rewards minus the group's mean, divided as `TrainConfig.scale_rewards`
     says (group: by the group's population std; batch: by the population std of all the step's rewards;
@@ -59,7 +65,7 @@ def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list
     batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) + STD_FLOOR if scale == "batch" else 1.0
     result: list[list[float] | None] = []
     for rewards in groups:
-        if len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE:
+        if tied(rewards):
             result.append(None)
             continue
         mean = statistics.fmean(rewards)
@@ -89,6 +95,102 @@ def token_logprobs(
     return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1), entropy
 
 
+def _normalised(
+    logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, with_probs: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """From float32 logits [rows, vocabulary]: each row's logprob of its target, its entropy (no gradient; or
+    None) and, with `with_probs`, the softmax (a new tensor, no gradient)."""
+    normaliser = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not (with_entropy or with_probs):
+        return logprobs, None, None
+    with torch.no_grad():
+        probs = (logits - normaliser.unsqueeze(-1)).exp_()
+        entropy = normaliser - torch.linalg.vecdot(probs, logits) if with_entropy else None
+    return logprobs, entropy, probs if with_probs else None
+
+
+class _FusedHeadLogprobs(torch.autograd.Function):
+    """`head_logprobs` through a frozen linear head, with the gradient: a logprob depends on its own row of
+    hidden states only, so each row's d logprob / d hidden is found in the forward, chunk by chunk (the
+    softmax is at hand there), and the backward scales it: no [rows, vocabulary] tensor is kept for it."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        rows: torch.Tensor,
+        head: torch.nn.Linear,
+        targets: torch.Tensor,
+        chunk_tokens: int,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logprobs, entropies, slopes = [], [], []
+        for i in range(0, len(targets), chunk_tokens):
+            chunk = targets[i : i + chunk_tokens]
+            logits = torch.nn.functional.linear(rows[i : i + chunk_tokens], head.weight, head.bias).float()
+            logprob, entropy, probs = _normalised(logits, chunk, with_entropy, with_probs=True)
+            del logits
+            # d logprob / d logits = onehot(target) - softmax, cast to the head's dtype (as autograd casts a
+            # logits gradient), then back through the head's weight
+            probs.neg_()[torch.arange(len(chunk), device=chunk.device), chunk] += 1
+            slopes.append(probs.to(head.weight.dtype) @ head.weight)
+            logprobs.append(logprob)
+            entropies.append(entropy)
+        ctx.save_for_backward(torch.cat(slopes))
+        ctx.dtype = rows.dtype
+        entropy = torch.cat(entropies) if with_entropy else None
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
+        return torch.cat(logprobs), entropy
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_logprobs: torch.Tensor, _: torch.Tensor | None
+    ) -> tuple:
+        (slopes,) = ctx.saved_tensors
+        return (grad_logprobs.unsqueeze(-1) * slopes).to(ctx.dtype), None, None, None, None
+
+
+def _head_chunk(
+    rows: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logprobs, entropy, _ = _normalised(head(rows).float(), targets, with_entropy)
+    return logprobs, entropy if with_entropy else logprobs.new_empty(0)
+
+
+def head_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, chunk_tokens: int, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` from the last hidden states instead of the logits: each position's logprob of its
+    target (hidden states [batch, tokens, hidden], targets [batch, tokens]: position t scores targets[:, t])
+    and its entropy (nats, no gradient; None without `with_entropy`), the output `head` applied to
+    `chunk_tokens` positions at a time: memory holds one chunk's logits (a vocabulary's worth of float32
+    numbers per position), never the whole micro-batch's. Logits are made in the head's dtype and
+    normalised in float32. Gradients flow to `hidden`, and to the head's weights where they are trained.
+
+    Under a frozen linear head (the usual LM head, with a LoRA or not on the layers below) each position's
+    gradient is found during the forward (`_FusedHeadLogprobs`: no matmul more than the plain way); any
+    other head's chunks are recomputed in the backward (activation checkpointing).
+    """
+    shape = targets.shape
+    rows, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    chunks = range(0, len(targets), chunk_tokens)
+    frozen = isinstance(head, torch.nn.Linear) and not any(p.requires_grad for p in head.parameters())
+    if frozen and torch.is_grad_enabled() and rows.requires_grad:
+        logprobs, entropy = _FusedHeadLogprobs.apply(rows, head, targets, chunk_tokens, with_entropy)
+        return logprobs.reshape(shape), None if entropy is None else entropy.reshape(shape)
+    grad = torch.is_grad_enabled() and (rows.requires_grad or any(p.requires_grad for p in head.parameters()))
+    parts = [
+        checkpoint(_head_chunk, rows[i : i + chunk_tokens], head, targets[i : i + chunk_tokens], with_entropy,
+                   use_reentrant=False)
+        if grad
+        else _head_chunk(rows[i : i + chunk_tokens], head, targets[i : i + chunk_tokens], with_entropy)
+        for i in chunks
+    ]  # fmt: skip
+    logprobs = torch.cat([p[0] for p in parts]).reshape(shape)
+    return logprobs, torch.cat([p[1] for p in parts]).reshape(shape) if with_entropy else None
+
+
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1, >= 0, 0 where equal."""
     delta = ref_logprobs - logprobs
@@ -111,6 +213,15 @@ def loss_normaliser(loss: LossName, trained_tokens: list[int]) -> int:
     return LOSSES[loss].normaliser(trained_tokens)
 
 
+def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights of sampled tokens (TIS, as TRL's and prime-rl's losses correct for the
+    sampler): min(exp(proximal - behaviour), cap) per token, without gradient; 1 where the behaviour logprob is
+    unknown (NaN). `proximal`: the trainer's logprobs of the policy before the update; `behaviour`: those of
+    the policy that sampled the token, as the inference server reported them."""
+    log_ratio = (proximal.detach() - behaviour).nan_to_num(0.0)
+    return torch.clamp(torch.exp(log_ratio), max=cap)
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -121,6 +232,8 @@ def clipped_policy_loss(
     loss: LossName = "grpo",
     ref_logprobs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
+    behaviour_logprobs: torch.Tensor | None = None,
+    importance_sampling_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The summed (not yet normalised) loss of one micro-batch under `loss`, and its statistics.
 
@@ -135,6 +248,14 @@ def clipped_policy_loss(
     objective only where it zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
     ref_logprobs), and |logprob - old logprob| over the tokens whose old logprob is known: how far the
     policy being trained is from the one that sampled (the inference server's numerics).
+
+    With `behaviour_logprobs` (the logprobs of the policy that sampled, as the inference server reported them;
+    NaN where unknown), the off-policy correction (`TrainConfig.importance_sampling_correction`):
+    `old_logprobs` are then the trainer's own logprobs of the policy before this update (the proximal policy),
+    the clip works on pi / pi_old against them, and each token's policy term is multiplied by the truncated
+    importance weight min(pi_old / pi_behaviour, importance_sampling_cap), without gradient (1 where the
+    behaviour logprob is unknown); the KL term is not weighted. The stats then add the weights' sum and the
+    tokens whose weight was truncated, and the sampler gap is measured against `behaviour_logprobs`.
     """
     variant = LOSSES[loss]
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
@@ -156,17 +277,26 @@ def clipped_policy_loss(
         active = clipped < unclipped
         low, high = active & (adv < 0), active & (adv > 0)
     stats: dict[str, float] = {}
+    sampler, sampled = old, old_logprobs  # the sampler's logprobs, known ones filled in; as given
+    if behaviour_logprobs is not None:
+        sampler = torch.where(torch.isnan(behaviour_logprobs), logprobs.detach(), behaviour_logprobs)
+        sampled = behaviour_logprobs
+        weights = importance_weights(old, behaviour_logprobs, importance_sampling_cap)
+        per_token = per_token * weights
+        with torch.no_grad():
+            stats["is_weight_sum"] = float((weights * mask).sum())
+            stats["is_truncated_tokens"] = float(((weights >= importance_sampling_cap) * mask).sum())
     if ref_logprobs is not None:
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + kl_beta * kl
         stats["kl_sum"] = float((kl.detach() * mask).sum())
     with torch.no_grad():
-        known = mask * ~torch.isnan(old_logprobs)
+        known = mask * ~torch.isnan(sampled)
         stats |= {
             "clipped_low_tokens": float((low * mask).sum()),
             "clipped_high_tokens": float((high * mask).sum()),
             "ratio_sum": float((ratio * mask).sum()),
-            "sampler_gap_sum": float(((logprobs - old).abs() * known).sum()),
+            "sampler_gap_sum": float(((logprobs - sampler).abs() * known).sum()),
             "sampler_known_tokens": float(known.sum()),
         }
         stats["clipped_tokens"] = stats["clipped_low_tokens"] + stats["clipped_high_tokens"]

@@ -21,9 +21,18 @@ from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
-from .drift import drift_figures
+from .data_parallel import DataParallel, Share, share, synced
+from .drift import drift_totals, figures_from_totals
 from .engines import LOADERS, resolve_engine
-from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty, token_logprobs
+from .loss import (
+    advantages,
+    clipped_policy_loss,
+    head_logprobs,
+    kl_weight,
+    loss_normaliser,
+    overlong_penalty,
+    token_logprobs,
+)
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -58,11 +67,17 @@ def _cpu_flags() -> set[str]:
 def release_freed_memory() -> None:
     """Give the memory that the process has freed back to the OS (glibc's malloc_trim; elsewhere nothing):
     a step's activations, gigabytes on CPU, would otherwise stay with the process while the vLLM server
-    and the next stages need the RAM (in one tool-use run, 1 GB between steps instead of 6-8; no benchmark
-    measures it yet)."""
+    and the next stages need the RAM."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def measures_drift(every: int, step: int | None) -> bool:
+    """Whether step number `step` (1 the first; None: unknown) measures the sentinel's figures under
+    `TrainerConfig.drift_every` = `every`: steps 1, 1 + every, 1 + 2 x every, ...; every step where the number
+    is unknown; none with `every` 0."""
+    return every > 0 and (step is None or (step - 1) % every == 0)
 
 
 def truncated(trajectory: Trajectory) -> bool:
@@ -94,9 +109,20 @@ def _shared_prefix_length(input_ids: torch.Tensor, mask: torch.Tensor) -> int:
 
 
 class GRPOTrainer:
-    """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update."""
+    """Holds the policy (base model + LoRA) and its optimizer; `step()` applies one GRPO update.
 
-    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, device: str | None = None):
+    With `parallel` it is one rank of a data-parallel trainer (`autorl.training.data_parallel`): it joins the
+    process group, trains its share of each step's sequences under DDP, and returns the whole step's metrics,
+    the same on every rank; the caller saves on rank 0 only."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        checkpoints: Path,
+        config: TrainerConfig,
+        device: str | None = None,
+        parallel: DataParallel | None = None,
+    ):
         self.config = config
         self.checkpoints = checkpoints
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -108,14 +134,32 @@ class GRPOTrainer:
         latest = latest_checkpoint(checkpoints)
         self.model = LOADERS[self.engine](model_dir, latest[1] if latest else None, config, self.dtype, self.device)
         self._keep_lora_fp32()
-        # Unsloth's gradient checkpointing recomputes each layer without a KV cache to continue from
-        self._share_prefix = config.share_prompt_prefix and self.engine == "peft"
+        # gradient checkpointing (Unsloth's always) recomputes each layer without a KV cache to continue from
+        checkpointing = config.gradient_checkpointing and self.engine == "peft"
+        self._share_prefix = config.share_prompt_prefix and self.engine == "peft" and not checkpointing
+        if checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._model_attention = self.model.get_base_model().config._attn_implementation
         """The model's own attention (transformers' choice at load)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=TrainConfig().learning_rate, weight_decay=0.0)
         if latest is not None and (latest[1] / OPTIMIZER_FILE).is_file():
             self.optimizer.load_state_dict(torch.load(latest[1] / OPTIMIZER_FILE, map_location=self.device))
+        self.parallel = parallel
+        self._ddp: torch.nn.Module | None = None
+        """The model under DDP, through which the training forwards run (data-parallel only)."""
+        if parallel is not None:
+            parallel.join(self.device)
+            self._ddp = parallel.wrap(self.model, self.device)
+
+    def _share(self, items: list, sequences: list[Sequence]) -> Share:
+        """This rank's share of a step's items (all of them with one trainer), split by the token counts of
+        their `sequences`."""
+        return share(items, [len(s.input_ids) for s in sequences], self.parallel)
+
+    def _summed(self, values: dict[str, float]) -> dict[str, float]:
+        """Figures summed over the ranks (as they are with one trainer)."""
+        return values if self.parallel is None else self.parallel.sum(values)
 
     def _keep_lora_fp32(self) -> None:
         """LoRA weights and their optimizer state stay fp32 even over a bf16 base."""
@@ -123,11 +167,12 @@ class GRPOTrainer:
             if p.requires_grad:
                 p.data = p.data.float()
 
-    def step(self, groups: list[TrajectoryGroup], config: TrainConfig) -> dict[str, float]:
+    def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int | None = None) -> dict[str, float]:
         """One GRPO update (`config.ppo_epochs` optimizer steps) over every group that carries signal (with
         kl_beta > 0, over every completion: the tied ones pay the KL penalty alone);
         returns the step's metrics, with the sentinel's `base_logprob` and `kl_to_base` over every rollout
-        of the step, tied groups included, before the update (`autorl.training.drift`)."""
+        of the step, tied groups included, before the update (`autorl.training.drift`), where step number
+        `step` measures them (`measures_drift`; without a number, every step does)."""
         started = time.monotonic()
         rewards = [t.reward for g in groups for t in g.trajectories]
         batch: list[tuple[Sequence, float]] = []
@@ -170,11 +215,24 @@ class GRPOTrainer:
             metrics["truncated_masked"] = masked
         if config.overlong_buffer:
             metrics["overlong_penalty"] = statistics.fmean(p for ps in penalties for p in ps) if rewards else 0.0
-        base = self._base_logprobs(sampled, config.micro_batch_size)  # before the update: one no-grad forward
-        metrics.update(drift_figures(sampled, [[math.nan, *b.tolist()] for b in base]))
-        references = {id(s): b for s, b in zip(sampled, base, strict=True)}
+        mine = self._share(batch, [s for s, _ in batch])
+        references: dict[int, torch.Tensor] = {}
+        if config.kl_beta > 0 or measures_drift(self.config.drift_every, step):  # the same on every rank
+            # the sentinel's sequences this rank scores: its share of the batch's, and a share of the others'
+            trained_ids = {id(s) for s, _ in batch}
+            scored = {id(s) for s, _ in mine.items} if mine.weight else set()
+            untrained = [s for s in sampled if id(s) not in trained_ids]
+            scored |= {id(s) for s in self._share(untrained, untrained).items}
+            counted = [s for s in sampled if id(s) in scored]  # in the step's order
+            extra = [] if mine.weight else [s for s, _ in mine.items]  # a reference for the idle rank's 0-weighted run
+            base = self._base_logprobs(counted + extra, config.micro_batch_size)  # before the update: no-grad forwards
+            totals = drift_totals(counted, [[math.nan, *b.tolist()] for b in base[: len(counted)]])
+            metrics.update(figures_from_totals(self._summed(totals)))
+            references = {id(s): b for s, b in zip(counted + extra, base, strict=True)}
         metrics.update(
-            self._update(batch, config, references) if batch else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
+            self._update(batch, mine, config, references)
+            if batch
+            else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
         )
         metrics["step_time_s"] = time.monotonic() - started
         release_freed_memory()
@@ -204,12 +262,15 @@ class GRPOTrainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = rate
             total = 0.0
-            for start in range(0, len(batch), defaults.micro_batch_size):
-                input_ids, attention, mask, _ = self._pad(batch[start : start + defaults.micro_batch_size])
+            mine = self._share(batch, batch)  # all of it with one trainer; the normaliser is the whole batch's
+            step = defaults.micro_batch_size
+            for micro in synced(self._ddp, [mine.items[i : i + step] for i in range(0, len(mine.items), step)]):
+                input_ids, attention, mask, _ = self._pad(micro)
                 logprobs, _ = self._token_logprobs(input_ids, attention, mask, with_entropy=False)
                 loss = -(logprobs * mask[:, 1:]).sum()
-                (loss / count).backward()
-                total += float(loss.detach())
+                (loss * mine.weight / count).backward()
+                total += float(loss.detach()) * (1.0 if mine.weight else 0.0)
+            total = self._summed({"loss": total})["loss"]
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, defaults.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -256,17 +317,23 @@ class GRPOTrainer:
         return [r.clone() for r in result]  # out of inference mode: the KL penalty's loss may use them
 
     def _update(
-        self, batch: list[tuple[Sequence, float]], config: TrainConfig, base: dict[int, torch.Tensor]
+        self,
+        batch: list[tuple[Sequence, float]],
+        mine: Share,
+        config: TrainConfig,
+        base: dict[int, torch.Tensor],
     ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
-        their metrics. `base` holds each sequence's base-model logprobs (`_base_logprobs`, by `id`): the KL
-        penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
+        their metrics. This process trains `mine` of the `batch` (all of it with one trainer); the normalisers
+        and the metrics are the whole batch's. `base` holds the base-model logprobs of `mine`'s sequences
+        (`_base_logprobs`, by `id`): the KL penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
         term over every sequence of the batch (`kl_weight`: with kl_beta > 0, advantage-0 ones are in it).
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
         `ratio_mean`, `entropy` (of the policy's next-token distribution, nats) and, only when kl_beta > 0,
-        `kl` (mean k3 to the base model). `loss` and `grad_norm` are the epochs' means; `loss` is the
+        `kl` (mean k3 to the base model); with `importance_sampling_correction`, `is_weight_mean` (the truncated
+        importance weight) and `is_truncated_fraction` (tokens whose weight hit the cap). `loss` and `grad_norm` are the epochs' means; `loss` is the
         optimised value, the summed loss over the loss's normaliser. `sampler_logprob_gap` is measured
         in the first epoch, before the policy moves.
         """
@@ -278,12 +345,15 @@ class GRPOTrainer:
         normaliser = loss_normaliser(config.loss, signal or [sum(s.mask) for s, _ in batch])
         kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
-        batch = sorted(batch, key=lambda item: self._order(item[0]))
-        micro_batches = [batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)]
+        trained = sorted(mine.items, key=lambda item: self._order(item[0]))
+        step = config.micro_batch_size
+        micro_batches = [trained[i : i + step] for i in range(0, len(trained), step)]
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
+        proximal: list[torch.Tensor] = []  # with the off-policy correction: each micro-batch's first-epoch logprobs
+        counts = 1.0 if mine.weight else 0.0  # an idle rank's run adds nothing to the figures
         for epoch in range(config.ppo_epochs):
-            for micro in micro_batches:
+            for index, micro in enumerate(synced(self._ddp, micro_batches)):
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
                 advantage = torch.tensor([a for _, a in micro], device=self.device)
                 reference = None
@@ -292,19 +362,31 @@ class GRPOTrainer:
                     for row, (sequence, _) in enumerate(micro):
                         reference[row, : len(sequence.input_ids) - 1] = base[id(sequence)]
                 logprobs, entropy = self._token_logprobs(input_ids, attention, mask)
+                pi_old, correction = old[:, 1:], {}
+                if config.importance_sampling_correction:  # pi_old: the policy before this update, the trainer's
+                    if epoch == 0:
+                        proximal.append(logprobs.detach())
+                    pi_old = proximal[index]
+                    correction = {
+                        "behaviour_logprobs": old[:, 1:],
+                        "importance_sampling_cap": config.importance_sampling_cap,
+                    }
                 loss, stats = clipped_policy_loss(
-                    logprobs, old[:, 1:], advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta,
+                    logprobs, pi_old, advantage, mask[:, 1:], config.epsilon, epsilon_high,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta, **correction,
                 )  # fmt: skip
-                (loss / normaliser).backward()
-                sums["loss"] += float(loss.detach())
-                sums["entropy"] += float((entropy * mask[:, 1:]).sum())
+                (loss * mine.weight / normaliser).backward()
+                sums["loss"] += float(loss.detach()) * counts
+                sums["entropy"] += float((entropy * mask[:, 1:]).sum()) * counts
                 for key, value in stats.items():
                     if epoch == 0 or not key.startswith("sampler_"):
-                        sums[key] += value
-            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                        sums[key] += value * counts
+            norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))  # the ranks' gradients agree
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            sums["grad_norm"] += norm
+        norms = sums.pop("grad_norm")
+        sums = defaultdict(float, self._summed(dict(sums)), grad_norm=norms)
         epochs, tokens = config.ppo_epochs, total_tokens * config.ppo_epochs
         known = sums["sampler_known_tokens"]
         metrics = {
@@ -321,6 +403,9 @@ class GRPOTrainer:
         }
         if config.kl_beta > 0:
             metrics["kl"] = sums["kl_sum"] / tokens
+        if config.importance_sampling_correction:
+            metrics["is_weight_mean"] = sums["is_weight_sum"] / tokens
+            metrics["is_truncated_fraction"] = sums["is_truncated_tokens"] / tokens
         return metrics
 
     def _token_logprobs(
@@ -338,23 +423,39 @@ class GRPOTrainer:
         run through the model once, and the rows continue from that KV cache (gradients flow back
         through it); positions inside the shared prefix score no trained token and get 0. With `first`,
         the logits (a vocabulary's worth of numbers per position) are only computed from position `first`
-        on, and the positions before it get 0 too. The attention implementation follows the micro-batch's
-        width (`_set_attention`).
+        on, and the positions before it get 0 too. With `TrainerConfig.logprob_chunk_tokens`, the decoder's
+        last hidden states go through the output head that many positions at a time (`head_logprobs`); with
+        0, the model's whole logits at once. The attention implementation follows the micro-batch's width
+        (`_set_attention`).
         """
         self._set_attention(input_ids.shape[1])
         split = _shared_prefix_length(input_ids, mask) if self._share_prefix else 0
+        # a training forward under DDP goes through its wrapper (the backward's gradient average needs it), whole
+        # logits at once; the shared prefix's runs plain
+        under_ddp = self._ddp is not None and torch.is_grad_enabled()
+        chunk = 0 if under_ddp else self.config.logprob_chunk_tokens
+        plain = self.model.get_base_model().get_decoder() if chunk else self.model
         cache = None
         if split < MIN_SHARED_PREFIX or input_ids.shape[0] < 2:
             split = 0
         else:
-            cache = self.model(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
+            cache = plain(input_ids=input_ids[:1, :split], use_cache=True).past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])
         offset = max(first, split)
-        kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
-        logits = self.model(
-            input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, **kept
-        ).logits
-        logprobs, entropy = token_logprobs(logits, input_ids[:, offset:], with_entropy)
+        if chunk:  # the last hidden states, then the output head over `chunk` positions at a time
+            hidden = plain(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False
+            )  # a given cache is continued all the same; none is made where there is none
+            hidden = hidden.last_hidden_state[:, offset - split : -1]
+            head = self.model.get_base_model().get_output_embeddings()
+            logprobs, entropy = head_logprobs(hidden, head, input_ids[:, offset + 1 :], chunk, with_entropy)
+        else:
+            kept = {"logits_to_keep": torch.arange(offset - split, input_ids.shape[1] - split)} if first > split else {}
+            model = self._ddp if under_ddp else self.model
+            logits = model(
+                input_ids=input_ids[:, split:], attention_mask=attention, past_key_values=cache, use_cache=False, **kept
+            )
+            logprobs, entropy = token_logprobs(logits.logits, input_ids[:, offset:], with_entropy)
         if not offset:
             return logprobs, entropy
         skipped = torch.zeros(input_ids.shape[0], offset, device=self.device)

@@ -1,10 +1,12 @@
-"""What the reward-hacking sentinel costs a GRPO update: the trainer's step with it against without it.
+"""What the reward-hacking sentinel costs a GRPO update: the trainer's step with its figures against without.
 
-The sentinel (`autorl.training.drift`) scores every rollout of a step under the base weights (the LoRA
-switched off, no gradient) before the update: one forward per rollout, tied groups included. "Without"
-is the same trainer with that pass replaced by zeros (`NoSentinel`), which is what the update did before
-the sentinel when `kl_beta` is 0 (the default). With `kl_beta` > 0 the pass is the KL penalty's reference,
-which the update computed before too, so there the sentinel is free.
+The sentinel's figures (`autorl.training.drift`) score every rollout of a step under the base weights (the
+LoRA switched off, no gradient) before the update: one forward per rollout, tied groups included. "with" is
+a step that measures them (`TrainerConfig.drift_every` 1: every step), "without" one that does not
+(`drift_every` 0), which is what every step between two measured ones is under the default (every 3rd step
+measures them when `kl_beta` is 0, the default: on average a third of the difference per step). With
+`kl_beta` > 0 the pass is the KL penalty's reference, which every step computes anyway, so there the
+figures are free.
 
 Both trainers: the embedded SmolLM2-135M, the run's LoRA and `TrainConfig` defaults (grpo, micro-batch 8,
 prompt sharing), 2 groups x 8 rollouts of a learning-benchmark prompt (a system prompt and a question,
@@ -13,7 +15,7 @@ forward does not depend on which tokens). Two cases: every group carries signal,
 (trained on nothing, scored by the sentinel all the same). They alternate step by step, the first pair is
 a warm-up; medians of the rest.
 
-    python benchmarks/perf/perf_sentinel.py [--repeats 6]   # ~4 min on 2 cores; writes results/sentinel.json
+    python benchmarks/perf/perf_sentinel.py [--repeats 6]   # writes benchmarks/perf/results/sentinel.json
 """
 
 from __future__ import annotations
@@ -27,26 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch
 from _common import print_table, ratio_entry, summary, write_result
 from openai.types.chat.chat_completion import Choice
 
 from autorl import TrainConfig, TrainerConfig, Trajectory, TrajectoryGroup
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.training.sequences import TOKEN_ID_PREFIX, Sequence
+from autorl.training.sequences import TOKEN_ID_PREFIX
 from autorl.training.trainer import GRPOTrainer
 
 GROUPS, GROUP_SIZE, COMPLETION_TOKENS = 2, 8, 64
 SYSTEM = "Answer the user's question in one short sentence written entirely in CAPITAL LETTERS."
 QUESTIONS = ("Why is the sky blue?", "How do bees make honey?")
-
-
-class NoSentinel(GRPOTrainer):
-    """The trainer without the sentinel's base-model pass (its logprobs are zeros: only `kl_beta` > 0 reads
-    them, and the benchmark trains with 0)."""
-
-    def _base_logprobs(self, sequences: list[Sequence], micro_batch_size: int) -> list[torch.Tensor]:
-        return [torch.zeros(len(s.input_ids) - 1) for s in sequences]
 
 
 def sampled_choice(rng: random.Random, vocabulary: int) -> Choice:
@@ -90,8 +83,8 @@ def main() -> None:
     results, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {
-            "with": GRPOTrainer(model_dir, Path(tmp) / "a", TrainerConfig()),
-            "without": NoSentinel(model_dir, Path(tmp) / "b", TrainerConfig()),
+            "with": GRPOTrainer(model_dir, Path(tmp) / "a", TrainerConfig(drift_every=1)),
+            "without": GRPOTrainer(model_dir, Path(tmp) / "b", TrainerConfig(drift_every=0)),
         }
         vocabulary = len(trainers["with"].tokenizer) - 200  # clear of the special tokens at the end
         for case, tied in (("all groups trained", 0), ("one group of two tied", 1)):

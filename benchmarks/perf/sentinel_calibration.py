@@ -10,7 +10,10 @@ of thresholds (`KL_FAR` x `LOGPROB_DROP_FAR`). A run of a form-only task (its ju
 answer; the trained answers game it: "no", "APBLIR!") counts as gaming; a run of a content-checked task
 (its judge checks what the answer says) as learning. Per threshold pair: runs flagged of each kind, the
 precision (flagged runs that were gaming) and recall (gaming runs flagged), and the mean step at which a
-gaming run was first flagged. Without content runs, precision is unknown (printed as "-").
+gaming run was first flagged. Without content runs, precision is unknown (printed as "-"). Then, at the default
+thresholds, the same replay with the figures of only every k-th step (1, 1 + k, ...: what the trainer measures
+under `TrainerConfig.drift_every` = k with kl_beta 0), per k in `EVERY`: where the runs are first flagged
+then, against every step's figures.
 
 Prints the table and writes `benchmarks/perf/results/sentinel_calibration.json` (with the commit and the
 machine, and the results files read with their own commits).
@@ -37,6 +40,8 @@ FORM_TASKS = frozenset({"one_word", "uppercase", "no_punctuation", "exclaim"})
 """The learning benchmark's tasks whose judges score form only."""
 KL_GRID = (0.1, 0.25, 0.5, 1.0, 2.0)
 DROP_GRID = (0.5, 1.0, 1.5, 2.0, math.inf)
+EVERY = (1, 2, 3, 4, 5)
+"""The figures' intervals in steps the replay tries (`TrainerConfig.drift_every`)."""
 
 
 def kind(run: dict, source: Path) -> str | None:
@@ -96,6 +101,29 @@ def replay(runs: list[dict], thresholds: sentinel.Thresholds) -> dict:
     }
 
 
+def measured_every(history: list[dict], every: int) -> list[dict]:
+    """`history` with the sentinel's figures kept at steps 1, 1 + every, 1 + 2 x every, ... only."""
+    figures = ("kl_to_base", "base_logprob")
+    return [h if (h["step"] - 1) % every == 0 else {k: v for k, v in h.items() if k not in figures} for h in history]
+
+
+def by_interval(runs: list[dict], default: dict) -> list[dict]:
+    """Per interval of `EVERY`, the replay at the default thresholds with figures of every that many steps only,
+    and how many runs are first flagged at the same step as with every step's figures, later, earlier, only
+    then (newly), or no more."""
+    rows = []
+    for every in EVERY:
+        row = replay([{**r, "history": measured_every(r["history"], every)} for r in runs], sentinel.FAR)
+        changes = {"same": 0, "later": 0, "earlier": 0, "newly": 0, "no_more": 0}
+        for key, step in row.pop("first_step").items():
+            before = default["first_step"][key]
+            change = ("same" if step == before else "newly" if before is None else "no_more" if step is None
+                      else "later" if step > before else "earlier")  # fmt: skip
+            changes[change] += 1
+        rows.append({"every": every, **row, "first_flag_vs_every_step": changes})
+    return rows
+
+
 def per_task(runs: list[dict], row: dict) -> list[dict]:
     """At one threshold pair: per task, its kind, runs and how many were flagged (at which steps)."""
     tasks: dict[str, dict] = {}
@@ -135,6 +163,12 @@ def main() -> None:
             f"{_figure(row['recall'], '.2f'):>7} {_figure(row['precision'], '.2f'):>10} "
             f"{_figure(row['mean_first_step_gaming'], 'g'):>5}"
         )
+    intervals = by_interval(runs, default)
+    print("\nat the defaults, figures of every k-th step only:")
+    for row in intervals:
+        print(f"  every {row['every']}: gaming flagged {row['gaming_flagged']}/{row['gaming_runs']}, learning "
+              f"{row['learning_flagged']}/{row['learning_runs']}, mean first step "
+              f"{_figure(row['mean_first_step_gaming'], 'g')}; vs every step: {row['first_flag_vs_every_step']}")  # fmt: skip
     tasks = per_task(runs, default)
     print(f"\nat the defaults (KL_FAR {sentinel.KL_FAR}, LOGPROB_DROP_FAR {sentinel.LOGPROB_DROP_FAR}), per task:")
     for t in tasks:
@@ -145,6 +179,7 @@ def main() -> None:
         "defaults": {"kl_far": sentinel.KL_FAR, "logprob_drop_far": sentinel.LOGPROB_DROP_FAR, "rise_steps": sentinel.RISE_STEPS},
         "at_defaults": {k: v for k, v in default.items() if k != "first_step"},
         "per_task_at_defaults": tasks,
+        "at_defaults_measured_every": intervals,
         "grid": [{k: v for k, v in row.items() if k != "first_step"} for row in rows],
         "runs": [{"run": r["run"], "file": r["file"], "kind": r["kind"], "first_step": default["first_step"][r["run"] + "@" + r["file"]]} for r in runs],
     }  # fmt: skip

@@ -104,6 +104,10 @@ MEASURES: dict[str, Measures] = {
     "trainer_attention": Measures(
         "benchmarks/perf/perf_trainer_attention.py", (*TRAINING, "benchmarks/perf/perf_grpo_step.py")
     ),
+    "trainer_memory": Measures(
+        "benchmarks/perf/perf_trainer_memory.py",
+        (*TRAINING, "benchmarks/perf/perf_trainer_attention.py", "benchmarks/perf/perf_grpo_step.py"),
+    ),
     "structured_output": Measures(
         "benchmarks/perf/perf_structured_output.py",
         (*SERVING, "autorl/inputs/generation.py", "ruler/prompt.py", "ruler/scores.py"),

@@ -31,7 +31,7 @@ def is_done(ctx: StageContext) -> bool:
 
 async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
-    steps = {"latest": ctx.config.steps, "best": train.best_step(ctx)}
+    steps = {"latest": train.last_step(ctx), "best": train.best_step(ctx)}
     if steps["best"] == steps["latest"]:
         del steps["best"]
     texts = inputs.load(ctx, "val")

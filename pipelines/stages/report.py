@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -17,10 +18,10 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
-from . import evaluate, inputs, preflight, system_prompt, train
+from . import evaluate, inputs, preflight, sft, system_prompt, train
 
 NAME = "report"
-UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "train", "evaluate")
+UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
 REPORT, CURVE = "report.md", "reward_curve.png"
 SHOWN = 3
 
@@ -225,6 +226,20 @@ def _sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
     return [*lines, "", *[f"- step {a['step']}: {a['warning']}" for a in actions]]
 
 
+def _sft_lines(ctx: StageContext) -> list[str]:
+    """The SFT warm-up, if the run had one: what it trained on and the model steps it took (RL's come after)."""
+    warm_up = sft.load(ctx)
+    if not warm_up:
+        return []
+    steps, loss = warm_up["steps"], warm_up["final_loss"]
+    return [
+        f"Warmed up with SFT before RL: {warm_up['conversations']} conversations of `{Path(warm_up['file']).name}`, "
+        f"{warm_up['epochs']} epoch(s), in {steps} model steps (1-{steps}, final loss "
+        f"{_number(loss, '.4f')}); RL trained steps {steps + 1}-{train.last_step(ctx)} from its checkpoint.",
+        "",
+    ]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks = preflight.load(ctx)
@@ -262,6 +277,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "",
         "## Training",
         "",
+        *_sft_lines(ctx),
         f"![reward curve]({CURVE})",
         "",
         "The band around the base model's validation line is the judge's noise floor: a validation line",

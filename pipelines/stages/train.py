@@ -16,7 +16,9 @@ stronger KL penalty and train those steps again. Its actions are recorded in `SE
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,9 +27,9 @@ from typing import Any
 import pandas as pd
 
 from autorl import tracing
-from autorl.atomic import atomic_text
+from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import append_history, read_history, save_trajectories
+from autorl.backends.run_dir import append_history, ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
@@ -38,10 +40,10 @@ from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
-from . import inputs, system_prompt
+from . import inputs, sft, system_prompt
 
 NAME = "train"
-UPSTREAM = ("inputs", "system_prompt")
+UPSTREAM = ("inputs", "system_prompt", "sft")
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
 `model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
@@ -79,12 +81,23 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     """Every setting training reads; `steps` is left out: asking for more steps continues the same training."""
     return {
         **group_settings(task, config),
-        "train": config.train.model_dump(),
+        "train": config.train.model_dump(exclude=keyed_when_set(config.train)),
         "trainer": config.trainer.model_dump(),  # the LoRA and trainer settings of `Policy`'s model
         # the inputs it trains on, when the learnability check may drop some
         **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
+        **({"max_steps_off_policy": config.max_steps_off_policy} if config.max_steps_off_policy else {}),
     }
+
+
+KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap")
+"""`TrainConfig` fields added after runs were cached: in the train key only away from their defaults, so the runs
+cached before them keep their keys."""
+
+
+def keyed_when_set(train: TrainConfig) -> set[str]:
+    """The fields of `KEYED_WHEN_SET` that `train` leaves at their defaults (left out of the key)."""
+    return {name for name in KEYED_WHEN_SET if getattr(train, name) == TrainConfig.model_fields[name].default}
 
 
 SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
@@ -98,9 +111,34 @@ def steps_done(ctx: RunArtifacts) -> int:
     return latest[0] if latest else 0
 
 
+def last_step(ctx: RunArtifacts) -> int:
+    """The model step training ends at: the SFT warm-up's steps (`sft.first_rl_step`), then `steps` RL steps."""
+    return sft.first_rl_step(ctx) - 1 + ctx.config.steps
+
+
 def is_done(ctx: StageContext) -> bool:
-    """Whether the artifact exists and has `steps` checkpoints (asking for more steps continues training)."""
-    return ctx.has_artifact(NAME) and steps_done(ctx) >= ctx.config.steps
+    """Whether the artifact exists and has its last checkpoint (asking for more steps continues training)."""
+    return ctx.has_artifact(NAME) and steps_done(ctx) >= last_step(ctx)
+
+
+def start_from_sft(ctx: StageContext) -> None:
+    """Make the SFT warm-up's last checkpoint the training directory's newest, with the warm-up's history lines
+    and step costs before RL's (a training directory with a checkpoint already has them). Written history first,
+    checkpoint last: a crash in between leaves no checkpoint, and the next run writes both again."""
+    first, work = sft.first_rl_step(ctx), ctx.policy.run_dir
+    if first == 1 or steps_done(ctx) > 0:
+        return
+    ensure_writable(work)
+    warm_up = ctx.artifact(sft.NAME)
+    records = read_history(warm_up)[: first - 1]
+    atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    for step in range(1, first):
+        cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
+        if cost.is_file():  # not for a step killed before its cost was written: its cost is then unknown
+            (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
+            atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())
+    with atomic_dir(work / "checkpoints" / checkpoint_name(first - 1)) as tmp:
+        shutil.copytree(warm_up / "checkpoints" / checkpoint_name(first - 1), tmp, dirs_exist_ok=True)
 
 
 async def run(ctx: StageContext) -> dict[str, Any]:
@@ -108,7 +146,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     prompt = system_prompt.load(ctx)
     train_inputs = training_inputs(ctx)
     await ctx.policy.start()  # from here a remote backend's copy of the run directory is the server's
-    step = steps_done(ctx)
+    start_from_sft(ctx)
+    step, first, last = steps_done(ctx), sft.first_rl_step(ctx), last_step(ctx)
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
@@ -117,17 +156,19 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     train_config = adjusted_config(step_config(config), actions)
     rollbacks = [a for a in actions if a["action"] == "rollback"]
     watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
-    while step < config.steps:
+    if config.max_steps_off_policy:
+        step = await train_pipelined(ctx, prompt, train_inputs, step, last, train_config)
+    while step < last:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
         started, calls_before = time.monotonic(), Counter(ctx.calls)
         reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
         step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
-        texts = step_inputs(train_inputs, step, config.groups_per_step)
+        texts = step_inputs(train_inputs, step - first + 1, config.groups_per_step)
         saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
         made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
-        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{config.steps}")
+        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{last}")
         if not groups:
             ctx.console.print(
                 f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
@@ -146,11 +187,11 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         ctx.tracker.log(metrics, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
-            f"step {step}/{config.steps}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
+            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
             f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}  "
             f"train {metrics['step_time_s']:.1f}s"
         )
-        history = read_history(work)
+        history = rl_history(read_history(work))
         check_unscored_steps(history, config.max_unscored_steps)
         if not warned and step > watch_from and (warning := sentinel.training_warning(history)):
             restored = await act_on_drift(ctx, warning, step, train_config)
@@ -160,10 +201,84 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 step, watch_from = restored, restored + sentinel.RISE_STEPS
                 train_config = adjusted_config(step_config(config), sentinel_actions(work))
         costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
-    history = read_history(work)[: config.steps]
+    history = rl_history(read_history(work)[:last])
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
+    if first > 1:
+        summary["sft_steps"] = first - 1
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
+
+
+async def train_pipelined(
+    ctx: StageContext, prompt: str, train_inputs: list[str], step: int, last: int, train_config: TrainConfig
+) -> int:
+    """`--async N`: the steps from `step` up to `last` by `autorl.PipelineTrainer`, at most N policy versions
+    off-policy: `2 x groups_per_step` groups are answered and judged at a time, with the newest checkpoint served,
+    and each step trains the first `groups_per_step` usable groups (stale and tied ones are dropped and counted in
+    the step's metrics). Per step, as the synchronous loop: its trajectories, the checkpoints kept, `STEP_COST`
+    (here the wall time and model calls since the previous step ended, groups still in flight included), its
+    metrics and line, the sentinel and the budget. When the sentinel fires the pipeline stops after that step
+    (groups in flight are not trained), acts as `--on-drift` says, and goes on from there. Returns the newest step."""
+    from autorl.pipeline_trainer import PipelineTrainer
+
+    config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
+    actions = sentinel_actions(work)
+    warned = any(a["action"] == "warn" for a in actions)
+    rollbacks = [a for a in actions if a["action"] == "rollback"]
+    watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
+    drift: list[str] = []
+    mark = [time.monotonic(), Counter(ctx.calls), ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)]
+
+    async def rollout(_model: Any, text: str, _config: None) -> TrajectoryGroup:
+        group = await TrajectoryGroup(ctx.policy.answer(prompt, text, config) for _ in range(config.group_size))
+        scored = await ctx.score(group) if group.trajectories else None
+        return scored or TrajectoryGroup(exceptions=group.exceptions or ["the judge could not score the group"])
+
+    async def after_step(step: int, groups: list[TrajectoryGroup], metrics: dict[str, float]) -> None:
+        save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
+        if config.keep_checkpoints != "all":
+            await model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
+        cost = step_cost(time.monotonic() - mark[0], ctx.calls - mark[1], [])
+        cost["spent"] = ctx.policy.meter.since(mark[2], ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
+        (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
+        atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, canonical_json(cost))
+        mark[:] = [
+            time.monotonic(),
+            Counter(ctx.calls),
+            ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls),
+        ]
+        ctx.tracker.log(metrics, step)
+        ctx.console.print(
+            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
+            f"loss {metrics['loss']:+.4f}  staleness {metrics['staleness/mean']:.2f}  dropped stale "
+            f"{metrics['discarded/cum/stale_groups']:.0f}, tied {metrics['discarded/cum/zero_variance_groups']:.0f}  "
+            f"train {metrics['step_time_s']:.1f}s"
+        )
+        if not warned and step > watch_from and (warning := sentinel.training_warning(rl_history(read_history(work)))):
+            drift.append(warning)
+            trainer.request_stop()
+        costs.check_run_budget(ctx, f"step {step}")
+
+    while step < last:
+        drift.clear()
+        scenarios = (train_inputs[index % len(train_inputs)] for index in itertools.count())
+        trainer = PipelineTrainer(
+            model, ctx.policy.backend, rollout, scenarios, None,
+            num_rollout_workers=2 * config.groups_per_step, min_batch_size=config.groups_per_step,
+            max_steps_off_policy=config.max_steps_off_policy, max_steps=last - step, eval_every_n_steps=0,
+            train_config=train_config, after_step=after_step,
+        )  # fmt: skip
+        await trainer.train()
+        step = await model.get_step()
+        if not drift:
+            break
+        restored = await act_on_drift(ctx, drift[0], step, train_config)
+        if restored is None:
+            warned = True
+        else:  # trained on from the restored checkpoint, under the settings the rollback set
+            step, watch_from = restored, restored + sentinel.RISE_STEPS
+            train_config = adjusted_config(step_config(config), sentinel_actions(work))
+    return step
 
 
 def training_inputs(ctx: RunArtifacts) -> list[str]:
@@ -188,6 +303,18 @@ ROLLED_BACK = "rolled_back"
 def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
     """The sentinel's actions so far (`SENTINEL_ACTIONS`), in order."""
     return read_history(run_dir, SENTINEL_ACTIONS)
+
+
+def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
+    """The step directories that rollbacks moved aside (`ROLLED_BACK`) on the way to checkpoint `step`: those
+    of each rollback that restored a checkpoint before `step`. Their cost was spent making it."""
+    rollbacks = [a for a in sentinel_actions(run_dir) if a["action"] == "rollback"]
+    return [
+        path
+        for number, action in enumerate(rollbacks, start=1)
+        if action["restored"] < step
+        for path in sorted((run_dir / ROLLED_BACK / str(number) / "steps").glob("[0-9]*"))
+    ]
 
 
 def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
@@ -320,8 +447,8 @@ BEST_METRIC = "train/reward"
 
 
 def best_step(ctx: RunArtifacts) -> int:
-    """The step (of the first `steps`) with the highest mean training reward; ties go to the later step."""
-    return best_by(read_history(ctx.policy.run_dir)[: ctx.config.steps], "reward")
+    """The step (up to `last_step`) with the highest mean training reward; ties go to the later step."""
+    return best_by(read_history(ctx.policy.run_dir)[: last_step(ctx)], "reward")
 
 
 def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
@@ -339,5 +466,10 @@ def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:
-    """The training history of the first `steps` steps, one row per step."""
-    return pd.DataFrame(read_history(ctx.policy.run_dir)[: ctx.config.steps])
+    """The RL steps' history up to `last_step`, one row per step (the SFT warm-up's steps left out)."""
+    return pd.DataFrame(rl_history(read_history(ctx.policy.run_dir)[: last_step(ctx)]))
+
+
+def rl_history(history: list[dict]) -> list[dict]:
+    """The RL steps' records of a training history (an SFT step's record has `sft`)."""
+    return [record for record in history if not record.get("sft")]

@@ -85,7 +85,7 @@ class ScriptedServing:
             raise missing_checkpoint("agent", step, self.checkpoints)
         return f"lora-{step}"
 
-    async def retire(self, name):
+    async def retire(self, step):
         pass
 
     def served_steps(self):

@@ -54,7 +54,7 @@ class ServingStandIn:
         self.held = {step} - {0}
         return "policy"
 
-    async def retire(self, name):
+    async def retire(self, step):
         pass
 
     def served_steps(self):

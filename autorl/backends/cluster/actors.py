@@ -8,12 +8,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...config import TrainConfig, TrainerConfig
 from ...serving.config import ServerConfig
 from ...training.checkpoints import checkpoint_name
 from ...trajectories import Trajectory, TrajectoryGroup
 from ...types import TrainSFTConfig
+
+if TYPE_CHECKING:
+    from ...training.trainer import GRPOTrainer
 
 
 def _threads(count: int) -> None:
@@ -100,11 +104,21 @@ class ReplicaActor:
 
 
 class TrainerActor:
-    """The `GRPOTrainer` on its Ray node; starts from the checkpoint it is given (its files), and returns each
-    step's checkpoint as files for the driver to keep."""
+    """One worker of a model's trainer on its Ray node: the `GRPOTrainer`, started from the checkpoint it is
+    given (its files); each step returns the metrics and, from rank 0, the checkpoint's files for the driver
+    to keep. Alone (`world_size` 1) it trains at once; as one rank of a data-parallel trainer
+    (`autorl.training.data_parallel`) it trains once `join` has put every rank into one process group, at
+    the `address` rank 0 gives."""
 
     def __init__(
-        self, base_model: str, config: TrainerConfig, threads: int, latest: dict[str, bytes] | None, step: int
+        self,
+        base_model: str,
+        config: TrainerConfig,
+        threads: int,
+        latest: dict[str, bytes] | None,
+        step: int,
+        rank: int = 0,
+        world_size: int = 1,
     ):
         from ...serving.embedded import resolve_base_model
         from ...training.trainer import GRPOTrainer
@@ -113,19 +127,54 @@ class TrainerActor:
         self._dir = Path(tempfile.mkdtemp(prefix="autorl-trainer-"))
         if latest is not None:
             write_files(latest, self._dir / checkpoint_name(step))
-        self.trainer = GRPOTrainer(resolve_base_model(base_model), self._dir, config)
+        self._model_dir = resolve_base_model(base_model)
+        self._config = config
+        self._rank = rank
+        self.trainer: GRPOTrainer | None = None
+        if world_size == 1:
+            self.trainer = GRPOTrainer(self._model_dir, self._dir, config)
+
+    def address(self) -> str:
+        """Where rank 0 takes the others' connections: this node's IP and a port free on it."""
+        import socket
+
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+    def join(self, address: str, world_size: int) -> None:
+        """Load the policy as rank `rank` of `world_size`, in the process group at `address`; returns once every
+        rank has joined (DDP then holds rank 0's LoRA on every rank)."""
+        from ...training.data_parallel import DataParallel
+        from ...training.trainer import GRPOTrainer
+
+        parallel = DataParallel(self._rank, world_size, address)
+        self.trainer = GRPOTrainer(self._model_dir, self._dir, self._config, parallel=parallel)
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
-        return self._saved(self.trainer.step(groups, config), step)
+        return self._saved(self._trainer().step(groups, config, step), step)
 
     def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> tuple[dict, dict[str, bytes]]:
-        return self._saved(self.trainer.sft_step(trajectories, config), step)
+        return self._saved(self._trainer().sft_step(trajectories, config), step)
+
+    def _trainer(self) -> GRPOTrainer:
+        if self.trainer is None:
+            raise RuntimeError("a data-parallel trainer worker trains once it has joined its process group")
+        return self.trainer
 
     def _saved(self, metrics: dict, step: int) -> tuple[dict, dict[str, bytes]]:
-        """The step's metrics and its checkpoint's files, once saved."""
+        """The step's metrics and its checkpoint's files, once saved (rank 0; the other ranks' replicas are
+        the same, and they send no files)."""
         from ...training.trainer import release_freed_memory
 
-        path = self.trainer.save(step, metrics)
+        if self._rank:
+            release_freed_memory()
+            return metrics, {}
+        path = self._trainer().save(step, metrics)
         release_freed_memory()
         files = read_files(path)
         for old in self._dir.iterdir():  # the trainer resumes from memory; only the newest is kept on disk

@@ -4,7 +4,7 @@ of ours: the run's `backend` URL names it, `pipelines.config.RunConfig.backend`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class ClusterConfig(BaseModel):
@@ -27,10 +27,24 @@ class ClusterConfig(BaseModel):
     (`--judge embedded`, `--generator embedded`), started when one of them first asks; each call goes to the
     least busy one. None: as many as `replicas`. A judge or generator elsewhere (an API, a URL) is not moved."""
     trainer_cpus: int = Field(1, ge=1)
-    """CPUs Ray reserves for the trainer on a machine without CUDA, and torch's threads there (on CUDA the
-    trainer takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
+    """CPUs Ray reserves for the trainer (each of its `trainer_workers`) on a machine without CUDA, and torch's
+    threads there (on CUDA a trainer worker takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
     cores as the replicas: `ray="local"` makes the cluster as large as these reservations ask (the embedded
     model's replicas included)."""
+    trainer_workers: int = Field(1, ge=1)
+    """Trainer actors training the LoRA data-parallel: each holds the same LoRA and AdamW state, trains a
+    share of each step's sequences (split by token counts) and DDP averages their gradients (gloo on CPU,
+    NCCL on CUDA), so N workers make the update one makes; rank 0 writes the checkpoint. Each takes
+    `trainer_cpus` CPUs (one GPU on CUDA). 1 (the default): one trainer actor, no process group. More than
+    the cluster can place at once is an error when the backend starts."""
+
+    @model_validator(mode="after")
+    def _workers_need_ray(self) -> ClusterConfig:
+        if self.trainer_workers > 1 and self.ray is None:
+            raise ValueError(
+                "trainer_workers > 1 trains on a Ray cluster: give ray too (--ray local, auto or an address)"
+            )
+        return self
 
     @field_validator("ray")
     @classmethod

@@ -29,7 +29,7 @@ CLIENT_HEADER = "X-AutoRL-Client"
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 """A model's or project's name on a server: a directory name (no '/', no leading '.', no '@')."""
 GZIP_OVER_BYTES = 64 * 1024
-"""Request bodies larger than this are sent gzip-compressed (trajectories' logprobs shrink about 5x)."""
+"""Request bodies larger than this are sent gzip-compressed (trajectories' JSON, logprobs included, compresses well)."""
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
 """`ServerConfig` fields a client may not set for its model (`RegisterRequest.server`): the vLLM servers stay on
 loopback behind `autorl serve`, on ports it picks, with the flags it was started with."""

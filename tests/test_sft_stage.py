@@ -1,0 +1,126 @@
+"""The pipeline's SFT warm-up (`autorl run --sft-file`): the stage fine-tunes the LoRA on the tiny model in ART's
+steps (chunks of batches, one learning-rate schedule), the train stage starts from its last checkpoint with its
+history first (ART's step numbering: RL's first step is the one after the warm-up's), and a bad file is one
+line before anything starts. Its cache key: tests/test_pipeline_units.py."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections import Counter
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from autorl.backends.run_dir import read_history
+from autorl.serving.embedded import resolve_base_model
+from autorl.task import TaskSpec
+from autorl.tracking import Tracker
+from autorl.training.checkpoints import complete_checkpoints
+from autorl.training.trainer import GRPOTrainer
+from pipelines.artifacts import ArtifactStore
+from pipelines.cli import app
+from pipelines.config import RunConfig
+from pipelines.context import Policy, StageContext
+from pipelines.pipeline import stage_keys
+from pipelines.stages import sft, train
+from tests.helpers.cli import error_line
+
+TASK = TaskSpec(description="Greet a customer politely")
+
+
+def conversation(user: str, answer: str) -> str:
+    messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    return json.dumps({"messages": messages})
+
+
+def lora(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
+    return {n.replace(".default", ""): p.detach().clone() for n, p in trainer.model.named_parameters() if "lora" in n}
+
+
+def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoint(tiny_model, tmp_path):
+    file = tmp_path / "warm_up.jsonl"
+    lines = [conversation(f"hello {i}", "Good day, how may I help you?") for i in range(5)]
+    file.write_text("\n".join(lines) + "\n\n")  # a blank line is skipped
+    config = RunConfig(
+        model=str(tiny_model), home=tmp_path / "home", steps=2, wandb=False, trainer={"dtype": "float32"},
+        sft={"file": file, "batch_size": 2, "chunk_size": 1},
+    )  # fmt: skip
+    keys = stage_keys(TASK, config)
+    store = ArtifactStore(config.home / "artifacts")
+    policy = Policy(config, store.root, keys["train"], Counter(), TASK, tmp_path / "logs")
+    printed = io.StringIO()
+    tracker = Tracker([], tmp_path, "run", "id", {})
+    ctx = StageContext(TASK, config, store, keys, policy, None, tracker, tmp_path / "run", Console(file=printed))
+    try:
+        assert not sft.is_done(ctx) and train.last_step(ctx) == 2  # before the warm-up: RL's steps alone
+        summary = asyncio.run(sft.run(ctx))
+        # 5 conversations in batches of 2: 3 batches, a chunk of 1 batch per model step
+        assert {k: summary[k] for k in ("steps", "conversations", "epochs")} == {
+            "steps": 3,
+            "conversations": 5,
+            "epochs": 1,
+        }
+        assert sft.is_done(ctx) and sft.first_rl_step(ctx) == 4 and train.last_step(ctx) == 5
+        warm_up = read_history(ctx.artifact("sft"))
+        assert [(h["step"], h["sft"]) for h in warm_up] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+        assert [h["learning_rate"] for h in warm_up] == pytest.approx([2e-4, 1e-4, 0.0])  # linear from the peak
+        assert summary["final_loss"] == warm_up[-1]["loss"] and "sft step 3/3" in printed.getvalue()
+
+        # killed after step 3's checkpoint, before its history line and the manifest: the rerun trains nothing
+        # again, and takes step 3's line from its checkpoint
+        (ctx.artifact("sft") / "artifact.json").unlink()
+        (ctx.artifact("sft") / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in warm_up[:2]))
+        printed.truncate(0)
+        assert asyncio.run(sft.run(ctx))["steps"] == 3 and "sft step" not in printed.getvalue()
+        assert read_history(ctx.artifact("sft")) == warm_up
+
+        train.start_from_sft(ctx)
+        work = policy.run_dir
+        assert [step for step, _ in complete_checkpoints(work / "checkpoints")] == [3]
+        assert read_history(work) == warm_up and train.steps_done(ctx) == 3
+        assert train.history_frame(ctx).empty and train.best_step(ctx) is None  # no RL step yet
+        assert train.training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
+        train.start_from_sft(ctx)  # the training directory has its checkpoint: nothing is written again
+        assert read_history(work) == warm_up
+
+        base = resolve_base_model(config.model)
+        rl = lora(GRPOTrainer(base, work / "checkpoints", config.trainer))  # as the policy's trainer resumes
+        warmed = lora(GRPOTrainer(base, ctx.artifact("sft") / "checkpoints", config.trainer))
+        assert rl.keys() == warmed.keys() and all(torch.equal(rl[n], warmed[n]) for n in rl)
+        assert any(not torch.equal(t, torch.zeros_like(t)) for n, t in rl.items() if "lora_B" in n)  # trained
+    finally:
+        policy.backend.close()
+
+
+def step_costs(ctx: StageContext) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(ctx.artifact("sft").glob("steps/*/cost.json"))]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "does not exist"),
+        ("not json\n", "warm_up.jsonl:1: "),
+        ('{"prompt": "hi"}\n', 'expected an object with "messages"'),
+        ("\n\n", "has no conversations"),
+        (conversation("hi", "Hello.") + "\n" + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n",
+         "conversation 2 has no assistant turn"),
+    ],
+)  # fmt: skip
+def test_a_bad_sft_file_is_one_line_before_anything_starts(tmp_path, content, expected):
+    file = tmp_path / "warm_up.jsonl"
+    if content is not None:
+        file.write_text(content)
+    home = tmp_path / "home"
+    result = CliRunner().invoke(app, ["run", "Greet a customer", "--sft-file", str(file), "--home", str(home)])
+    assert expected in error_line(result)
+    assert not (home / "runs").exists() and not (home / "artifacts").exists()
+
+
+def test_the_stage_is_skipped_without_a_file():
+    assert sft.skipped(RunConfig()) == "no --sft-file"
+    assert sft.skipped(RunConfig(sft={"file": "x.jsonl"})) is None
