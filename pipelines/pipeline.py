@@ -135,7 +135,7 @@ async def _run_locked(
             reading = policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
             skip = getattr(STAGE_MODULES[stage], "skipped", None)
             if skip is not None and (why := skip(config)):
-                entry = {"cached": False, "skipped": why, "summary": {}}
+                entry = {"cached": True, "summary": {"skipped": why}}  # nothing computed; `autorl show` says why
                 console.print(f"[dim]{stage}: skipped ({why})[/dim]")
             elif STAGE_MODULES[stage].is_done(ctx):
                 entry = {"cached": True, "summary": store.summary(stage, keys[stage])}

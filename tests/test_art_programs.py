@@ -168,7 +168,7 @@ def test_an_sft_warm_up_then_backend_first_rl_counts_its_steps_and_logs_explicit
 
 
 @pytest.mark.timeout(300)  # ~60 s on 2 cores: two steps of two groups, the second judged by the embedded RULER
-def test_yes_no_maybe_trains_through_the_backend_and_ruler_explains(session):
+def test_yes_no_maybe_in_batches_as_they_finish_trains_through_the_backend_and_ruler_explains(session):
     start, records = session.step(), len(session.logged())
     model, results, judged = session.run(yes_no_maybe.main(session.backend))
     assert [r.step for r in results] == [start + 1, start + 2] and session.run(model.get_step()) == start + 2

@@ -133,7 +133,7 @@ def start_from_sft(ctx: StageContext) -> None:
     records = read_history(warm_up)[: first - 1]
     atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     for step in range(1, first):
-        cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
+        cost = warm_up / "steps" / checkpoint_name(step) / sft.STEP_COST
         if cost.is_file():  # not for a step killed before its cost was written: its cost is then unknown
             (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
             atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())

@@ -1,6 +1,7 @@
-"""ART's yes/no/maybe example as its 2026 docs write it: prompts that vary their wording, a concurrency limit on the
-rollout (`art.utils.limit_concurrency`),
-training through the backend (`backend.train(model, groups, learning_rate=..., ...)`) and explicit logs; the
+"""ART's yes/no/maybe example as its 2026 docs write it: prompts that vary their wording, groups gathered as they
+finish (`art.trajectory_group_batches`: the next batch's rollouts run while a step trains, naming the checkpoint
+served when they started), a concurrency limit on the rollout (`art.utils.limit_concurrency`), training through
+the backend (`backend.train(model, groups, learning_rate=..., ...)`) and explicit logs; the
 second step's groups are scored by RULER (`ruler_score_group`, its explanation in each trajectory's logs)."""
 
 from __future__ import annotations
@@ -43,11 +44,8 @@ async def main(backend: LocalBackend) -> tuple[art.TrainableModel, list[art.Trai
     model = art.TrainableModel(name="agent", project="art-programs", base_model="embedded:smollm2-135m")
     await model.register(backend)
     results, judged = [], []
-    for step_prompts in (prompts()[:2], prompts()[2:4]):
-        batch = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(rollout(model, prompt) for _ in range(2)) for prompt in step_prompts),
-            pbar_desc="gather",
-        )
+    groups_of_steps = (art.TrajectoryGroup(rollout(model, prompt) for _ in range(2)) for prompt in prompts()[:4])
+    async for batch in art.trajectory_group_batches(groups_of_steps, batch_size=2, max_concurrent_batches=1):
         if results:  # the second step: RULER ranks each group's answers instead of the rule
             scored = await asyncio.gather(*(ruler_score_group(g, JUDGE, swallow_exceptions=True) for g in batch))
             batch = [g for g in scored if g is not None]
