@@ -263,8 +263,8 @@ class GRPOTrainer:
                 group["lr"] = rate
             total = 0.0
             mine = self._share(batch, batch)  # all of it with one trainer; the normaliser is the whole batch's
-            step = defaults.micro_batch_size
-            for micro in synced(self._ddp, [mine.items[i : i + step] for i in range(0, len(mine.items), step)]):
+            size = defaults.micro_batch_size
+            for micro in synced(self._ddp, [mine.items[i : i + size] for i in range(0, len(mine.items), size)]):
                 input_ids, attention, mask, _ = self._pad(micro)
                 logprobs, _ = self._token_logprobs(input_ids, attention, mask, with_entropy=False)
                 loss = -(logprobs * mask[:, 1:]).sum()
@@ -326,8 +326,9 @@ class GRPOTrainer:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
         their metrics. This process trains `mine` of the `batch` (all of it with one trainer); the normalisers
         and the metrics are the whole batch's. `base` holds the base-model logprobs of `mine`'s sequences
-        (`_base_logprobs`, by `id`): the KL penalty's reference. The policy term is normalised over the sequences with an advantage, the KL
-        term over every sequence of the batch (`kl_weight`: with kl_beta > 0, advantage-0 ones are in it).
+        (`_base_logprobs`, by `id`): the KL penalty's reference. The policy term is normalised over the
+        sequences with an advantage, the KL term over every sequence of the batch (`kl_weight`: with
+        kl_beta > 0, advantage-0 ones are in it).
 
         Per trained token, over all epochs: `clip_fraction` (the clip changed the objective; =
         `clip_fraction_low` + `clip_fraction_high`, the ratio under 1 - epsilon / over 1 + epsilon_high),
@@ -346,8 +347,8 @@ class GRPOTrainer:
         kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
         trained = sorted(mine.items, key=lambda item: self._order(item[0]))
-        step = config.micro_batch_size
-        micro_batches = [trained[i : i + step] for i in range(0, len(trained), step)]
+        size = config.micro_batch_size
+        micro_batches = [trained[i : i + size] for i in range(0, len(trained), size)]
         sums: defaultdict[str, float] = defaultdict(float)  # `clipped_policy_loss` stats over every epoch
         params = [p for p in self.model.parameters() if p.requires_grad]
         proximal: list[torch.Tensor] = []  # with the off-policy correction: each micro-batch's first-epoch logprobs
