@@ -117,7 +117,8 @@ class TrainConfig(BaseModel):
     group, whose shared prompt then runs once (`TrainerConfig.share_prompt_prefix`), which makes the update
     faster than smaller micro-batches (`benchmarks/perf/perf_grpo_step.py`, its trainer ablation). Lower it
     when activations do not fit: memory grows with sequences x length (long answers at 8 can exhaust a CPU
-    machine's memory; `benchmarks/perf/scaling.py`, whose length sweep uses 2)."""
+    machine's memory; `TrainerConfig.gradient_checkpointing` keeps about one layer's activations instead of
+    every layer's: `benchmarks/perf/perf_trainer_memory.py` measures both at 8 long completions)."""
 
     @model_validator(mode="before")
     @classmethod
