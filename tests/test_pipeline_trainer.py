@@ -284,7 +284,7 @@ def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, t
 
         async def stage() -> int:
             await policy.start()  # as the stage's `run` does first
-            return await train_pipelined(ctx, "Be brief.", ["q1", "q2", "q3"], 0, step_config(config))
+            return await train_pipelined(ctx, "Be brief.", ["q1", "q2", "q3"], 0, config.steps, step_config(config))
 
         step = asyncio.run(stage())
     finally:
