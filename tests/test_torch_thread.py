@@ -19,7 +19,7 @@ def test_a_model_s_merges_run_on_the_thread_its_trainer_steps_on(tmp_path, monke
         def __init__(self, *args):
             threads["build"] = threading.current_thread().name
 
-        def step(self, groups, config):
+        def step(self, groups, config, step=None):
             threads["step"] = threading.current_thread().name
             return {}
 

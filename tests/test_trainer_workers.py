@@ -79,7 +79,7 @@ def test_two_trainer_workers_train_as_one_and_redo_a_step_a_killed_worker_cut(
 
     from autorl.backends.cluster.backend import ClusterTrainer
 
-    trainer = TrainerConfig(dtype="float32")
+    trainer = TrainerConfig(dtype="float32", drift_every=1)  # the sentinel's figures on every step, to compare
     reference = GRPOTrainer(tiny_model, tmp_path / "reference", trainer)
     model = TrainableModel(name="dp", project="p", base_model=str(tiny_model), trainer=trainer)
     workers = ClusterTrainer(model, tmp_path / "run", placement)
