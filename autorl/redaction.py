@@ -6,8 +6,8 @@ every string of a record), keeping every name. The rules go by the shape of a va
   value of every query and fragment parameter (`?api_key=X&v=1` -> `?api_key=<redacted>&v=<redacted>`), and a
   path segment that looks like a token (`looks_like_token`: 20+ characters of a token's alphabet, letters
   and digits, one run of 16+ without a separator; model names such as `SmolLM2-135M-Instruct` are not);
-- a credential after an HTTP auth scheme (`Bearer X`; `Basic X` when X is base64 with a digit or `=`, so
-  "Basic arithmetic" stays);
+- a credential after an HTTP auth scheme (`Bearer X`; `Basic X` when X (8+ characters) has a digit or `=`, so
+  "Basic arithmetic" stays; after `Authorization: SCHEME`, always);
 - `NAME: value` and `NAME=value` (quoted or not, as in a header, an environment assignment `env
   OPENAI_API_KEY=X`, `sh -c "TOKEN=X ..."`, or JSON in a string) when NAME is named like a secret: a word of
   it (split at `_`, `-`, `.` and case changes) is one of `SECRET_WORDS` (`api_key`, `HF_TOKEN`, `password`,
@@ -49,9 +49,13 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>`]+")
 _URL_CREDENTIALS = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<credentials>[^/\s@:]*:?[^/\s@]*)@")
 _PARAMETER = re.compile(r"(?P<name>[^=&;#?]*)=(?P<value>[^&;#]+)")
 _AUTH_SCHEME = re.compile(
-    r"\b(?:(?P<bearer>Bearer)\s+[^\s\"',;<]+|(?P<basic>Basic)\s+(?=[A-Za-z0-9+/]*[0-9=])[A-Za-z0-9+/]{8,}=*)",
+    r"\b(?:(?P<bearer>Bearer)\s+[^\s\"',;<]+|(?P<basic>Basic)\s+(?=[^\s\"',;<]*[0-9=])[^\s\"',;<]{8,})",
     re.IGNORECASE,
 )
+_AUTH_HEADER = re.compile(
+    r"\b(?P<head>(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?[A-Za-z]+)\s+[^\s\"',;<]+", re.IGNORECASE
+)
+"""An Authorization header's `scheme credentials`: the credentials whatever their alphabet."""
 _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][\w.-]*)(?P<quote>[\"']?)(?P<sep>\s*[:=]\s*)(?P<open>[\"']?)(?P<value>[^\s\"',;&<>]+)"
 )
@@ -105,6 +109,7 @@ def redact_text(text: str) -> str:
 
 
 def _redacted_words(text: str) -> str:
+    text = _AUTH_HEADER.sub(lambda m: f"{m['head']} {REDACTED}", text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m['bearer'] or m['basic']} {REDACTED}", text)
     return _ASSIGNMENT.sub(_redacted_assignment, text)
 

@@ -207,6 +207,7 @@ SHAPES: list = [
     'config was {{"api_key": "{s}", "model": "m"}}',  # JSON inside a string
     "connect with password={s} then",
     "Authorization: Basic {s}==",
+    "Proxy-Authorization: Digest {s}",  # a scheme and credentials in any alphabet
 ]
 """Where secrets go in tasks and settings: URLs (query, fragment, userinfo, path), commands (env assignments,
 headers, flags, shell strings), tables and text."""
@@ -237,6 +238,7 @@ def test_each_shape_of_secret_is_redacted_and_plain_values_are_kept():
     assert redacted(["env", "OPENAI_API_KEY=x", "python"]) == ["env", f"OPENAI_API_KEY={REDACTED}", "python"]
     assert redact_text(f"https://h/v1/{SECRET_TOKEN}?a=1#b=2") == f"https://h/v1/{REDACTED}?a={REDACTED}#b={REDACTED}"
     assert redacted(["curl", "-H", "Authorization: Bearer x"]) == ["curl", "-H", f"Authorization: {REDACTED}"]
+    assert "dXNlcjpwYXNz" not in redact_text("Authorization: Basic dXNlcjpwYXNz")  # base64 of user:pass, no digit
 
 
 SECRET_TOKEN = "Zq8vN2kLp0RtYw5sXc3mBd7f"
