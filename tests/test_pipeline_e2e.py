@@ -131,8 +131,12 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     steps = (run_dir / "checkpoints").resolve().parent / "steps"  # in the training directory
     for step in ("0001", "0002"):  # what each step took, for the benchmark's cost column
         cost = json.loads((steps / step / "cost.json").read_text())
-        # one group of 2 (SMALL) and its judging: step 1's made in the preflight stage, counted where it trains
-        assert cost["seconds"] > 0 and cost["model_calls"] == {"policy": 2, "judge": 1}
+        # one group of 2 (SMALL) and its judging (the embedded judge may need a retry): step 1's made in the
+        # preflight stage, counted where it trains
+        calls = cost["model_calls"]
+        assert (
+            cost["seconds"] > 0 and calls["policy"] == 2 and calls["judge"] >= 1 and set(calls) == {"policy", "judge"}
+        )
     assert not wait_gone(children, 10), "vLLM processes outlived the run"
 
     # the embedded generator through vLLM: distinct inputs, split apart, a system prompt, every request recorded
