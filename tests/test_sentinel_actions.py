@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,8 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
     assert len(costs.steps_cost(policy.run_dir, 7, train.STEP_COST)) == 10
     assert len(costs.steps_cost(policy.run_dir, 1, train.STEP_COST)) == 1  # checkpoint 1 was made before them
+    calls = [sum(json.loads(p.read_text())["model_calls"].values()) for p in policy.run_dir.rglob(train.STEP_COST)]
+    assert len(calls) == 10 and train.training_cost(ctx, 7)[0] == sum(calls)  # the benchmark's calls count them too
     section = "\n".join(report._sentinel_section(train.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 

@@ -452,12 +452,16 @@ def best_step(ctx: RunArtifacts) -> int:
 
 
 def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
-    """Model calls and seconds that training up to checkpoint `step` took (its steps' `STEP_COST` records);
-    None when a step has no record (a run trained before autorl wrote them)."""
+    """Model calls and seconds that training up to checkpoint `step` took (its steps' `STEP_COST` records, and
+    those of the steps rollbacks dropped on the way, as `costs.steps_cost` counts them); None when a step has no
+    record (a run trained before autorl wrote them)."""
+    work = ctx.policy.run_dir
     calls, seconds = 0, 0.0
-    for number in range(1, step + 1):
-        path = ctx.policy.run_dir / "steps" / checkpoint_name(number) / STEP_COST
-        if not path.exists():
+    for step_dir in [
+        *dropped_step_dirs(work, step),
+        *(work / "steps" / checkpoint_name(n) for n in range(1, step + 1)),
+    ]:
+        if not (path := step_dir / STEP_COST).exists():
             return None
         record = json.loads(path.read_text())
         calls += sum(record["model_calls"].values())
