@@ -34,7 +34,8 @@ from ruler.retry import describe
 from .variants import RunView, Variant
 
 if TYPE_CHECKING:  # answers' cache keys depend on the prompt they are made with, not on the optimizer's code
-    from .optimize import PromptOptimizer, Rollout
+    from .dspy_session import Rollout
+    from .optimize import PromptOptimizer
 
 STAGE = "benchmark_answers"
 FILE = "answers.jsonl"

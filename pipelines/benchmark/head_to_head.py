@@ -29,10 +29,11 @@ from pipelines.artifacts import ArtifactStore, canonical_json, code_version, sta
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 from ruler.endpoint import EMBEDDED
 
-from . import gain_cost, optimize, scoreboard
+from . import gain_cost, optimized_prompt, scoreboard
 from .answers import Answers, Questions, answer_all
 from .config import BenchmarkConfig
-from .optimize import OptimizerSettings, PromptOptimizer
+from .optimize import PromptOptimizer
+from .optimizer_plan import OptimizerSettings
 from .variants import RunView, Variant, parse_variants, read_input_texts, resolve
 
 STAGE = "benchmark_judge"
@@ -129,12 +130,12 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
         + (f" {optimizer.describe()}" if optimizer is not None else "")
     )
     tuned = {v.label: (v.optimized, optimizer.paths[v.label]) for v in variants if v.optimized is not None}
-    prompts = [optimize.markdown(label, result, path) for label, (result, path) in tuned.items()]
+    prompts = [optimized_prompt.markdown(label, result, path) for label, (result, path) in tuned.items()]
     per_point = gain_cost.gain_costs(scoreboard.per_input_scores(frame, labels), {v.label: v.cost for v in variants})
     scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame, prompts)
     gain_cost.write(out, per_point)
     if tuned:
-        optimize.write_prompts(out / optimize.PROMPTS, tuned)
+        optimized_prompt.write_prompts(out / optimized_prompt.PROMPTS, tuned)
     return BenchmarkResult(results, wins, frame, out, sum(calls.values()))
 
 

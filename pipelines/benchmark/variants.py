@@ -174,7 +174,7 @@ class Variant:
     demos: list[dict[str, Any]] = field(default_factory=list)
     """Earlier turns shown before each input (an optimized prompt's demonstrations)."""
     optimized: Any = None
-    """The `optimize.OptimizedPrompt` it answers with, once tuned."""
+    """The `optimized_prompt.OptimizedPrompt` it answers with, once tuned."""
     cost: Cost = field(default_factory=Cost)
 
 
