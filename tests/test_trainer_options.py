@@ -14,8 +14,8 @@ from transformers import AutoTokenizer
 
 import autorl.training.trainer
 from autorl import TrainableModel, TrainConfig, TrainerConfig
-from autorl.backends.base import ModelSlot
 from autorl.backends.local import LocalBackend
+from autorl.backends.model_backend import ModelSlot
 from autorl.errors import AutoRLError
 from autorl.training.loss import overlong_penalty
 from autorl.training.sequences import tokenize_trajectory

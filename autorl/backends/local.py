@@ -19,7 +19,8 @@ from ..serving.vllm_server import VLLMServer, check_port
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
-from .base import ModelBackend, inference_name
+from .base import inference_name
+from .model_backend import ModelBackend
 
 if TYPE_CHECKING:
     from ..model import TrainableModel

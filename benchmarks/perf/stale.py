@@ -55,6 +55,7 @@ class Measures:
 SERVING = ("autorl/serving/",)
 LOCAL_BACKEND = (
     "autorl/backends/base.py",
+    "autorl/backends/model_backend.py",
     "autorl/backends/local.py",
     "autorl/backends/transport.py",
     "autorl/model.py",

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import autorl as art
-from autorl.backends.base import ModelSlot
+from autorl.backends.model_backend import ModelSlot
 from autorl.config import TrainerConfig
 from autorl.serving.config import ServerConfig
 from autorl.trajectories import Trajectory, TrajectoryGroup

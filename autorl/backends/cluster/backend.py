@@ -1,8 +1,8 @@
 """Past one machine: the policy served by N vLLM replicas and trained by one trainer or several
 data-parallel ones, each a Ray actor.
 
-`ClusterBackend` is a `ModelBackend` (autorl/backends/base.py) like `LocalBackend`: the same training loop
-and run layout (`checkpoints/NNNN/`, `history.jsonl`), so a run on a cluster resumes, reports and
+`ClusterBackend` is a `ModelBackend` (autorl/backends/model_backend.py) like `LocalBackend`: the same training
+loop and run layout (`checkpoints/NNNN/`, `history.jsonl`), so a run on a cluster resumes, reports and
 benchmarks as a local one does. Its `ClusterPlacement` differs:
 
 - inference: `ClusterConfig.replicas` `ReplicaActor`s, each a `VLLMServer` on its node (one GPU each on
@@ -46,7 +46,8 @@ from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_wi
 from ...training.checkpoints import checkpoint_name, latest_checkpoint, missing_checkpoint
 from ...trajectories import Trajectory, TrajectoryGroup
 from ...types import TrainSFTConfig
-from ..base import ModelBackend, inference_name
+from ..base import inference_name
+from ..model_backend import ModelBackend
 from .actors import ReplicaActor, TrainerActor, read_files, write_files
 from .config import ClusterConfig
 from .proxy import PoolProxy

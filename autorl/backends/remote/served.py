@@ -31,8 +31,9 @@ from ...errors import ServerDiedError, quoted
 from ...model import Model, TrainableModel
 from ...serving.auth import bearer
 from ...training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
-from ..base import ModelBackend, inference_name
+from ..base import inference_name
 from ..cluster.proxy import HOP_BY_HOP
+from ..model_backend import ModelBackend
 from ..run_dir import append_history, read_history
 from .limits import ServeLimits
 from .wire import CLIENT_SET, LogRequest, Registered, RegisterRequest, Trained, TrainRequest, check_name
