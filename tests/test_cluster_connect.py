@@ -1,8 +1,8 @@
-"""`autorl.backends.cluster.backend.connect` and the local Ray cluster it starts: without Ray, one error naming the extra; a
-cluster as large as the replicas and the trainer ask; the run's SIGTERM handler kept although `ray.init`
-replaces it (the CLI cancels its run on SIGTERM); and no process that an actor started under the vLLM
-supervisor (`die_with_parent.py --group`) outliving a run stopped by SIGTERM. The Ray tests run in a
-subprocess: Ray stays initialised in the process that connected."""
+"""`autorl.backends.cluster.ray_cluster.connect` and the local Ray cluster it starts: without Ray, one error
+naming the extra; a cluster as large as the replicas and the trainer ask; the run's SIGTERM handler kept
+although `ray.init` replaces it (the CLI cancels its run on SIGTERM); and no process that an actor started
+under the vLLM supervisor (`die_with_parent.py --group`) outliving a run stopped by SIGTERM. The Ray tests
+run in a subprocess: Ray stays initialised in the process that connected."""
 
 import importlib.util
 import signal
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from autorl.backends.cluster.backend import connect
 from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.cluster.ray_cluster import connect
 from autorl.errors import AutoRLError
 from autorl.serving.die_with_parent import GRACE_S
 from benchmarks.perf.processes import alive, descendants, wait_gone
@@ -23,7 +23,7 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="
 CONNECT = """
 import os, signal
 from autorl.backends.cluster.config import ClusterConfig
-from autorl.backends.cluster.backend import connect
+from autorl.backends.cluster.ray_cluster import connect
 
 def cancel(signum, frame):
     pass
@@ -40,7 +40,7 @@ STARTS_A_SERVER = """
 import subprocess, time
 import ray
 from autorl.backends.cluster.config import ClusterConfig
-from autorl.backends.cluster.backend import connect
+from autorl.backends.cluster.ray_cluster import connect
 from autorl.serving.die_with_parent import wrapped
 
 connect(ClusterConfig(ray="local"))

@@ -77,7 +77,7 @@ def test_two_trainer_workers_train_as_one_and_redo_a_step_a_killed_worker_cut(
 ):
     import ray
 
-    from autorl.backends.cluster.backend import ClusterTrainer
+    from autorl.backends.cluster.trainer import ClusterTrainer
 
     trainer = TrainerConfig(dtype="float32", drift_every=1)  # the sentinel's figures on every step, to compare
     reference = GRPOTrainer(tiny_model, tmp_path / "reference", trainer)
@@ -120,8 +120,8 @@ def test_two_trainer_workers_train_as_one_and_redo_a_step_a_killed_worker_cut(
 def test_more_trainer_workers_than_the_cluster_holds_is_one_error_line(placement):
     import ray
 
-    from autorl.backends.cluster.backend import check_trainer_fits
     from autorl.backends.cluster.config import ClusterConfig
+    from autorl.backends.cluster.trainer import check_trainer_fits
 
     cpus = int(ray.cluster_resources()["CPU"])
     with pytest.raises(AutoRLError, match=rf"^--trainer-workers {cpus} needs {cpus} CPUs \(1 each\) beside the"):

@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import median_ratio, print_table, summary, vllm_metric, write_result
 
-from autorl.backends.cluster.backend import ClusterBackend, connect
+from autorl.backends.cluster.backend import ClusterBackend
 from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.cluster.ray_cluster import connect
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer

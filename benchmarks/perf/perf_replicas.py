@@ -33,8 +33,9 @@ from _common import median_ratio, print_table, summary, write_result
 from perf_grpo_step import COMPLETION_TOKENS, GROUP_SIZE, Ours
 
 import autorl as art
-from autorl.backends.cluster.backend import ClusterBackend, connect
+from autorl.backends.cluster.backend import ClusterBackend
 from autorl.backends.cluster.config import ClusterConfig
+from autorl.backends.cluster.ray_cluster import connect
 
 
 def configurations(cores: int) -> dict[str, ClusterConfig | None]:

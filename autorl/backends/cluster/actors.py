@@ -1,5 +1,5 @@
 """The Ray actors of a cluster run: `ReplicaActor` (one vLLM server on its node) and `TrainerActor` (the
-`GRPOTrainer` on its node); made into actors by `ray.remote` in `autorl.backends.cluster.backend`. Ray is not
+`GRPOTrainer` on its node); made into actors by `ray.remote` in `autorl.backends.cluster.backend` and `.trainer`. Ray is not
 imported at module level: the actors' modules load on the nodes."""
 
 from __future__ import annotations

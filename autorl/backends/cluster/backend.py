@@ -23,8 +23,9 @@ benchmarks as a local one does. Its `ClusterPlacement` differs:
   it needs no filesystem shared by the nodes, each node pulls the bytes once, and a replica restarted
   later reads the same reference.
 
-Ray is imported only here and only when a `ClusterBackend` is made; the config (`ClusterConfig`), the
-routing (`ReplicaPool`, `RoutingTransport`) and the actors live beside this module (`pip install -e ".[ray]"`).
+Ray is imported only when a `ClusterBackend` is made; the config (`ClusterConfig`), the routing
+(`ReplicaPool`, `RoutingTransport`), the actors, joining Ray (`ray_cluster`) and the trainer (`trainer`) live
+beside this module (`pip install -e ".[ray]"`).
 """
 
 from __future__ import annotations
@@ -32,26 +33,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ruler.endpoint import EMBEDDED, ModelEndpoint
 
-from ...atomic import atomic_dir
-from ...config import TrainConfig
 from ...errors import AutoRLError
 from ...serving.config import ServerConfig, cuda_available
 from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
-from ...training.checkpoints import checkpoint_name, latest_checkpoint, missing_checkpoint
-from ...trajectories import Trajectory, TrajectoryGroup
-from ...types import TrainSFTConfig
+from ...training.checkpoints import checkpoint_name, missing_checkpoint
 from ..base import inference_name
 from ..model_backend import ModelBackend
-from .actors import ReplicaActor, TrainerActor, read_files, write_files
+from .actors import ReplicaActor
 from .config import ClusterConfig
 from .proxy import PoolProxy
+from .ray_cluster import connect, stop_actors
 from .routing import Replica, ReplicaPool, RoutingTransport
+from .trainer import ClusterTrainer, check_trainer_fits
 
 if TYPE_CHECKING:
     from ...model import TrainableModel
@@ -66,69 +64,6 @@ ROUTED_KEY = "autorl-routed"
 each replica its own key in its place."""
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 """What of a checkpoint the replicas need (the optimizer state stays with the driver)."""
-STOP_TIMEOUT_S = 30.0
-"""How long `ClusterBackend.close` waits for the actors to stop their servers before it kills them."""
-LOCAL_SYSTEM_CONFIG = {"kill_child_processes_on_worker_exit": False}
-"""Ray settings of a cluster that `ray="local"` starts. By default Ray SIGKILLs an actor's child processes when
-the actor's worker exits; a replica's child is the supervisor of its vLLM server (`die_with_parent.py`),
-which, killed so, cannot end the server's engine process (left running, measured). Left alone, the
-supervisor sees the actor die and ends the server's whole process group. On a cluster started with
-`ray start`, set RAY_kill_child_processes_on_worker_exit=0 in the nodes' environment for the same."""
-TRAINER_RESTARTS = 2
-"""How many times a step is redone on new trainer workers after one died (`ClusterTrainer`)."""
-PLACEMENT_TIMEOUT_S = 120.0
-"""How long a data-parallel trainer's workers may wait for the cluster to place them all."""
-DEATH_WAIT_S = 10.0
-"""How long a failed step waits for the other workers' answers: a worker's death is reported to the driver
-within seconds, and it is the cause to act on, not the error it caused on a rank waiting for it."""
-LOCAL_OBJECT_STORE_BYTES = 512 * 2**20
-"""Object store of a cluster that `ray="local"` starts: Ray's default is 30 % of RAM; a LoRA is megabytes."""
-
-
-def connect(config: ClusterConfig) -> None:
-    """Join (or for "local" start) the Ray cluster, once per process; keeps this process's SIGTERM handler,
-    which `ray.init` replaces (the CLI cancels its run on SIGTERM)."""
-    try:
-        import ray
-    except ImportError:
-        raise AutoRLError('--ray needs Ray: pip install -e ".[ray]"') from None
-    if ray.is_initialized():
-        return
-    local = config.ray == "local"
-    replicas = config.replicas + (config.judge_replicas or config.replicas)  # the policy's, the embedded model's
-    size = max(os.cpu_count() or 1, replicas * config.replica_cpus + config.trainer_workers * config.trainer_cpus)
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        ray.init(
-            address=config.ray,
-            namespace="autorl",
-            logging_level=logging.WARNING,
-            **(
-                {
-                    "num_cpus": size,
-                    "include_dashboard": False,
-                    "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
-                    "_system_config": LOCAL_SYSTEM_CONFIG,
-                }
-                if local
-                else {}
-            ),
-        )
-    except ConnectionError as exc:
-        raise AutoRLError(f"cannot reach the Ray cluster at {config.ray!r}: {exc}") from None
-    finally:
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
-
-
-def stop_actors(actors: list[Any]) -> None:
-    """Let each actor stop what it started (a restarting one cannot), then end them."""
-    import ray
-
-    stops = [actor.stop.remote() for actor in actors]
-    ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT_S)
-    for actor in actors:
-        ray.kill(actor, no_restart=True)
 
 
 class ClusterServing:
@@ -201,160 +136,6 @@ class ClusterServing:
     def close(self) -> None:
         self.pool.cancel_recoveries()
         stop_actors([r.handle for r in self.pool.replicas])
-
-
-class ClusterTrainer:
-    """The trainer of one model: `ClusterConfig.trainer_workers` `TrainerActor`s started from the newest
-    checkpoint (one: a single actor; more: the ranks of a data-parallel trainer, in a placement group so that
-    all start or none, joined into one torch process group, `autorl.training.data_parallel`). Each step's
-    checkpoint files come back from rank 0 and are written under the run directory here.
-
-    A worker that dies (its process killed, its node lost) fails the step on every rank: the workers are
-    ended, a new set starts from the newest checkpoint under the run directory (the one before the step, as
-    the step's own is written only once every rank has finished it) and the step is redone with the same
-    groups, up to `TRAINER_RESTARTS` times: no group is lost or trained twice."""
-
-    def __init__(self, model: TrainableModel, run_dir: Path, placement: ClusterPlacement):
-        self.run_dir = run_dir
-        self.base_model = model.base_model
-        self.trainer_config = model.trainer
-        self.cluster = placement.cluster
-        self._resources = placement.resources(self.cluster.trainer_cpus)
-        self.restarts = 0
-        """How many times the workers were started again after one died."""
-        self.actors: list[Any] = []
-        self._group: Any = None
-        """The placement group of a data-parallel trainer's workers."""
-        self._joined = False
-
-    def _start(self) -> None:
-        """Start the workers from the newest checkpoint (a data-parallel trainer's join their process group
-        next, `_join`)."""
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        latest = latest_checkpoint(self.run_dir / "checkpoints")
-        done, files = (latest[0], read_files(latest[1])) if latest else (0, None)
-        workers = self.cluster.trainer_workers
-        options = {"max_restarts": 0, **self._resources}
-        if workers > 1:
-            bundle = {"GPU": 1} if "num_gpus" in self._resources else {"CPU": self.cluster.trainer_cpus}
-            self._group = ray.util.placement_group([bundle] * workers, strategy="PACK")
-        files_ref = ray.put(files)  # once into the object store, whatever the number of workers
-        for rank in range(workers):
-            if self._group is not None:
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self._group, rank)
-            actor = ray.remote(TrainerActor).options(**options)
-            cpus = self.cluster.trainer_cpus
-            self.actors.append(actor.remote(self.base_model, self.trainer_config, cpus, files_ref, done, rank, workers))
-        self._joined = workers == 1
-
-    async def _join(self) -> None:
-        """Once the placement group is placed, every worker joins the process group at rank 0's address."""
-        if self._joined:
-            return
-        try:
-            await asyncio.wait_for(self._group.ready(), PLACEMENT_TIMEOUT_S)
-        except TimeoutError:
-            raise AutoRLError(
-                f"the Ray cluster did not place the {len(self.actors)} trainer workers (--trainer-workers) in "
-                f"{PLACEMENT_TIMEOUT_S:.0f} s: its {'GPUs' if 'num_gpus' in self._resources else 'CPUs'} are "
-                "held by other actors; ask for fewer or free them"
-            ) from None
-        address = await self.actors[0].address.remote()
-        await asyncio.gather(*(actor.join.remote(address, len(self.actors)) for actor in self.actors))
-        self._joined = True
-
-    async def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> dict:
-        return self._written(await self._on_every_worker("step", groups, config, step), step)
-
-    async def sft(self, trajectories: list[Trajectory], config: TrainSFTConfig, step: int) -> dict:
-        return self._written(await self._on_every_worker("sft", trajectories, config, step), step)
-
-    async def _on_every_worker(self, method: str, *args: Any) -> tuple[dict, dict[str, bytes]]:
-        """Rank 0's answer to `method(*args)` run on every worker, redone on new workers when one died. After
-        any failure the workers are replaced (the next call starts new ones from the newest checkpoint): a
-        failed step may have left them apart, one waiting in a collective or holding a part-made update."""
-        import ray
-
-        for attempt in range(TRAINER_RESTARTS + 1):
-            if not self.actors:
-                self._start()
-            try:
-                await self._join()
-                calls = [asyncio.ensure_future(getattr(actor, method).remote(*args)) for actor in self.actors]
-                return (await _all_or_death(calls))[0]
-            except ray.exceptions.RayActorError as death:  # ActorUnavailableError too
-                self._stop()
-                if death.actor_init_failed:  # not a death: the trainer cannot start (its error says why)
-                    raise
-                if attempt == TRAINER_RESTARTS:
-                    raise AutoRLError(
-                        f"a trainer worker died {attempt + 1} times in step {args[-1]}, the last time: {death}"
-                    ) from None
-                log.warning("a trainer worker died (%s); step %d is redone from the newest checkpoint", death, args[-1])
-                self.restarts += 1
-            except BaseException:
-                self._stop()
-                raise
-        raise AssertionError("unreachable")
-
-    def _written(self, answer: tuple[dict, dict[str, bytes]], step: int) -> dict:
-        """The step's metrics, once the checkpoint files the actor sent are written under the run directory."""
-        metrics, files = answer
-        with atomic_dir(self.run_dir / "checkpoints" / checkpoint_name(step)) as tmp:
-            write_files(files, tmp)
-        return metrics
-
-    def _stop(self) -> None:
-        import ray
-
-        if self.actors:
-            stop_actors(self.actors)
-            self.actors = []
-        if self._group is not None:
-            ray.util.remove_placement_group(self._group)
-            self._group = None
-
-    def close(self) -> None:
-        self._stop()
-
-
-async def _all_or_death(calls: list[asyncio.Future]) -> list[Any]:
-    """Every call's result. On a failure, a worker's death (`RayActorError`) is raised rather than what it
-    caused on the others (a rank waiting for it in a collective fails, or waits on), if one is reported within
-    `DEATH_WAIT_S`; else the first failure."""
-    import ray
-
-    try:
-        _, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_EXCEPTION)
-        if pending:  # one failed: the others' answers, or their deaths, for a moment
-            await asyncio.wait(pending, timeout=DEATH_WAIT_S)
-        failures = [c.exception() for c in calls if c.done() and c.exception() is not None]
-        if failures:
-            raise next((f for f in failures if isinstance(f, ray.exceptions.RayActorError)), failures[0])
-        return [c.result() for c in calls]
-    finally:
-        for call in calls:
-            call.cancel()
-
-
-def check_trainer_fits(cluster: ClusterConfig) -> None:
-    """One error line when the Ray cluster has fewer CPUs (GPUs on CUDA) in all than the policy's replicas and
-    the `trainer_workers` ask for together (they hold them at once)."""
-    import ray
-
-    if cluster.trainer_workers == 1:
-        return
-    kind, each = ("GPU", 1) if cuda_available() else ("CPU", cluster.trainer_cpus)
-    replicas = cluster.replicas * (1 if cuda_available() else cluster.replica_cpus)
-    needed = cluster.trainer_workers * each + replicas
-    total = int(ray.cluster_resources().get(kind, 0))
-    if needed > total:
-        raise AutoRLError(
-            f"--trainer-workers {cluster.trainer_workers} needs {cluster.trainer_workers * each} {kind}s ({each} "
-            f"each) beside the replicas' {replicas}: {needed} in all, and the Ray cluster has {total}"
-        )
 
 
 class ClusterPlacement:
