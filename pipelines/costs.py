@@ -141,7 +141,7 @@ def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, An
     has none (trained before autorl priced steps)."""
     from autorl.training.checkpoints import checkpoint_name
 
-    from .stages.train import dropped_step_dirs
+    from .stages.train_sentinel import dropped_step_dirs
 
     dirs = [train_dir / "steps" / checkpoint_name(step) for step in range(1, steps + 1)]
     records = []
@@ -154,7 +154,8 @@ def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, An
 def run_costs(ctx: StageContext) -> dict[str, dict[str, Any]]:
     """The cost record of each stage whose artifact exists (or, for train, whose steps exist), in stage order:
     what making the run's artifacts cost, whichever invocation made them."""
-    from .stages.train import STEP_COST, last_step, steps_done
+    from .stages.train import last_step, steps_done
+    from .stages.train_costs import STEP_COST
 
     costs = {}
     for stage in STAGES:

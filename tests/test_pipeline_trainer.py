@@ -262,7 +262,8 @@ def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, t
     from pipelines.artifacts import ArtifactStore
     from pipelines.config import RunConfig
     from pipelines.context import Policy, StageContext
-    from pipelines.stages.train import STEP_COST, step_config, train_pipelined
+    from pipelines.stages.train import step_config, train_pipelined
+    from pipelines.stages.train_costs import STEP_COST
     from ruler import FunctionJudge
 
     config = RunConfig(

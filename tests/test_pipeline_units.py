@@ -380,7 +380,7 @@ def test_a_steps_cost_counts_its_groups_made_earlier_by_the_preflight_stage(tmp_
     from collections import Counter
 
     from autorl.trajectories import TrajectoryGroup
-    from pipelines.stages.train import GROUP_COST, group_cost, step_cost
+    from pipelines.stages.train_costs import GROUP_COST, group_cost, step_cost
 
     saved = tmp_path / "group_00.json"
     made = {"seconds": 7.5, "model_calls": {"policy": 4, "judge": 2}}

@@ -19,7 +19,7 @@ from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation, sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
-from pipelines.stages import baseline, preflight, report, train
+from pipelines.stages import baseline, preflight, report, train, train_costs
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts
 
@@ -140,8 +140,11 @@ def test_when_most_groups_tie_the_check_drops_the_inputs_that_carry_no_signal(tm
     step_one = ctx.policy.run_dir / "steps" / "0001"
     saved = [TrajectoryGroup.model_validate_json((step_one / f"group_{i:02d}.json").read_text()) for i in range(2)]
     assert [g.trajectories[0].metadata["input"] for g in saved] == TRAIN[3:5]
-    # with what each took, which step 1's cost counts (train.step_cost)
-    assert [train.group_cost(step_one / f"group_{i:02d}.json")["model_calls"]["policy"] for i in range(2)] == [4, 4]
+    # with what each took, which step 1's cost counts (train_costs.step_cost)
+    assert [train_costs.group_cost(step_one / f"group_{i:02d}.json")["model_calls"]["policy"] for i in range(2)] == [
+        4,
+        4,
+    ]
     # the report says what was done
     assert learn in "\n".join(report._preflight_section(preflight.load(ctx)))
 

@@ -26,7 +26,7 @@ from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.context import Policy, StageContext
 from pipelines.pipeline import stage_keys
-from pipelines.stages import sft, train
+from pipelines.stages import sft, train, train_costs
 from tests.helpers.cli import error_line
 
 TASK = TaskSpec(description="Greet a customer politely")
@@ -83,7 +83,7 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
         assert [step for step, _ in complete_checkpoints(work / "checkpoints")] == [3]
         assert read_history(work) == warm_up and train.steps_done(ctx) == 3
         assert train.history_frame(ctx).empty and train.best_step(ctx) is None  # no RL step yet
-        assert train.training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
+        assert train_costs.training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
         train.start_from_sft(ctx)  # the training directory has its checkpoint: nothing is written again
         assert read_history(work) == warm_up
 

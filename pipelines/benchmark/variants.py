@@ -13,7 +13,7 @@ Any of these may end in `+optimized`: the same model with that prompt tuned on t
 inputs (`pipelines.benchmark.optimize`).
 
 Each variant has a cost (`Cost`): what making it took, in model calls and seconds. A plain variant costs 0,
-a checkpoint its training steps (the train stage records each step's, `train.training_cost`), an optimized
+a checkpoint its training steps (the train stage records each step's, `train_costs.training_cost`), an optimized
 prompt the optimizer's calls, on top of its model's.
 """
 
@@ -38,7 +38,7 @@ from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.context import Policy
 from pipelines.runs import load_run
-from pipelines.stages import inputs, system_prompt, train
+from pipelines.stages import inputs, system_prompt, train, train_costs
 from ruler.endpoint import ModelEndpoint
 from ruler.errors import ModelSpecError
 from ruler.retry import describe
@@ -224,8 +224,8 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         step = _checkpoint_step(run, match["which"], label)
         lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
-        calls, seconds = train.training_cost(run, step) or (None, None)
-        spent = costs.steps_cost(run.policy.run_dir, step, train.STEP_COST)
+        calls, seconds = train_costs.training_cost(run, step) or (None, None)
+        spent = costs.steps_cost(run.policy.run_dir, step, train_costs.STEP_COST)
         usd = costs.added(spent)["usd"]["total"] if len(spent) == step else None
         cost = Cost(calls, seconds, f"{step} training steps", usd)
         variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)

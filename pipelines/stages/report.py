@@ -18,7 +18,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
-from . import evaluate, inputs, preflight, sft, system_prompt, train
+from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -292,7 +292,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
-    lines += ["", *_sentinel_section(train.sentinel_actions(ctx.policy.run_dir), ctx.config)]
+    lines += ["", *_sentinel_section(train_sentinel.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]

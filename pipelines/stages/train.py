@@ -10,8 +10,9 @@ steps exist, and a later run asking for more steps continues it. A killed run re
 checkpoint and reuses the scored groups of the step it was in.
 
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
-run acts as `--on-drift` says (`act_on_drift`): warn, stop, or roll back to an earlier checkpoint with a
-stronger KL penalty and train those steps again. Its actions are recorded in `SENTINEL_ACTIONS`.
+run acts as `--on-drift` says (`train_sentinel.act_on_drift`): warn, stop, or roll back to an earlier
+checkpoint with a stronger KL penalty and train those steps again. Its actions are recorded in
+`train_sentinel.SENTINEL_ACTIONS`; what each step took in `train_costs`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ import pandas as pd
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import append_history, ensure_writable, read_history, save_trajectories
+from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
-from autorl.training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint
+from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
 
 from .. import costs, sentinel
@@ -41,16 +42,11 @@ from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
 from . import inputs, sft, system_prompt
+from .train_costs import GROUP_COST, STEP_COST, group_cost, step_cost
+from .train_sentinel import act_on_drift, adjusted_config, sentinel_actions
 
 NAME = "train"
 UPSTREAM = ("inputs", "system_prompt", "sft")
-STEP_COST = "cost.json"
-"""Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
-`model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
-cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.costs.priced`)."""
-GROUP_COST = "cost"
-"""The metadata key of a saved group's own cost: `seconds` from the start of its answers to its judging's end,
-and `model_calls` (policy: its answers, judge: the requests that scored it)."""
 
 
 def step_config(config: RunConfig) -> TrainConfig:
@@ -292,81 +288,6 @@ def training_inputs(ctx: RunArtifacts) -> list[str]:
     return preflight.kept_inputs(train_inputs, preflight.load(ctx).get("tied_action"))
 
 
-SENTINEL_ACTIONS = "sentinel.jsonl"
-"""The sentinel's actions in the training directory, one JSON record each: `step` (where it fired), `action`
-(warn, stop, rollback), `warning`; a rollback's `restored` checkpoint, the history records of the steps it
-dropped (`dropped`: their figures, kept here) and the `kl_beta` and `learning_rate` it set."""
-ROLLED_BACK = "rolled_back"
-"""Where a rollback moves the dropped steps' groups and trajectories: `rolled_back/<n>/`, n the rollback's number."""
-
-
-def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
-    """The sentinel's actions so far (`SENTINEL_ACTIONS`), in order."""
-    return read_history(run_dir, SENTINEL_ACTIONS)
-
-
-def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
-    """The step directories that rollbacks moved aside (`ROLLED_BACK`) on the way to checkpoint `step`: those
-    of each rollback that restored a checkpoint before `step`. Their cost was spent making it."""
-    rollbacks = [a for a in sentinel_actions(run_dir) if a["action"] == "rollback"]
-    return [
-        path
-        for number, action in enumerate(rollbacks, start=1)
-        if action["restored"] < step
-        for path in sorted((run_dir / ROLLED_BACK / str(number) / "steps").glob("[0-9]*"))
-    ]
-
-
-def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
-    """`config` with the KL coefficient and learning rate the newest rollback in `actions` set, if any."""
-    rollbacks = [a for a in actions if a["action"] == "rollback"]
-    if not rollbacks:
-        return config
-    return config.model_copy(update={k: rollbacks[-1][k] for k in ("kl_beta", "learning_rate")})
-
-
-async def act_on_drift(ctx: StageContext, warning: str, step: int, train_config: TrainConfig) -> int | None:
-    """Do what `--on-drift` says about `warning` (the sentinel fired at `step`), recording the action: warn
-    (print it), stop (raise it as the run's error), or roll back (returns the checkpoint restored, with the
-    settings for the steps after it recorded). A rollback past `max_rollbacks`, or on a backend that cannot
-    roll back, stops."""
-    config, work = ctx.config, ctx.policy.run_dir
-    action = sentinel.policy(config.sentinel, config.preflight)
-    done = sum(a["action"] == "rollback" for a in sentinel_actions(work))
-    rollback = getattr(ctx.policy.backend, "rollback", None)
-    record: dict[str, Any] = {"step": step, "action": action, "warning": warning}
-    if action == "rollback" and (done >= config.sentinel.max_rollbacks or rollback is None):
-        why = "this backend cannot roll back" if rollback is None else f"after {done} rollbacks"
-        record |= {"action": "stop", "warning": f"{warning}; the policy drifted again {why}"}
-        action = "stop"
-    if action != "rollback":
-        append_history(work, record, SENTINEL_ACTIONS)
-        sentinel.warn_or_stop(ctx.console, record["warning"], action)
-        return None
-    existing = [number for number, _ in complete_checkpoints(work / "checkpoints")]
-    restored = sentinel.rollback_target(step, existing)
-    settings = sentinel.adjusted(train_config.kl_beta, train_config.learning_rate, config.sentinel)
-    aside = work / ROLLED_BACK / str(done + 1)
-    for number in range(restored + 1, step + 1):  # their groups would be reused by the steps trained again
-        for path in (
-            work / "steps" / checkpoint_name(number),
-            work / "trajectories" / f"{checkpoint_name(number)}.parquet",
-        ):
-            if path.exists():
-                (aside / path.parent.name).mkdir(parents=True, exist_ok=True)
-                path.rename(aside / path.parent.name / path.name)
-    dropped = await rollback(ctx.policy.model, restored)
-    append_history(work, record | {"restored": restored, "dropped": dropped, **settings}, SENTINEL_ACTIONS)
-    sentinel.warn_or_stop(ctx.console, warning, action)
-    ctx.console.print(
-        f"[yellow]rolled back to step {restored} (--on-drift rollback, {done + 1} of at most "
-        f"{config.sentinel.max_rollbacks}): training on with kl_beta {settings['kl_beta']:g} and learning rate "
-        f"{settings['learning_rate']:g}[/yellow]",
-        highlight=False,
-    )
-    return restored
-
-
 def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:
     """The training inputs of step `step`, one per group: the next `groups_per_step`, cycling."""
     start = (step - 1) * groups_per_step
@@ -412,21 +333,6 @@ async def judged_groups(
     return await ctx.gather_judged(groups, desc, score_and_save)
 
 
-def group_cost(path: Path) -> dict[str, Any] | None:
-    """What a saved group took (`GROUP_COST` in its metadata; None for a group saved before autorl recorded it)."""
-    return json.loads(path.read_text()).get("metadata", {}).get(GROUP_COST)
-
-
-def step_cost(seconds: float, calls: Counter, made_earlier: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a step took (`STEP_COST`): its own seconds and model calls, plus those of its groups made earlier (by
-    the preflight stage, or before a crash): their calls added, the longest of their times (made together)."""
-    total = Counter(calls)
-    for cost in made_earlier:
-        total.update(cost["model_calls"])
-    earlier_s = max((cost["seconds"] for cost in made_earlier), default=0.0)
-    return {"seconds": round(seconds + earlier_s, 2), "model_calls": {k: v for k, v in total.items() if v}}
-
-
 def check_unscored_steps(history: list[dict], limit: int) -> None:
     """Raise when in the last `limit + 1` steps of `history` the judge scored no group (no limit when
     `limit` is 0). Counted from the history, so a resumed run counts the steps before the kill too."""
@@ -449,24 +355,6 @@ BEST_METRIC = "train/reward"
 def best_step(ctx: RunArtifacts) -> int:
     """The step (up to `last_step`) with the highest mean training reward; ties go to the later step."""
     return best_by(read_history(ctx.policy.run_dir)[: last_step(ctx)], "reward")
-
-
-def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
-    """Model calls and seconds that training up to checkpoint `step` took (its steps' `STEP_COST` records, and
-    those of the steps rollbacks dropped on the way, as `costs.steps_cost` counts them); None when a step has no
-    record (a run trained before autorl wrote them)."""
-    work = ctx.policy.run_dir
-    calls, seconds = 0, 0.0
-    for step_dir in [
-        *dropped_step_dirs(work, step),
-        *(work / "steps" / checkpoint_name(n) for n in range(1, step + 1)),
-    ]:
-        if not (path := step_dir / STEP_COST).exists():
-            return None
-        record = json.loads(path.read_text())
-        calls += sum(record["model_calls"].values())
-        seconds += record["seconds"]
-    return calls, seconds
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:

@@ -1,0 +1,92 @@
+"""What the train stage does when the reward-hacking sentinel fires (`act_on_drift`, as `--on-drift` says:
+warn, stop, or roll back to an earlier checkpoint with a stronger KL penalty), and the record of those
+actions in the training directory (`SENTINEL_ACTIONS`, the dropped steps moved to `ROLLED_BACK`). Apart from
+`train` so the step loop reads on its own; the report and the costs read the records from here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl.backends.run_dir import append_history, read_history
+from autorl.config import TrainConfig
+from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
+
+from .. import sentinel
+from ..context import StageContext
+
+SENTINEL_ACTIONS = "sentinel.jsonl"
+"""The sentinel's actions in the training directory, one JSON record each: `step` (where it fired), `action`
+(warn, stop, rollback), `warning`; a rollback's `restored` checkpoint, the history records of the steps it
+dropped (`dropped`: their figures, kept here) and the `kl_beta` and `learning_rate` it set."""
+
+
+ROLLED_BACK = "rolled_back"
+"""Where a rollback moves the dropped steps' groups and trajectories: `rolled_back/<n>/`, n the rollback's number."""
+
+
+def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
+    """The sentinel's actions so far (`SENTINEL_ACTIONS`), in order."""
+    return read_history(run_dir, SENTINEL_ACTIONS)
+
+
+def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
+    """The step directories that rollbacks moved aside (`ROLLED_BACK`) on the way to checkpoint `step`: those
+    of each rollback that restored a checkpoint before `step`. Their cost was spent making it."""
+    rollbacks = [a for a in sentinel_actions(run_dir) if a["action"] == "rollback"]
+    return [
+        path
+        for number, action in enumerate(rollbacks, start=1)
+        if action["restored"] < step
+        for path in sorted((run_dir / ROLLED_BACK / str(number) / "steps").glob("[0-9]*"))
+    ]
+
+
+def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
+    """`config` with the KL coefficient and learning rate the newest rollback in `actions` set, if any."""
+    rollbacks = [a for a in actions if a["action"] == "rollback"]
+    if not rollbacks:
+        return config
+    return config.model_copy(update={k: rollbacks[-1][k] for k in ("kl_beta", "learning_rate")})
+
+
+async def act_on_drift(ctx: StageContext, warning: str, step: int, train_config: TrainConfig) -> int | None:
+    """Do what `--on-drift` says about `warning` (the sentinel fired at `step`), recording the action: warn
+    (print it), stop (raise it as the run's error), or roll back (returns the checkpoint restored, with the
+    settings for the steps after it recorded). A rollback past `max_rollbacks`, or on a backend that cannot
+    roll back, stops."""
+    config, work = ctx.config, ctx.policy.run_dir
+    action = sentinel.policy(config.sentinel, config.preflight)
+    done = sum(a["action"] == "rollback" for a in sentinel_actions(work))
+    rollback = getattr(ctx.policy.backend, "rollback", None)
+    record: dict[str, Any] = {"step": step, "action": action, "warning": warning}
+    if action == "rollback" and (done >= config.sentinel.max_rollbacks or rollback is None):
+        why = "this backend cannot roll back" if rollback is None else f"after {done} rollbacks"
+        record |= {"action": "stop", "warning": f"{warning}; the policy drifted again {why}"}
+        action = "stop"
+    if action != "rollback":
+        append_history(work, record, SENTINEL_ACTIONS)
+        sentinel.warn_or_stop(ctx.console, record["warning"], action)
+        return None
+    existing = [number for number, _ in complete_checkpoints(work / "checkpoints")]
+    restored = sentinel.rollback_target(step, existing)
+    settings = sentinel.adjusted(train_config.kl_beta, train_config.learning_rate, config.sentinel)
+    aside = work / ROLLED_BACK / str(done + 1)
+    for number in range(restored + 1, step + 1):  # their groups would be reused by the steps trained again
+        for path in (
+            work / "steps" / checkpoint_name(number),
+            work / "trajectories" / f"{checkpoint_name(number)}.parquet",
+        ):
+            if path.exists():
+                (aside / path.parent.name).mkdir(parents=True, exist_ok=True)
+                path.rename(aside / path.parent.name / path.name)
+    dropped = await rollback(ctx.policy.model, restored)
+    append_history(work, record | {"restored": restored, "dropped": dropped, **settings}, SENTINEL_ACTIONS)
+    sentinel.warn_or_stop(ctx.console, warning, action)
+    ctx.console.print(
+        f"[yellow]rolled back to step {restored} (--on-drift rollback, {done + 1} of at most "
+        f"{config.sentinel.max_rollbacks}): training on with kl_beta {settings['kl_beta']:g} and learning rate "
+        f"{settings['learning_rate']:g}[/yellow]",
+        highlight=False,
+    )
+    return restored
