@@ -17,15 +17,10 @@ from autorl import TrainableModel, TrainConfig, TrainerConfig
 from autorl.backends.local import LocalBackend
 from autorl.backends.model_backend import ModelSlot
 from autorl.errors import AutoRLError
+from autorl.training.forwards import MIN_SHARED_PREFIX, shared_prefix_length
 from autorl.training.loss import overlong_penalty
 from autorl.training.sequences import tokenize_trajectory
-from autorl.training.trainer import (
-    MIN_SHARED_PREFIX,
-    GRPOTrainer,
-    _shared_prefix_length,
-    longest_turn,
-    training_dtype,
-)
+from autorl.training.trainer import GRPOTrainer, longest_turn, training_dtype
 from tests.helpers.training import ServingStandIn, groups
 
 
@@ -84,7 +79,7 @@ def test_logprobs_from_chunks_of_the_output_head_are_a_plain_forwards_with_the_s
     trainer.step(groups(trainer.tokenizer), TrainConfig(learning_rate=5e-2))  # the LoRA away from 0
     group = [tokenize_trajectory(t, trainer.tokenizer) for t in groups(trainer.tokenizer)[1].trajectories]
     input_ids, attention, mask, _ = trainer._pad(group)
-    assert _shared_prefix_length(input_ids, mask) >= MIN_SHARED_PREFIX  # prompt sharing's continuation runs too
+    assert shared_prefix_length(input_ids, mask) >= MIN_SHARED_PREFIX  # prompt sharing's continuation runs too
     trained, weights = mask[:, 1:].bool(), torch.rand(input_ids.shape[0], input_ids.shape[1] - 1)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     chunked, entropy = trainer._token_logprobs(input_ids, attention, mask)
@@ -169,9 +164,9 @@ def test_only_micro_batches_up_to_the_limit_run_eager_and_only_on_cpu(tiny_model
 def test_the_shared_prefix_stops_before_the_first_trained_token_and_at_the_first_difference(tokenizer):
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 11, 12], [5, 6, 7, 8, 9, 0]])
     mask = torch.tensor([[0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 1]])
-    assert _shared_prefix_length(ids, mask) == 3  # token 4 is trained in row 2: logits at 3 must stay per row
+    assert shared_prefix_length(ids, mask) == 3  # token 4 is trained in row 2: logits at 3 must stay per row
     mask[1] = torch.tensor([0, 0, 0, 0, 0, 1])
-    assert _shared_prefix_length(ids, mask) == 4  # rows differ from token 4 on
+    assert shared_prefix_length(ids, mask) == 4  # rows differ from token 4 on
     assert MIN_SHARED_PREFIX > 1
 
 
