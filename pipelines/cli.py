@@ -68,7 +68,7 @@ def exit_interrupted(message: str) -> NoReturn:
     model call (input generation runs in threads; one call can take minutes on CPU), which a normal
     exit would wait for: stop every server this process started and leave without waiting.
     """
-    from autorl.serving.vllm_server import stop_all_servers
+    from autorl.serving.lifetime import stop_all_servers
 
     print_error(message)
     stop_all_servers()

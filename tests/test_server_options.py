@@ -9,7 +9,7 @@ import torch
 
 from autorl.errors import AutoRLError
 from autorl.serving import config as serving_config
-from autorl.serving import embedded, memory, vllm_server
+from autorl.serving import embedded, lifetime, memory, vllm_server
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import running_server_for
 from autorl.serving.memory import kv_bytes_per_token, kv_cache_bytes
@@ -70,9 +70,9 @@ def test_a_judge_reuses_only_servers_whose_served_name_stays_the_base_weights(tm
     try:
         for server in servers.values():  # a live process stands in for vLLM: only `running` is asked
             server._process = subprocess.Popen(["sleep", "60"])
-        vllm_server._live_servers.add(servers["merged"])
+        lifetime.started_servers.add(servers["merged"])
         assert running_server_for(tmp_path) is None  # a training step would swap its weights
-        vllm_server._live_servers.add(servers["adapter"])
+        lifetime.started_servers.add(servers["adapter"])
         assert running_server_for(tmp_path) is servers["adapter"]
         embedded._shared_servers[tmp_path.resolve()] = servers["merged"]  # embedded_endpoint's own
         assert running_server_for(tmp_path) is servers["merged"]
@@ -176,7 +176,8 @@ def test_meminfo_files_are_read_in_bytes(tmp_path):
 
 def test_importing_the_server_module_takes_no_signal_and_a_backend_does(tmp_path):
     code = (
-        "import signal, autorl, autorl.serving.vllm_server as v; before = signal.getsignal(signal.SIGTERM); "
+        "import signal, autorl, autorl.serving.vllm_server, autorl.serving.lifetime as v; "
+        "before = signal.getsignal(signal.SIGTERM); "
         f"autorl.LocalBackend({str(tmp_path)!r}); "
         "print(before == signal.SIG_DFL, signal.getsignal(signal.SIGTERM) is v._on_sigterm)"
     )

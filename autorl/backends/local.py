@@ -15,7 +15,8 @@ from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError, ServerDiedError
 from ..serving.config import ServerConfig, cuda_available
 from ..serving.embedded import resolve_base_model
-from ..serving.vllm_server import VLLMServer, check_port
+from ..serving.ports import check_port
+from ..serving.vllm_server import VLLMServer
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig

@@ -26,7 +26,7 @@ import httpx
 from ..atomic import atomic_text
 from ..config import TrainConfig
 from ..errors import AutoRLError
-from ..serving.vllm_server import install_exit_hooks
+from ..serving.lifetime import install_exit_hooks
 from ..tracking import Tracker
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint, remove_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup

@@ -129,7 +129,7 @@ def running_server_for(model_dir: Path) -> VLLMServer | None:
     """A running server of this process whose served name is, and stays, the plain weights of `model_dir`:
     the shared one of `embedded_endpoint`, or a training server in adapter mode (its LoRAs have names of
     their own). A merged-mode training server does not qualify: a training step replaces its weights."""
-    from .vllm_server import live_servers
+    from .lifetime import live_servers
 
     model_dir = Path(model_dir).resolve()
     shared = _shared_servers.get(model_dir)

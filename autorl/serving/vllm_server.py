@@ -19,7 +19,6 @@ it from its environment, never from its command line (which any local user can r
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import getpass
 import logging
@@ -27,14 +26,11 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import httpx
@@ -44,7 +40,9 @@ from ..progress import waiting
 from .auth import KEY_ENV, RequireKey, bearer, new_key
 from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
+from .lifetime import install_exit_hooks, started_servers
 from .memory import kv_cache_bytes, memory_available_for_kv
+from .ports import check_port, free_port, port_in_use
 
 if TYPE_CHECKING:
     import torch
@@ -72,34 +70,6 @@ def _compile_cache() -> Path:
     return Path(
         os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def check_port(config: ServerConfig) -> None:
-    """One error line when the port `config` asks for is in use (an unset port is free: one is chosen)."""
-    if config.port is not None and port_in_use(config.host, config.port):
-        raise AutoRLError(f"port {config.port} on {config.host} is in use; choose another port or leave it unset")
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """Whether `host:port` cannot be bound now (another process listens there)."""
-    return bind_error(host, port) is not None
-
-
-def bind_error(host: str, port: int) -> str | None:
-    """Why `host:port` cannot be bound now (in use, no such interface: the system's words), or None."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-        return None
 
 
 def _memory_dir(nbytes: int) -> str | None:
@@ -250,7 +220,7 @@ class VLLMServer:
                 env=self.environment(),
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
             )
-        _live_servers.add(self)
+        started_servers.add(self)
         with waiting(self._start_message()):
             self._wait_healthy()
 
@@ -374,7 +344,7 @@ class VLLMServer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        _live_servers.discard(self)
+        started_servers.discard(self)
         self._merger = None
         if process is None:
             return
@@ -399,38 +369,3 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-_live_servers: set[VLLMServer] = set()
-
-
-def live_servers() -> list[VLLMServer]:
-    """The servers this process started and has not stopped."""
-    return list(_live_servers)
-
-
-def stop_all_servers() -> None:
-    """Stop every server this process started (also run at exit)."""
-    for server in live_servers():
-        server.stop()
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through finally blocks and atexit, which stop the servers
-
-
-_exit_hooks = threading.Lock()
-_exit_hooks_installed = False
-
-
-def install_exit_hooks() -> None:
-    """Stop this process's servers at exit and on SIGTERM (which then exits like Ctrl-C does); once, when
-    the first server is about to start or a `LocalBackend` is made, never at import. SIGTERM is taken
-    only from the main thread and only while nobody else handles it (the CLI cancels its run instead)."""
-    global _exit_hooks_installed
-    with _exit_hooks:
-        if not _exit_hooks_installed:
-            atexit.register(stop_all_servers)
-            _exit_hooks_installed = True
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)

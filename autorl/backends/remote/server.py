@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from ...errors import AutoRLError
-from ...serving.vllm_server import bind_error
+from ...serving.ports import bind_error
 from .config import MODELS_DIR, ServeConfig, resolve_token
 
 log = logging.getLogger("autorl")
