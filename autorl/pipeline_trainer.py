@@ -27,13 +27,14 @@ import json
 import logging
 import statistics
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .atomic import atomic_text
 from .config import TrainConfig
 from .errors import AutoRLError
+from .pipeline_state import STATE_FILE, PipelineState
 from .trajectories import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -52,36 +53,6 @@ EvalResult = Sequence[Trajectory | TrajectoryGroup] | Mapping[str, Sequence[Traj
 EvalFn = Callable[["TrainableModel", int, ConfigT], Awaitable[EvalResult]]
 """ART's evaluation function, `await eval_fn(model, step, config)`: trajectories or groups (logged as split
 "val"), or a mapping of split names to them."""
-STATE_FILE = "pipeline_state.json"
-"""The pipeline's state in the model's run directory, written after every step (`PipelineState`)."""
-
-
-@dataclass
-class PipelineState:
-    """What the pipeline has taken, dropped and trained; saved after every step so that a resumed run continues."""
-
-    scenario_offset: int = 0
-    """Scenarios taken from the iterator so far (a resumed run skips them)."""
-    stale_groups: int = 0
-    """Groups dropped because they were sampled more than `max_steps_off_policy` versions before the policy trained."""
-    tied_groups: int = 0
-    """Groups dropped because their rewards tied (zero variance: no learning signal)."""
-    failed_groups: int = 0
-    """Groups dropped because none of their rollouts gave a trajectory (each raised, or the judge failed)."""
-    trained_groups: int = 0
-    """Groups trained on."""
-    staleness: dict[int, int] = field(default_factory=dict)
-    """Trained groups by staleness: the policy versions between the oldest that sampled a group and the one trained."""
-    evaluated_steps: list[int] = field(default_factory=list)
-    """Steps whose evaluation ran."""
-
-    @classmethod
-    def read(cls, path: Path) -> PipelineState:
-        if not path.is_file():
-            return cls()
-        data = json.loads(path.read_text())
-        data["staleness"] = {int(k): v for k, v in data.get("staleness", {}).items()}
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def make_group_rollout_fn(single_rollout_fn: SingleRolloutFn[ScenarioT, ConfigT], n: int = 4) -> RolloutFn:

@@ -19,7 +19,8 @@ import torch
 import autorl as art
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.config import TrainConfig
-from autorl.pipeline_trainer import STATE_FILE, PipelineTrainer
+from autorl.pipeline_state import STATE_FILE
+from autorl.pipeline_trainer import PipelineTrainer
 from autorl.serving.config import ServerConfig
 from autorl.training.loss import clipped_policy_loss
 from autorl.training.sequences import TOKEN_ID_PREFIX
