@@ -72,7 +72,7 @@ async def completions(target, count: int) -> list[str]:
 def test_embedded_judge_and_generator_calls_spread_over_replicas_behind_one_keyed_proxy(tmp_path):
     from autorl.backends.cluster.backend import ClusterBackend
     from autorl.backends.cluster.config import ClusterConfig
-    from autorl.inputs.generation import Generator
+    from autorl.inputs.generator import Generator
     from autorl.serving import embedded
 
     local_starts = VLLMServer.starts

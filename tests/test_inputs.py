@@ -12,7 +12,8 @@ import pytest
 
 from autorl.errors import AutoRLError
 from autorl.inputs.files import GeneratedInputs, read_inputs_jsonl, write_inputs_jsonl
-from autorl.inputs.generation import INPUT_PREFILL, GenerationConfig, Generator, InputGenerationError, generate_inputs
+from autorl.inputs.generation import INPUT_PREFILL, GenerationConfig, generate_inputs
+from autorl.inputs.generator import Generator, InputGenerationError
 from autorl.task import TaskSpec
 from ruler.errors import ModelSpecError
 from tests.helpers.chat_server import FakeOpenAIServer, Reply, is_prompt_request

@@ -156,3 +156,18 @@ def test_no_test_file_imports_another():
         written = set(re.findall(r"^\s*(?:from|import) (test_\w+)", text, re.M))  # in a program's source too
         offenders += [f"{path.name}: {name}" for name in sorted(imported | written) if name.startswith("test_")]
     assert offenders == []
+
+
+MAX_LINES = 400
+"""The most lines a package module may have: past it, a module holds more than one concern a reader takes in at
+once, and its parts go into sibling modules named by what they do."""
+
+
+def test_no_package_module_is_over_max_lines():
+    long = {
+        str(path.relative_to(REPO)): lines
+        for package in ("autorl", "pipelines", "ruler")
+        for path in sorted((REPO / package).rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

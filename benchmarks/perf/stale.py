@@ -111,7 +111,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "structured_output": Measures(
         "benchmarks/perf/perf_structured_output.py",
-        (*SERVING, "autorl/inputs/generation.py", "ruler/prompt.py", "ruler/scores.py"),
+        (*SERVING, "autorl/inputs/generation.py", "autorl/inputs/generator.py", "ruler/prompt.py", "ruler/scores.py"),
     ),
     "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
