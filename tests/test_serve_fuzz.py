@@ -10,6 +10,7 @@ import json
 
 import pytest
 import schemathesis
+import schemathesis.specs.openapi.schemas  # (see below)
 from hypothesis import HealthCheck, settings
 from starlette.testclient import TestClient
 
@@ -25,6 +26,10 @@ from autorl.serving.config import ServerConfig
 from autorl.serving.routes import INFERENCE_ROUTES
 from tests.helpers.chat_server import ChatCompletionServer, completion
 from tests.helpers.remote import MAX_BODY, TOKEN, ScriptedPlacement, register_body
+
+# The module `schemathesis.openapi.from_dict` imports on first use is imported here, at collection: imported in
+# the fixture after other modules' tests (random order), CPython 3.11's parser failed on it with "AST constructor
+# recursion depth mismatch" (pytest rewrites the asserts of plugin packages such as schemathesis as they import).
 
 MAX_ANSWER_BYTES = 64 * 1024
 """No answer of the fuzzed app is larger (its error lines are short, the lists it answers are of one model)."""

@@ -101,7 +101,10 @@ def one_run(
 
 
 def preflight_figures(checks: dict) -> dict:
-    """The judge audit's and the learnability check's figures of a run (`pipelines/stages/preflight.py`)."""
+    """The judge audit's and the learnability check's figures of a run (`pipelines/stages/preflight.py`);
+    `{"off": True}` for a run with `--preflight off`."""
+    if checks.get("off"):
+        return {"off": True}
     audit, signal = checks["audit"], checks["learnability"]
     keep = ("verdict", "groups", "answers", "rejudge_gap", "answer_spread", "reliability", "position_effect",
             "duplicate_gap", "attempts")  # fmt: skip
@@ -153,8 +156,10 @@ def print_table(runs: list[dict]) -> None:
             _cell(r["trained"]),
             f"{r['gain']:+.3f}",
             "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no",
-            r["preflight"]["audit"]["verdict"],
-            "{groups_with_signal}/{groups}".format(**r["preflight"]["learnability"]),
+            "off" if r["preflight"].get("off") else r["preflight"]["audit"]["verdict"],
+            "off"
+            if r["preflight"].get("off")
+            else "{groups_with_signal}/{groups}".format(**r["preflight"]["learnability"]),
             f"{r['sentinel']['kl_to_base']:.3f}",
             f"{r['sentinel']['logprob_vs_base']:+.3f}",
             str(r["steps"]),

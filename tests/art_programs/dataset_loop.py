@@ -44,7 +44,7 @@ async def main(backend: LocalBackend) -> art.TrainableModel:
     model = art.TrainableModel(name="agent", project="art-programs", base_model="embedded:smollm2-135m")
     await model.register(backend)
     start = await model.get_step()
-    for batch in iterate_dataset(WORDS, groups_per_step=2, num_epochs=3, initial_step=start):
+    for batch in iterate_dataset(WORDS, groups_per_step=2, num_epochs=50, initial_step=start):
         if batch.step >= start + STEPS:
             break
         groups = await art.gather_trajectory_groups(
