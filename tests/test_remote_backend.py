@@ -259,6 +259,22 @@ def test_a_client_started_again_with_its_id_gets_the_step_its_killed_self_asked_
     that step (still training when it asks) instead of a second one; a step after it trains as usual."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     run_dir = served.served.backend.run_dir(trainable(tiny_model))
+    # the killed step trains only once its id was asked for again, as a step longer than a client's restart
+    # does: else, on a loaded machine, it could end first, and the restarted client rightly asks for step 2
+    asked_again, asked = threading.Event(), []
+    receive, train_step = served.served.train, served.served.backend.train_step
+
+    async def receiving(name, request, client):
+        asked.append(request.step_id)
+        if asked.count("the_laptops_run-1") == 2:
+            asked_again.set()
+        return await receive(name, request, client)
+
+    async def held_step(*args, **kwargs):
+        assert await asyncio.to_thread(asked_again.wait, 60), "the restarted client never asked for its step"
+        return await train_step(*args, **kwargs)
+
+    served.served.train, served.served.backend.train_step = receiving, held_step
 
     async def killed_mid_step() -> None:
         model = trainable(tiny_model)
