@@ -118,7 +118,11 @@ MEASURES: dict[str, Measures] = {
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_grpo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),  # one_word, uppercase
-    "learning_content_arithmetic": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    **{  # the content tasks at the defaults, one result file per task and seed (learning.py --out)
+        f"learning_content_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
+        for seed in range(3)
+    },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
