@@ -23,9 +23,10 @@ ray = pytest.importorskip("ray")
 GROUP_SIZE = 8
 TASK = ["benchmarks/perf/learning_tasks/one_word.toml", "--judge", "benchmarks.perf.learning_tasks.judges:one_word"]
 SIZES = ["--steps", "2", "--group-size", str(GROUP_SIZE), "--groups-per-step", "2", "--max-tokens", "64",
-         "--eval-samples", "1", "--preflight", "off"]  # fmt: skip
-"""Two steps of two full groups, so that step 2's rollouts are under way when a replica is killed; one answer per
-validation input and no preflight checks, which the replicas serve like any other request (tested elsewhere)."""
+         "--eval-samples", "2", "--preflight", "off"]  # fmt: skip
+"""Two steps of two full groups, so that step 2's rollouts are under way when a replica is killed; two answers per
+validation input (the least eval allows) and no preflight checks, which the replicas serve like any other request
+(tested elsewhere)."""
 
 
 def replica_actors(run: subprocess.Popen) -> set[int]:
