@@ -21,8 +21,9 @@ from typing import Any
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)
 """The opponent's order of cells (0-based) when it has no win and nothing to block: centre, corners, edges."""
-BOARD = re.compile(r"board:\s*([XO.]{9})\b", re.IGNORECASE)
-"""How an input states the starting board (`board: XO..X.O..`)."""
+BOARD = re.compile(r"board:\s*([XO.]{9})(?![XO.])", re.IGNORECASE)
+"""How an input states the starting board (`board: XO..X.O..`: nine cells, then no tenth; a board may end in
+`.`, after which a word boundary does not hold)."""
 CELL = re.compile(r"(?<!\d)([1-9])(?!\d)")
 WIN, DRAW, PER_LEGAL_MOVE, MOST_FOR_MOVES = 1.0, 0.5, 0.2, 0.4
 

@@ -11,7 +11,8 @@ from benchmarks.perf.learning_tasks import judges
 from benchmarks.perf.learning_tasks.judges import json_keys, tictactoe, tool_call
 from examples.tictactoe import opponent_cell, play, show, winner
 
-TASK = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
+ROOT = Path(__file__).resolve().parents[1]
+TASK = ROOT / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
 QUESTION = [{"role": "system", "content": "Convert units."}, {"role": "user", "content": "3 miles in km?"}]
 
 
@@ -239,3 +240,13 @@ def test_a_game_that_fills_the_board_is_a_draw():
     board = "XXOOXX.OO"  # X to move at 7 (cell index 6): no line, and the board is full
     assert winner(board[:6] + "X" + board[7:]) is None
     assert tictactoe([{"role": "user", "content": f"Board: {board}"}, {"role": "assistant", "content": "7"}]) == 0.5
+
+
+def test_every_game_of_the_inputs_file_is_scored_from_its_board():
+    """Boards that end in an empty cell too (9 of the 40 did; a word-boundary pattern missed them: score 0)."""
+    rows = [json.loads(line) for line in (ROOT / "examples" / "tictactoe.jsonl").read_text().splitlines()]
+    for row in rows:
+        board = row["input"].split("Board: ")[1][:9]
+        cell = next(i for i in range(9) if winner(board[:i] + "X" + board[i + 1 :]) == "X" and board[i] == ".")
+        messages = [{"role": "user", "content": row["input"]}, {"role": "assistant", "content": str(cell + 1)}]
+        assert tictactoe(messages) == 1.0, board
