@@ -83,6 +83,7 @@ def one_run(
     variants = record["stages"]["evaluate"]["summary"]["variants"]
     train = record["stages"]["train"]
     history = read_history(home / "runs" / record["name"])
+    history = [h for h in history if "reward" in h and h["step"] <= steps]  # RL's steps, not an SFT warm-up's
     return {
         "task": task,
         "loss": loss,
@@ -93,9 +94,10 @@ def one_run(
         "gain": round(variants["latest"]["mean"] - variants["base"]["mean"], 4),
         "train_s": None if train["cached"] else train["seconds"],  # a cached rerun has not timed it
         "wall_s": round(time.monotonic() - started, 1),
-        "train_reward_first_last": [history[0]["reward"], history[steps - 1]["reward"]],
+        "rl_steps": len(history),  # `steps` less an SFT warm-up's (`-- --sft-file`), which counts as model steps
+        "train_reward_first_last": [history[0]["reward"], history[-1]["reward"]],
         "preflight": preflight_figures(record["stages"]["preflight"]["summary"]),
-        "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history[:steps]),
+        "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history),
         "trained_answers": trained_answers(home, record),
     }
 
