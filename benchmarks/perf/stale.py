@@ -124,6 +124,12 @@ MEASURES: dict[str, Measures] = {
         for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
         for seed in range(3)
     },
+    **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
+        f"learning_content_tictactoe_{warmup}_s0": Measures(
+            "benchmarks/perf/learning.py", ("examples/tictactoe_sft.jsonl", *LEARNING, *EVERYTHING)
+        )
+        for warmup in ("sft", "sft3")
+    },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
