@@ -3,7 +3,8 @@ machine: its judge tokens at LiteLLM's price table for `--judge-as`, its seconds
 not called).
 
     python benchmarks/perf/cost_of_a_run.py RUN [--home HOME] [--judge-as openai/gpt-4.1-mini] [--price-per-hour 0.1]
-    # writes benchmarks/perf/results/cost_of_a_run.json
+        [--out NAME]
+    # writes benchmarks/perf/results/cost_of_a_run.json (--out names another file)
 
 Not a speed measurement: no baseline and no ratio; the figures are the run's own records and LiteLLM's prices.
 """
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=DEFAULT_HOME)
     parser.add_argument("--judge-as", default="openai/gpt-4.1-mini")
     parser.add_argument("--price-per-hour", type=float, default=0.1, help="USD per hour of the machine")
+    parser.add_argument("--out", default="cost_of_a_run", help="the results file's name, without .json")
     args = parser.parse_args()
     record = load_run(args.home, args.run)
     stages = {name: entry["cost"] for name, entry in record["stages"].items() if "cost" in entry}
@@ -56,7 +58,7 @@ def main() -> None:
     print("\n".join(cost_lines(stages, result["total"])))
     usd = result["priced_as"]["usd"]
     print(f"\npriced as {args.judge_as} (LiteLLM) and ${args.price_per_hour}/h: {usd}")
-    print(write_result("cost_of_a_run", result))
+    print(write_result(args.out, result))
 
 
 if __name__ == "__main__":
