@@ -168,10 +168,10 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     assert checks["learnability"]["groups"] == 1 and checks["learnability"]["group_sizes"] == [2]  # step 1's
     audit = checks["audit"]  # step 1's group, then the baseline's one (one validation input)
     assert audit["groups"] == 2 and audit["verdict"] in ("reliable", "noisy", "noise", "uninformative")
-    tied = checks["tied_action"]  # when step 1's group ties: a group for each other training input (--on-tied drop)
-    more = tied["judged"] - checks["learnability"]["groups"] if tied else 0
+    tied = checks["tied_action"]  # when step 1's group ties, a group for every training input (--on-tied drop)
+    sampled = tied["judged"] if tied else checks["learnability"]["groups"]
     inputs_checked = int(checks["inputs_check"]["checked"] > 0)  # (reliable:) the inputs, in one request
-    assert checks["judging"]["groups"] == 1 + 2 * audit["groups"] + audit["failed"] + more + inputs_checked
+    assert checks["judging"]["groups"] == sampled + 2 * audit["groups"] + audit["failed"] + inputs_checked
     judge_line, learnability_line = checks["lines"][:2]  # (the progress lines off a terminal come before them)
     assert learnability_line.startswith("learnability: ")
     assert output.index(judge_line) < output.index(learnability_line) < output.index("step 1/2  reward")
