@@ -1,8 +1,7 @@
 """Worked tic-tac-toe games for an SFT warm-up of `tictactoe.toml` (`--sft-file examples/tictactoe_sft.jsonl`).
 
-The embedded 135M model almost never writes a complete tool call on its own (0 `play` calls in 96 held-out
-games, base or trained by RL alone; docs/learning.md), so RL has nothing to learn from on this task. A few
-worked games teach it the form of a call; which cell wins is still left to RL. Each game is on a board that
+The embedded 135M model almost never writes a complete tool call on its own, so RL alone has nothing to learn
+from on this task (docs/learning.md). Worked games teach it the form of a call; which cell wins is left to RL. Each game is on a board that
 is in neither split of `tictactoe.jsonl`, and its move is a winning cell found by the same rules the judge
 replays, answered by the real `play` tool.
 
