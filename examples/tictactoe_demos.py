@@ -1,9 +1,9 @@
 """Worked tic-tac-toe games for an SFT warm-up of `tictactoe.toml` (`--sft-file examples/tictactoe_sft.jsonl`).
 
 The embedded 135M model almost never writes a complete tool call on its own, so RL alone has nothing to learn
-from on this task (docs/learning.md). Worked games teach it the form of a call; which cell wins is left to RL. Each game is on a board that
-is in neither split of `tictactoe.jsonl`, and its move is a winning cell found by the same rules the judge
-replays, answered by the real `play` tool.
+from on this task (docs/learning.md). Worked games teach it the form of a call; which cell wins is left to RL.
+Each game is on a board that is in neither split of `tictactoe.jsonl`, and its move is a winning cell found
+by the same rules the judge replays, answered by the real `play` tool.
 
     python examples/tictactoe_demos.py [--games 24] [--seed 0] [--out examples/tictactoe_sft.jsonl]
 """
@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import random
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,8 +49,8 @@ def boards(rng: random.Random, taken: set[str]) -> Iterator[str]:
 def game(board: str, system_prompt: str, tools: list[dict]) -> dict:
     """One worked game: the question, a `play` call on a winning cell, the tool's answer, a closing line."""
     cell = winning_cells(board, "X")[0] + 1
-    call = {"id": "call_1", "type": "function", "function": {"name": "play", "arguments": json.dumps(
-        {"board": board, "cell": cell})}}  # fmt: skip
+    arguments = json.dumps({"board": board, "cell": cell})
+    call = {"id": "call_1", "type": "function", "function": {"name": "play", "arguments": arguments}}
     return {
         "messages": [
             {"role": "system", "content": system_prompt},
@@ -71,7 +70,6 @@ async def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "tictactoe_sft.jsonl")
     args = parser.parse_args()
     task = load_task(TASK)
-    system_prompt = tomllib.loads(TASK.read_text())["system_prompt"]
     toolbox = await Toolbox.open(task)
     try:
         tools = toolbox.openai_tools()
@@ -80,7 +78,7 @@ async def main() -> None:
     inputs = [json.loads(line)["input"] for line in (HERE / "tictactoe.jsonl").read_text().splitlines()]
     taken = {BOARD.search(text).group(1) for text in inputs}
     found = boards(random.Random(args.seed), taken)
-    lines = [json.dumps(game(next(found), system_prompt, tools)) for _ in range(args.games)]
+    lines = [json.dumps(game(next(found), task.system_prompt, tools)) for _ in range(args.games)]
     args.out.write_text("".join(line + "\n" for line in lines))
     print(f"wrote {args.games} worked games to {args.out}")
 
