@@ -250,3 +250,18 @@ def test_every_game_of_the_inputs_file_is_scored_from_its_board():
         cell = next(i for i in range(9) if winner(board[:i] + "X" + board[i + 1 :]) == "X" and board[i] == ".")
         messages = [{"role": "user", "content": row["input"]}, {"role": "assistant", "content": str(cell + 1)}]
         assert tictactoe(messages) == 1.0, board
+
+
+def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each_one_wins():
+    """examples/tictactoe_sft.jsonl (examples/tictactoe_demos.py): what `--sft-file` reads, each game a win when
+    the judge replays it, none on a board of the task's inputs."""
+    from pipelines.stages.sft import conversations
+
+    games = conversations(ROOT / "examples" / "tictactoe_sft.jsonl")
+    inputs = (ROOT / "examples" / "tictactoe.jsonl").read_text()
+    assert len(games) == 24
+    for game in games:
+        messages = game.messages()
+        assert tictactoe(messages) == 1.0
+        assert messages[1]["content"].split("Board: ")[1][:9] not in inputs
+        assert [t["function"]["name"] for t in game.tools] == ["play"]
