@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
 import learning
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # about 170 s on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 116-143 s here on 2 cores
 RUN_TIMEOUT_S = 540
 """The run's own limit, inside the test's: a run that hangs ends with its output, not a pytest stack."""
 STEPS = 6

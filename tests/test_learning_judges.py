@@ -9,7 +9,7 @@ import pytest
 from autorl.task import load_task
 from benchmarks.perf.learning_tasks import judges
 from benchmarks.perf.learning_tasks.judges import json_keys, tictactoe, tool_call
-from examples.tictactoe import opponent_cell, play, show, winner
+from examples.tictactoe import opponent_cell, play, show, winner, winning_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
@@ -247,8 +247,8 @@ def test_every_game_of_the_inputs_file_is_scored_from_its_board():
     rows = [json.loads(line) for line in (ROOT / "examples" / "tictactoe.jsonl").read_text().splitlines()]
     for row in rows:
         board = row["input"].split("Board: ")[1][:9]
-        cell = next(i for i in range(9) if winner(board[:i] + "X" + board[i + 1 :]) == "X" and board[i] == ".")
-        messages = [{"role": "user", "content": row["input"]}, {"role": "assistant", "content": str(cell + 1)}]
+        cell = winning_cells(board, "X")[0] + 1
+        messages = [{"role": "user", "content": row["input"]}, {"role": "assistant", "content": str(cell)}]
         assert tictactoe(messages) == 1.0, board
 
 
