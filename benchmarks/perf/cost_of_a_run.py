@@ -1,6 +1,8 @@
 """What a recorded run cost, per stage (its run.json), and what it would have cost with an API judge and a priced
 machine: its judge tokens at LiteLLM's price table for `--judge-as`, its seconds at `--price-per-hour` (priced,
-not called).
+not called); and, at that price, what a point of held-out score gained over the base model cost (the evaluate
+stage's per-input scores of its trained LoRA against the base, as `autorl benchmark` prices a variant: the
+train stage's spending, and the whole run's).
 
     python benchmarks/perf/cost_of_a_run.py RUN [--home HOME] [--judge-as openai/gpt-4.1-mini] [--price-per-hour 0.1]
         [--out NAME]
@@ -15,11 +17,33 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 from _common import write_result
 
+from pipelines.artifacts import ArtifactStore
+from pipelines.benchmark import gain_cost, scoreboard
+from pipelines.benchmark.variants import Cost
 from pipelines.config import DEFAULT_HOME
 from pipelines.costs import added, cost_lines, priced, token_price
 from pipelines.runs import load_run
+
+TRAINED = "latest"
+"""The evaluate stage's name for the run's trained LoRA (its newest checkpoint)."""
+
+
+def per_point(home: Path, record: dict, usd: dict[str, float]) -> list[dict]:
+    """USD per point gained by the trained LoRA over the base on the run's held-out inputs, with the gain's 95%
+    CI, for each cost in `usd` (name: USD); empty when the run has no evaluate stage."""
+    key = record.get("keys", {}).get("evaluate")
+    if key is None:
+        return []
+    frame = pd.read_parquet(ArtifactStore(home / "artifacts").path("evaluate", key) / "scores.parquet")
+    scores = scoreboard.per_input_scores(frame, [gain_cost.BASE, TRAINED])
+    rows = []
+    for name, dollars in usd.items():
+        row = gain_cost.gain_costs(scores, {TRAINED: Cost(usd=dollars)}).iloc[0].to_dict()
+        rows.append({"cost": name, **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}})
+    return rows
 
 
 def main() -> None:
@@ -55,9 +79,17 @@ def main() -> None:
             "usd": {key: round(sum(usd[key] for usd in as_api.values()), 6) for key in ("compute", "api", "total")},
         },
     }
-    print("\n".join(cost_lines(stages, result["total"])))
     usd = result["priced_as"]["usd"]
+    result["per_point_gained"] = per_point(
+        args.home, record, {"train stage": as_api.get("train", {}).get("total", 0.0), "whole run": usd["total"]}
+    )
+    print("\n".join(cost_lines(stages, result["total"])))
     print(f"\npriced as {args.judge_as} (LiteLLM) and ${args.price_per_hour}/h: {usd}")
+    for row in result["per_point_gained"]:
+        print(
+            f"{row['cost']}: ${row['cost_usd']:.4f}, gain {row['gain']:+.3f} [{row['gain_ci_low']:+.3f}, "
+            f"{row['gain_ci_high']:+.3f}], USD per point {row['usd_per_point']:.5f} {row['usd_per_point_ci']}"
+        )
     print(write_result(args.out, result))
 
 

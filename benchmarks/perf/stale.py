@@ -77,6 +77,7 @@ MEASURES: dict[str, Measures] = {
     "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
     "cost_of_a_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
     "cost_of_the_readme_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
+    "cost_of_a_content_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
     "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e
