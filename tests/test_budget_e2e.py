@@ -74,6 +74,8 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
     )
     report = (run_dir / "report.md").read_text()
     assert "## Cost" in report and "--budget-usd 1000" in report
+    per_point = report.split("## Cost per point gained")[1]  # training's and the whole run's USD over the gain
+    assert "| training |" in per_point and "| whole run |" in per_point
 
     # both trackers got every step, read back by their own tools
     from mlflow.tracking import MlflowClient

@@ -20,30 +20,23 @@ from pathlib import Path
 import pandas as pd
 from _common import write_result
 
+from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore
-from pipelines.benchmark import gain_cost, scoreboard
-from pipelines.benchmark.variants import Cost
+from pipelines.benchmark import gain_cost
 from pipelines.config import DEFAULT_HOME
 from pipelines.costs import added, cost_lines, priced, token_price
 from pipelines.runs import load_run
 
-TRAINED = "latest"
-"""The evaluate stage's name for the run's trained LoRA (its newest checkpoint)."""
-
 
 def per_point(home: Path, record: dict, usd: dict[str, float]) -> list[dict]:
     """USD per point gained by the trained LoRA over the base on the run's held-out inputs, with the gain's 95%
-    CI, for each cost in `usd` (name: USD); empty when the run has no evaluate stage."""
+    CI, for each cost in `usd` (what it covers: USD); empty when the run has no evaluate stage."""
     key = record.get("keys", {}).get("evaluate")
     if key is None:
         return []
-    frame = pd.read_parquet(ArtifactStore(home / "artifacts").path("evaluate", key) / "scores.parquet")
-    scores = scoreboard.per_input_scores(frame, [gain_cost.BASE, TRAINED])
-    rows = []
-    for name, dollars in usd.items():
-        row = gain_cost.gain_costs(scores, {TRAINED: Cost(usd=dollars)}).iloc[0].to_dict()
-        rows.append({"cost": name, **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}})
-    return rows
+    frame = pd.read_parquet(ArtifactStore(home / "artifacts").path("evaluate", key) / evaluation.SCORES_FILE)
+    rows = gain_cost.run_gain_costs(frame, usd).to_dict("records")
+    return [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]
 
 
 def main() -> None:

@@ -12,10 +12,13 @@ import pandas as pd
 
 from pipelines.stats import mean_ci
 
+from . import scoreboard
 from .scoreboard import RESULTS, markdown_table
 from .variants import Cost
 
 BASE = "base"
+TRAINED = "latest"
+"""A run's trained LoRA (its newest checkpoint) as its evaluate stage names it."""
 POINT = 0.01
 COLUMNS = ["variant", "cost_usd", "gain", "gain_ci_low", "gain_ci_high", "usd_per_point", "usd_per_point_ci"]
 
@@ -56,6 +59,16 @@ def gain_costs(scores: pd.DataFrame, costs: dict[str, Cost], base: str = BASE) -
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def run_gain_costs(frame: pd.DataFrame, usd: dict[str, float]) -> pd.DataFrame:
+    """A run's trained LoRA against its base model on the evaluate stage's per-input scores (`frame`: input,
+    variant, reward), priced once per cost in `usd` (what the cost covers: USD), that name in a first column
+    `cost`; no rows when the base was not evaluated."""
+    scores = scoreboard.per_input_scores(frame, [BASE, TRAINED])
+    tables = [gain_costs(scores, {TRAINED: Cost(usd=dollars)}) for dollars in usd.values()]
+    rows = [table.assign(cost=name) for name, table in zip(usd, tables, strict=True) if not table.empty]
+    return pd.concat(rows, ignore_index=True)[["cost", *COLUMNS]] if rows else pd.DataFrame(columns=["cost", *COLUMNS])
 
 
 def markdown(table: pd.DataFrame) -> list[str]:

@@ -240,6 +240,28 @@ def _sft_lines(ctx: StageContext) -> list[str]:
     ]
 
 
+def _per_point_section(ctx: StageContext, frame: pd.DataFrame) -> list[str]:
+    """What a point of validation score gained over the base cost (`gain_cost`): the training's USD (SFT
+    warm-up and RL steps) and the whole run's, each over the trained LoRA's mean per-input gain."""
+    from ..benchmark import gain_cost, scoreboard  # the benchmark's modules read runs through the pipeline
+
+    spent = costs.run_costs(ctx)
+    training = sum(spent[stage]["usd"]["total"] for stage in (sft.NAME, train.NAME) if stage in spent)
+    whole = costs.added(list(spent.values()))["usd"]["total"]
+    table = gain_cost.run_gain_costs(frame, {"training": training, "whole run": whole})
+    if table.empty:
+        return []
+    return [
+        "",
+        "## Cost per point gained",
+        "",
+        "USD over the trained model's mean gain over the base on the validation inputs, in points (0.01 of mean",
+        "reward), with the gain's 95% paired-bootstrap interval; none where the gain is not above 0.",
+        "",
+        scoreboard.markdown_table(table),
+    ]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks = preflight.load(ctx)
@@ -306,4 +328,5 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
                 "",
             ]
     lines += costs.report_section(ctx)
+    lines += _per_point_section(ctx, frame)
     return "\n".join(lines) + "\n"
