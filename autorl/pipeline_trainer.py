@@ -10,7 +10,9 @@ checkpoint while the rollouts go on (the next update waits for it, so it evaluat
 Each trajectory records the policy versions (steps) that produced it (`Trajectory.initial_policy_version`,
 `final_policy_version`): every token it holds was sampled by a version between the two. A rollout worker
 does not start a scenario while the policy it would sample is already more than `max_steps_off_policy`
-versions behind the step being trained, so little is sampled only to be dropped. With `max_steps_off_policy`
+versions behind the step being trained, nor while `max_batch_size` x max(1, `max_steps_off_policy`) groups that can still be trained in time
+are in flight or waiting: the steps after the one in progress could not train more before they are too old,
+so only stragglers are sampled only to be dropped. With `max_steps_off_policy`
 > 0 the loss corrects for stale tokens by truncated importance sampling
 (`TrainConfig.importance_sampling_correction`), unless the given `TrainConfig` says otherwise.
 
@@ -162,6 +164,9 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         )  # fmt: skip
         self.max_steps_off_policy, self.max_steps = max_steps_off_policy, max_steps
         self.queue_maxsize = queue_maxsize or max_batch_size * max(1, max_steps_off_policy)
+        self.claim_limit = max_batch_size * max(1, max_steps_off_policy)
+        """Groups in flight or waiting, at most: what the next max(1, max_steps_off_policy) steps can train in time."""
+        self._claims: list[int] = []  # the policy version of each group started and not yet taken off the queue
         self.discard_limit = discard_queue_multiplier * min_batch_size
         self.eval_every_n_steps, self.eval_at_start, self.resume = eval_every_n_steps, eval_at_start, resume
         self.after_step = after_step
@@ -182,7 +187,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         self._done = False
         self._useless_in_a_row = 0  # tied or failed groups since the last usable one
         self._policy: asyncio.Condition | None = None
-        self._queue: asyncio.Queue[TrajectoryGroup | None] | None = None
+        self._queue: asyncio.Queue[tuple[int, TrajectoryGroup] | None] | None = None  # (claimed version, group)
 
     def request_stop(self) -> None:
         """End the pipeline after the step in progress (groups waiting or in flight are not trained)."""
@@ -194,7 +199,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         start = await self.model.get_step()
         self.state = PipelineState.read(self._state_path()) if self.resume and self._state_path() else PipelineState()
         self.policy_version = self._training_step = start
-        self._done = False
+        self._done, self._claims = False, []
         self._policy, self._queue = asyncio.Condition(), asyncio.Queue(maxsize=self.queue_maxsize)
         scenarios = _scenario_iterator(self.scenarios)
         for _ in range(self.state.scenario_offset):  # taken by an earlier run of this model
@@ -222,15 +227,15 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
 
         async def worker() -> None:
             while not self._done:
+                version = await self._claim()
+                if self._done:
+                    return
                 async with lock:
                     scenario = await anext(scenarios, _END)
                     if scenario is _END:
+                        await self._release(version)
                         return
                     self.state.scenario_offset += 1
-                await self._wait_for_policy()
-                if self._done:
-                    return
-                version = self.policy_version
                 group = await self.rollout_fn(self.model, scenario, self.config)
                 if not isinstance(group, TrajectoryGroup):
                     raise AutoRLError(f"rollout_fn returned {type(group).__name__}, expected autorl.TrajectoryGroup")
@@ -239,20 +244,41 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
                         trajectory.initial_policy_version = version
                     if trajectory.final_policy_version is None:
                         trajectory.final_policy_version = self.policy_version
-                await self._queue.put(group)
+                await self._queue.put((version, group))
 
         async with asyncio.TaskGroup() as workers:
             for _ in range(self.num_rollout_workers):
                 workers.create_task(worker())
         await self._queue.put(None)
 
-    async def _wait_for_policy(self) -> None:
+    async def _claim(self) -> int:
         """Hold a worker back while the newest policy is more than `max_steps_off_policy` behind the step being
-        trained: what it sampled would be dropped as stale."""
+        trained, or `claim_limit` groups that can still be trained in time are in flight or waiting: what it
+        sampled would be dropped as stale. Then claim a group of the newest policy (until the training stage
+        takes it off the queue) and return that policy's version. A claim too old to be trained (a straggler)
+        holds no place."""
         async with self._policy:
             await self._policy.wait_for(
-                lambda: self._done or self.policy_version >= self._training_step - self.max_steps_off_policy
+                lambda: (
+                    self._done
+                    or (
+                        self.policy_version >= self._training_step - self.max_steps_off_policy
+                        and self._usable_claims() < self.claim_limit
+                    )
+                )
             )
+            self._claims.append(self.policy_version)
+            return self.policy_version
+
+    def _usable_claims(self) -> int:
+        oldest = self._training_step - self.max_steps_off_policy
+        return sum(version >= oldest for version in self._claims)
+
+    async def _release(self, version: int) -> None:
+        """A claimed group came off the queue (or was never started): a worker may claim another."""
+        async with self._policy:
+            self._claims.remove(version)
+            self._policy.notify_all()
 
     async def _set_policy(self, version: int, training: int) -> None:
         async with self._policy:
@@ -304,14 +330,16 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         stale = ties = 0
         while len(batch) < self.max_batch_size and not self._done:
             if len(batch) < self.min_batch_size:
-                group = await self._queue.get()
+                item = await self._queue.get()
             else:
                 try:
-                    group = self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except asyncio.QueueEmpty:
                     break
-            if group is None:
+            if item is None:
                 return batch, stale, ties, True
+            version, group = item
+            await self._release(version)
             if not group.trajectories:
                 log.warning("PipelineTrainer: a group has no trajectory: %s", (group.exceptions or ["?"])[0])
                 self.state.failed_groups += 1
