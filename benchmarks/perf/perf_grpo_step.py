@@ -28,7 +28,8 @@ Each side runs alone: TRL in a process of its own (this script with `--trl-only`
 holds no server and no model; then each of our serving modes with only its own server alive, started
 and stopped in turn. A side runs one warm-up step (excluded) and then `--steps` (at least 5) measured
 steps; `--rounds` repeats the whole set, every other round in reverse order so that a drift of the
-machine's speed favours no side. Reported: medians and [min, max] of the measured steps of all rounds,
+machine's speed favours no side. Reported: medians and [min, max] of the measured steps of all rounds, each
+round's ratio (TRL's median step over ours in that round; the goal is met only if every round meets it),
 and the fixed costs a run pays once (our server start, TRL's trainer init) with the steps after which
 ours breaks even including them. Each of our steps also reports the trainer's `sampler_logprob_gap`
 (mean |trainer - rollout logprob|), so the two serving modes' fidelity to the trained policy is compared.
@@ -317,6 +318,15 @@ def break_even_steps(ours_fixed: float, ours_step: float, trl_fixed: float, trl_
     return max(1, math.ceil((ours_fixed - trl_fixed) / (trl_step - ours_step)))
 
 
+def per_round_ratios(trl_runs: list[dict], ours: list[tuple[Ours, float]]) -> list[float]:
+    """TRL's median step over ours in each round (its measured steps, the warm-up excluded): a pooled median can
+    hide rounds that disagree."""
+    return [
+        round(statistics.median(trl["steps_s"][1:]) / statistics.median(s["total_s"] for s in side.steps[1:]), 3)
+        for trl, (side, _) in zip(trl_runs, ours, strict=True)
+    ]
+
+
 def main() -> None:
     from autorl.training.trainer import training_dtype
 
@@ -391,8 +401,11 @@ def main() -> None:
             "fixed_s": round(ours_fixed, 1),
             "break_even_steps_vs_trl": break_even_steps(ours_fixed, ours_step, trl_fixed, trl_step),
         }
-        ratios.append(ratio_entry(f"GRPO step, {names[mode]} vs TRL GRPOTrainer", ours_step, trl_step, "s/step", 2.0,
-                                  False, conditions))  # fmt: skip
+        entry = ratio_entry(f"GRPO step, {names[mode]} vs TRL GRPOTrainer", ours_step, trl_step, "s/step", 2.0,
+                            False, conditions)  # fmt: skip
+        entry["per_round"] = per_round_ratios(trl_runs, runs)
+        entry["goal_met_every_round"] = all(r >= 2.0 for r in entry["per_round"])
+        ratios.append(entry)
     before = statistics.median(next(iter(ablation.values())))
     for name, times in list(ablation.items())[1:]:
         ratios.append(ratio_entry(f"trainer update, {name}, vs old defaults",
@@ -423,6 +436,8 @@ def main() -> None:
     path = write_result("grpo_step", result, started)
     print()
     print_table(ratios)
+    for entry in ratios[: len(modes)]:
+        print(f"{entry['name']}: per round {entry['per_round']}")
     for name, costs in fixed_costs.items():
         print(f"{name}: fixed {costs['fixed_s']}s vs TRL's {trl_fixed:.1f}s; breaks even after "
               f"{costs['break_even_steps_vs_trl'] or 'no number of'} steps")  # fmt: skip
