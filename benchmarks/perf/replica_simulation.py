@@ -45,7 +45,9 @@ Then the training phase of a synchronous on-policy step (least-outstanding): the
 trainer runs (`--train-s`, default 30% of the 1-replica rollout makespan) and the new LoRA is published
 (`--publish-s`); step time = rollout makespan + train + publish. Per N: the fraction of a step every replica
 idles for training and publishing, the fraction it idles in all (adding its rollout-phase idle_all), and
-the step's speed-up over one replica. Writes `benchmarks/perf/results/replica_simulation.json`.
+the step's speed-up over one replica; and the steady-state step of a one-step-off pipeline (`--async 1`,
+the trainer on a device of its own: the next step's rollouts run while this step trains and publishes, every
+trained group one version old): max(rollout makespan, train + publish), against the synchronous step. Writes `benchmarks/perf/results/replica_simulation.json`.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ SCENARIOS = {  # name: (slowdown per replica, one replica killed)
     "N=2": ((1.0,) * 2, False),
     "N=4": ((1.0,) * 4, False),
     "N=8": ((1.0,) * 8, False),
+    "N=16": ((1.0,) * 16, False),
     "N=4, one 2x slower": ((2.0, 1.0, 1.0, 1.0), False),
     "N=4, one killed": ((1.0,) * 4, True),
 }
@@ -366,21 +369,25 @@ def main() -> None:
     single = statistics.median(r["makespan_s"] for r in runs["N=1", "least"])
     train_s = args.train_s if args.train_s is not None else 0.3 * single
     training = []
-    for n in (1, 2, 4, 8):
+    for n in (1, 2, 4, 8, 16):
         results = runs[f"N={n}", "least"]
         rollout = statistics.median(r["makespan_s"] for r in results)
         idle_rollout = statistics.median(statistics.mean(r["idle_all"]) for r in results)
         step = rollout + train_s + args.publish_s
+        pipelined = max(rollout, train_s + args.publish_s)
         training.append({
             "replicas": n, "rollout_s": round(rollout, 3), "step_s": round(step, 3),
             "speedup": round((training[0]["step_s"] if training else step) / step, 3),
             "idle_for_training": round((train_s + args.publish_s) / step, 4),
             "idle_in_step": round((idle_rollout * rollout + train_s + args.publish_s) / step, 4),
+            "pipelined_step_s": round(pipelined, 3), "pipelined_vs_sync": round(step / pipelined, 3),
         })  # fmt: skip
     print(f"\ntraining phase (least; train {train_s:.1f} s + publish {args.publish_s:.1f} s per step):")
-    aligned([("replicas", "rollout s", "step s", "speed-up", "idle for training", "idle in step")] + [
+    aligned([("replicas", "rollout s", "step s", "speed-up", "idle for training", "idle in step",
+              "one-step-off step s", "vs synchronous")] + [
         (t["replicas"], f"{t['rollout_s']:.1f}", f"{t['step_s']:.1f}", f"{t['speedup']:.2f}x",
-         f"{t['idle_for_training']:.2f}", f"{t['idle_in_step']:.2f}")
+         f"{t['idle_for_training']:.2f}", f"{t['idle_in_step']:.2f}", f"{t['pipelined_step_s']:.1f}",
+         f"{t['pipelined_vs_sync']:.2f}x")
         for t in training
     ])  # fmt: skip
 
