@@ -4,7 +4,8 @@ against one trainer on the same groups: the same loss and gradient norm (relativ
 figures and the same LoRA (1e-4, a hundredth of one step's Adam update at the learning rate 1e-2) step
 after step, a KL penalty included, and a supervised step. A worker killed between steps: the next step is redone on new workers
 from the newest checkpoint and ends where the one trainer does, with no group lost or trained twice (either
-would move the LoRA by about the learning rate, 100x the tolerance)."""
+would move the LoRA by about the learning rate, 100x the tolerance); a worker Ray killed for memory counts as
+a death too."""
 
 import asyncio
 import importlib.util
@@ -114,6 +115,28 @@ def test_two_trainer_workers_train_as_one_and_redo_a_step_a_killed_worker_cut(
         assert max(float((trained[k] - ours[k]).abs().max()) for k in trained) < 1e-4
     finally:
         workers.close()
+
+
+@needs_ray
+def test_a_worker_killed_for_memory_is_reported_as_its_death_not_as_its_peer_s_broken_collective():
+    """Ray's memory monitor kills a worker's task with `OutOfMemoryError`; its peer's gloo call then fails with
+    "Connection closed by peer". The step must see the death (and redo the step on new workers), whichever
+    failure came first."""
+    import ray
+
+    from autorl.backends.cluster.trainer import _all_or_death
+
+    async def fail(error: BaseException, after_s: float):
+        await asyncio.sleep(after_s)
+        raise error
+
+    async def both() -> None:
+        peer = asyncio.ensure_future(fail(RuntimeError("gloo: Connection closed by peer"), 0.0))
+        killed = asyncio.ensure_future(fail(ray.exceptions.OutOfMemoryError("killed for memory"), 0.05))
+        await _all_or_death([peer, killed])
+
+    with pytest.raises(ray.exceptions.OutOfMemoryError):
+        asyncio.run(both())
 
 
 @needs_ray

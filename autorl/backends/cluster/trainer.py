@@ -108,8 +108,7 @@ class ClusterTrainer:
         """Rank 0's answer to `method(*args)` run on every worker, redone on new workers when one died. After
         any failure the workers are replaced (the next call starts new ones from the newest checkpoint): a
         failed step may have left them apart, one waiting in a collective or holding a part-made update."""
-        import ray
-
+        deaths = _worker_deaths()
         for attempt in range(TRAINER_RESTARTS + 1):
             if not self.actors:
                 self._start()
@@ -117,9 +116,9 @@ class ClusterTrainer:
                 await self._join()
                 calls = [asyncio.ensure_future(getattr(actor, method).remote(*args)) for actor in self.actors]
                 return (await _all_or_death(calls))[0]
-            except ray.exceptions.RayActorError as death:  # ActorUnavailableError too
+            except deaths as death:
                 self._stop()
-                if death.actor_init_failed:  # not a death: the trainer cannot start (its error says why)
+                if getattr(death, "actor_init_failed", False):  # not a death: the trainer cannot start (it says why)
                     raise
                 if attempt == TRAINER_RESTARTS:
                     raise AutoRLError(
@@ -153,19 +152,25 @@ class ClusterTrainer:
         self._stop()
 
 
-async def _all_or_death(calls: list[asyncio.Future]) -> list[Any]:
-    """Every call's result. On a failure, a worker's death (`RayActorError`) is raised rather than what it
-    caused on the others (a rank waiting for it in a collective fails, or waits on), if one is reported within
-    `DEATH_WAIT_S`; else the first failure."""
+def _worker_deaths() -> tuple[type[BaseException], ...]:
+    """How Ray reports a trainer worker's end: its actor died (`RayActorError`, `ActorUnavailableError` too), or
+    Ray's memory monitor killed its task (`OutOfMemoryError`: the actor's process is gone with it)."""
     import ray
 
+    return ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError
+
+
+async def _all_or_death(calls: list[asyncio.Future]) -> list[Any]:
+    """Every call's result. On a failure, a worker's death (`_worker_deaths`) is raised rather than what it
+    caused on the others (a rank waiting for it in a collective fails, or waits on), if one is reported within
+    `DEATH_WAIT_S`; else the first failure."""
     try:
         _, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_EXCEPTION)
         if pending:  # one failed: the others' answers, or their deaths, for a moment
             await asyncio.wait(pending, timeout=DEATH_WAIT_S)
         failures = [c.exception() for c in calls if c.done() and c.exception() is not None]
         if failures:
-            raise next((f for f in failures if isinstance(f, ray.exceptions.RayActorError)), failures[0])
+            raise next((f for f in failures if isinstance(f, _worker_deaths())), failures[0])
         return [c.result() for c in calls]
     finally:
         for call in calls:
