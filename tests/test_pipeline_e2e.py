@@ -294,6 +294,33 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     assert stages["train"]["cached"] is False
 
 
+@pytest.mark.timeout(1200)  # two runs, each with a vLLM start (and first_run when run alone)
+def test_an_async_run_killed_in_step_two_resumes_with_the_same_command(home, first_run):
+    """`--async 1`: SIGKILLed once step 1 is trained and the pipeline's counts saved, the same command trains
+    steps 2 and 3 from step 1's checkpoint, and the counts (`pipeline_state.json`) go on from the first
+    invocation's: every step trained one group (`--groups-per-step 1`), none twice."""
+    args = ("--steps", "3", "--async", "1", "--no-wandb", *PROGRAM_JUDGE)
+    process = autorl(home, "async", *args)
+
+    def counts() -> dict:
+        run_file = home / "runs" / "async" / "run.json"
+        keys = json.loads(run_file.read_text()).get("keys") if run_file.exists() else None
+        state = home / "artifacts" / "train" / keys["train"] / "pipeline_state.json" if keys else None
+        return json.loads(state.read_text()) if state and state.exists() else {}
+
+    children = wait_until(process, lambda: counts().get("trained_groups", 0) >= 1)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert not wait_gone(children, 90), "vLLM processes outlived a SIGKILLed run"
+    before = counts()
+    output = finish(autorl(home, "async", *args))
+    assert "step 3/3" in output and "step 1/3" not in output  # step 1 was not trained again
+    assert steps_in_history(home / "runs" / "async") == [1, 2, 3]
+    after = counts()
+    assert after["trained_groups"] == 3 and after["scenario_offset"] > before["scenario_offset"]
+    assert sum(after["staleness"].values()) == 3 and set(after["staleness"]) <= {"0", "1"}
+
+
 @pytest.mark.timeout(400)  # a server start, then at most 180 s + 90 s of waiting
 def test_ctrl_c_stops_the_run_and_its_server(home):
     process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb", *PROGRAM_JUDGE)
