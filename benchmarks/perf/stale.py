@@ -133,8 +133,9 @@ MEASURES: dict[str, Measures] = {
         for warmup in ("sft", "sft3")
     },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)
-        f"learning_async_capitals_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        f"learning_async{claims}_capitals_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
         for seed in range(3)
+        for claims in ("", "_claims")  # before and after PipelineTrainer's claim limit
     },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
