@@ -10,10 +10,10 @@ checkpoint while the rollouts go on (the next update waits for it, so it evaluat
 Each trajectory records the policy versions (steps) that produced it (`Trajectory.initial_policy_version`,
 `final_policy_version`): every token it holds was sampled by a version between the two. A rollout worker
 does not start a scenario while the policy it would sample is already more than `max_steps_off_policy`
-versions behind the step being trained, nor while `max_batch_size` x max(1, `max_steps_off_policy`) groups that can still be trained in time
-are in flight or waiting: the steps after the one in progress could not train more before they are too old,
-so only stragglers are sampled only to be dropped. With `max_steps_off_policy`
-> 0 the loss corrects for stale tokens by truncated importance sampling
+versions behind the step being trained, nor while `max_batch_size` x max(1, `max_steps_off_policy`) groups
+that can still be trained in time are in flight or waiting (`claim_limit`): the steps after the one in
+progress could not train more before they are too old, so only stragglers are sampled only to be dropped.
+With `max_steps_off_policy` > 0 the loss corrects for stale tokens by truncated importance sampling
 (`TrainConfig.importance_sampling_correction`), unless the given `TrainConfig` says otherwise.
 
 `resume` continues from the model's newest step: the counts, the staleness histogram and how many scenarios
@@ -117,7 +117,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         config: passed to `rollout_fn` and `eval_fn` as is.
         eval_fn: `await eval_fn(model, step, config)` -> trajectories or groups (logged as split "val"), or a
             mapping of split names to them; run on checkpoint `step` every `eval_every_n_steps` steps.
-        num_rollout_workers: scenarios answered at once.
+        num_rollout_workers: scenarios answered at once, at most (no more than `claim_limit` can be in flight).
         min_batch_size, max_batch_size: groups per training step: it starts once `min_batch_size` are in and takes
             those waiting up to `max_batch_size` (default: `min_batch_size`).
         max_steps_off_policy: how many policy versions older than the one being trained a group may be (0: only
