@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .atomic import atomic_text
 from .config import TrainConfig
 from .errors import AutoRLError
+from .pipeline_gate import PolicyGate
 from .pipeline_state import STATE_FILE, PipelineState
 from .trajectories import Trajectory, TrajectoryGroup
 
@@ -166,7 +167,6 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         self.queue_maxsize = queue_maxsize or max_batch_size * max(1, max_steps_off_policy)
         self.claim_limit = max_batch_size * max(1, max_steps_off_policy)
         """Groups in flight or waiting, at most: what the next max(1, max_steps_off_policy) steps can train in time."""
-        self._claims: list[int] = []  # the policy version of each group started and not yet taken off the queue
         self.discard_limit = discard_queue_multiplier * min_batch_size
         self.eval_every_n_steps, self.eval_at_start, self.resume = eval_every_n_steps, eval_at_start, resume
         self.after_step = after_step
@@ -181,13 +181,15 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         if max_steps_off_policy > 0 and "importance_sampling_correction" not in self.train_config.model_fields_set:
             self.train_config = self.train_config.model_copy(update={"importance_sampling_correction": True})
         self.state = PipelineState()
-        self.policy_version = 0
-        """The newest trained step: what the rollouts sample from."""
-        self._training_step = 0  # the step being trained (policy_version + 1 during an update)
+        self._gate = PolicyGate(max_steps_off_policy, self.claim_limit, 0)
         self._done = False
         self._useless_in_a_row = 0  # tied or failed groups since the last usable one
-        self._policy: asyncio.Condition | None = None
         self._queue: asyncio.Queue[tuple[int, TrajectoryGroup] | None] | None = None  # (claimed version, group)
+
+    @property
+    def policy_version(self) -> int:
+        """The newest trained step: what the rollouts sample from."""
+        return self._gate.version
 
     def request_stop(self) -> None:
         """End the pipeline after the step in progress (groups waiting or in flight are not trained)."""
@@ -198,9 +200,8 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         handle_signals: accepted for ART's sake (a Ctrl-C ends the run as any other exception)."""
         start = await self.model.get_step()
         self.state = PipelineState.read(self._state_path()) if self.resume and self._state_path() else PipelineState()
-        self.policy_version = self._training_step = start
-        self._done, self._claims = False, []
-        self._policy, self._queue = asyncio.Condition(), asyncio.Queue(maxsize=self.queue_maxsize)
+        self._gate = PolicyGate(self.max_steps_off_policy, self.claim_limit, start)
+        self._done, self._queue = False, asyncio.Queue(maxsize=self.queue_maxsize)
         scenarios = _scenario_iterator(self.scenarios)
         for _ in range(self.state.scenario_offset):  # taken by an earlier run of this model
             if await anext(scenarios, None) is None:
@@ -227,13 +228,13 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
 
         async def worker() -> None:
             while not self._done:
-                version = await self._claim()
+                version = await self._gate.claim(lambda: self._done)
                 if self._done:
                     return
                 async with lock:
                     scenario = await anext(scenarios, _END)
                     if scenario is _END:
-                        await self._release(version)
+                        await self._gate.release(version)
                         return
                     self.state.scenario_offset += 1
                 group = await self.rollout_fn(self.model, scenario, self.config)
@@ -251,40 +252,6 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
                 workers.create_task(worker())
         await self._queue.put(None)
 
-    async def _claim(self) -> int:
-        """Hold a worker back while the newest policy is more than `max_steps_off_policy` behind the step being
-        trained, or `claim_limit` groups that can still be trained in time are in flight or waiting: what it
-        sampled would be dropped as stale. Then claim a group of the newest policy (until the training stage
-        takes it off the queue) and return that policy's version. A claim too old to be trained (a straggler)
-        holds no place."""
-        async with self._policy:
-            await self._policy.wait_for(
-                lambda: (
-                    self._done
-                    or (
-                        self.policy_version >= self._training_step - self.max_steps_off_policy
-                        and self._usable_claims() < self.claim_limit
-                    )
-                )
-            )
-            self._claims.append(self.policy_version)
-            return self.policy_version
-
-    def _usable_claims(self) -> int:
-        oldest = self._training_step - self.max_steps_off_policy
-        return sum(version >= oldest for version in self._claims)
-
-    async def _release(self, version: int) -> None:
-        """A claimed group came off the queue (or was never started): a worker may claim another."""
-        async with self._policy:
-            self._claims.remove(version)
-            self._policy.notify_all()
-
-    async def _set_policy(self, version: int, training: int) -> None:
-        async with self._policy:
-            self.policy_version, self._training_step = version, training
-            self._policy.notify_all()
-
     async def _training_stage(self, start: int, rollouts: asyncio.Task) -> None:
         step, evaluation = start, None
         try:
@@ -293,10 +260,10 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
                 if batch:
                     if evaluation is not None:  # it answers with checkpoint `step`: no update before it ends
                         await evaluation
-                    await self._set_policy(step, step + 1)
+                    await self._gate.set(step, step + 1)
                     result = await self.backend.train(self.model, batch, config=self.train_config)
                     step = result.step
-                    await self._set_policy(step, step)
+                    await self._gate.set(step, step)
                     metrics = {**result.metrics, **self.step_metrics(step, batch, stale, tied)}
                     await self.model.log(batch, split="train", step=step, metrics=metrics)
                     self._save_state()
@@ -311,8 +278,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         finally:
             self._done = True
             rollouts.cancel()
-            if self._policy is not None:
-                await self._set_policy(self.policy_version, self.policy_version)
+            await self._gate.set(self.policy_version, self.policy_version)
 
     def _save_state(self) -> None:
         """Write `PipelineState` to `STATE_FILE` (after each step and each evaluation), where the backend has a run
@@ -339,7 +305,7 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
             if item is None:
                 return batch, stale, ties, True
             version, group = item
-            await self._release(version)
+            await self._gate.release(version)
             if not group.trajectories:
                 log.warning("PipelineTrainer: a group has no trajectory: %s", (group.exceptions or ["?"])[0])
                 self.state.failed_groups += 1
