@@ -164,9 +164,9 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
             num_rollout_workers, min_batch_size, max_batch_size,
         )  # fmt: skip
         self.max_steps_off_policy, self.max_steps = max_steps_off_policy, max_steps
-        self.queue_maxsize = queue_maxsize or max_batch_size * max(1, max_steps_off_policy)
         self.claim_limit = max_batch_size * max(1, max_steps_off_policy)
         """Groups in flight or waiting, at most: what the next max(1, max_steps_off_policy) steps can train in time."""
+        self.queue_maxsize = queue_maxsize or self.claim_limit
         self.discard_limit = discard_queue_multiplier * min_batch_size
         self.eval_every_n_steps, self.eval_at_start, self.resume = eval_every_n_steps, eval_at_start, resume
         self.after_step = after_step

@@ -174,9 +174,9 @@ def check_run_budget(ctx: StageContext, where: str) -> None:
         check_budget(added(list(run_costs(ctx).values())), config.budget_usd, config.budget_tokens, where)
 
 
-def report_section(ctx: StageContext) -> list[str]:
-    """The report's cost section: per stage and in all, and the budget if one was set."""
-    costs = run_costs(ctx)
+def report_section(ctx: StageContext, costs: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's cost section: per stage (`costs`, the run's `run_costs`) and in all, and the budget if one
+    was set."""
     total = added(list(costs.values()))
     config = ctx.config
     budget = [
@@ -232,4 +232,4 @@ def cost_lines(costs: dict[str, dict[str, Any]], total: dict[str, Any]) -> list[
 
 def budget_report(name: str, stopped: str, ctx: StageContext) -> str:
     """The run's report when its budget stopped it: why, and the cost so far."""
-    return "\n".join([f"# autorl run `{name}`", "", f"**Stopped:** {stopped}.", *report_section(ctx)]) + "\n"
+    return "\n".join([f"# autorl run `{name}`", "", f"**Stopped:** {stopped}.", *report_section(ctx, run_costs(ctx))]) + "\n"

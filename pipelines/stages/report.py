@@ -240,12 +240,12 @@ def _sft_lines(ctx: StageContext) -> list[str]:
     ]
 
 
-def _per_point_section(ctx: StageContext, frame: pd.DataFrame) -> list[str]:
+def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) -> list[str]:
     """What a point of validation score gained over the base cost (`gain_cost`): the training's USD (SFT
-    warm-up and RL steps) and the whole run's, each over the trained LoRA's mean per-input gain."""
+    warm-up and RL steps) and the whole run's (`spent`: the run's `costs.run_costs`), each over the trained
+    LoRA's mean per-input gain."""
     from ..benchmark import gain_cost, scoreboard  # the benchmark's modules read runs through the pipeline
 
-    spent = costs.run_costs(ctx)
     training = sum(spent[stage]["usd"]["total"] for stage in (sft.NAME, train.NAME) if stage in spent)
     whole = costs.added(list(spent.values()))["usd"]["total"]
     table = gain_cost.run_gain_costs(frame, {"training": training, "whole run": whole})
@@ -327,6 +327,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
                 f"**Judge:** {row.explanation}",
                 "",
             ]
-    lines += costs.report_section(ctx)
-    lines += _per_point_section(ctx, frame)
+    spent = costs.run_costs(ctx)
+    lines += costs.report_section(ctx, spent)
+    lines += _per_point_section(spent, frame)
     return "\n".join(lines) + "\n"
