@@ -232,4 +232,7 @@ def cost_lines(costs: dict[str, dict[str, Any]], total: dict[str, Any]) -> list[
 
 def budget_report(name: str, stopped: str, ctx: StageContext) -> str:
     """The run's report when its budget stopped it: why, and the cost so far."""
-    return "\n".join([f"# autorl run `{name}`", "", f"**Stopped:** {stopped}.", *report_section(ctx, run_costs(ctx))]) + "\n"
+    return (
+        "\n".join([f"# autorl run `{name}`", "", f"**Stopped:** {stopped}.", *report_section(ctx, run_costs(ctx))])
+        + "\n"
+    )
