@@ -1,8 +1,12 @@
-"""`autorl run --ray local --replicas 2`: a Ray cluster on this machine, two vLLM replicas of the embedded model
-and the trainer as actors, through a whole pipeline; one replica's process is SIGKILLed while step 2's
-rollouts run, and no rollout is lost.
+"""`autorl run --async 1 --ray local --replicas 2 --trainer-workers 2`: a Ray cluster on this machine, two vLLM
+replicas of the embedded model and two data-parallel trainer workers as actors, with the asynchronous pipeline
+trainer, through a whole pipeline; one replica's process is SIGKILLed while the rollouts after step 1 run, and
+no rollout is lost.
 
 The task brings its system prompt and inputs and a program judges it, so the replicas are the only servers.
+The synchronous loop sends its rollouts through the same replica pool; its handling of a dead replica (a
+request sent again to another, the dead one restarted once) is tested against real HTTP servers in
+test_cluster_routing.py.
 """
 
 import json
@@ -13,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
@@ -24,7 +29,7 @@ GROUP_SIZE = 8
 TASK = ["benchmarks/perf/learning_tasks/one_word.toml", "--judge", "benchmarks.perf.learning_tasks.judges:one_word"]
 SIZES = ["--steps", "2", "--group-size", str(GROUP_SIZE), "--groups-per-step", "2", "--max-tokens", "64",
          "--eval-samples", "2", "--preflight", "off"]  # fmt: skip
-"""Two steps of two full groups, so that step 2's rollouts are under way when a replica is killed; two answers per
+"""Two steps of two full groups, so that later groups' rollouts are under way when a replica is killed; two answers per
 validation input (the least eval allows) and no preflight checks, which the replicas serve like any other request
 (tested elsewhere)."""
 
@@ -33,9 +38,10 @@ def replica_actors(run: subprocess.Popen) -> set[int]:
     return with_command_line(descendants(run.pid), b"ray::ReplicaActor")
 
 
-@pytest.mark.timeout(600)  # ~500 s on 2 cores: two replica starts of one thread each, one restart
-def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
-    command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, "--ray", "local", "--replicas", "2"]
+@pytest.mark.timeout(720)  # two replica starts of one thread each, one restart, two trainer workers
+def test_an_async_two_replica_two_worker_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
+    cluster = ["--async", "1", "--ray", "local", "--replicas", "2", "--trainer-workers", "2"]
+    command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, *cluster]
     run = subprocess.Popen(
         [*command, "--no-wandb", "--home", str(tmp_path), "--name", "ray"],
         stdout=subprocess.PIPE,
@@ -46,12 +52,12 @@ def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path
     servers: set[int] = set()
     killed = None
     try:
-        deadline = time.monotonic() + 480
+        deadline = time.monotonic() + 600
         while run.poll() is None and time.monotonic() < deadline:
             servers |= with_command_line(descendants(run.pid), b"vllm.entrypoints")
-            step_two = list(tmp_path.glob("artifacts/train/*/steps/0002"))
-            if killed is None and step_two and len(actors := replica_actors(run)) == 2:
-                killed = min(actors)  # step 1 is trained and served: step 2's rollouts are under way
+            step_one = list(tmp_path.glob("artifacts/train/*/steps/0001"))
+            if killed is None and step_one and len(actors := replica_actors(run)) == 2:
+                killed = min(actors)  # step 1 is trained: the rollout workers answer the next groups
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.1)
         output, _ = run.communicate(timeout=60)
@@ -65,8 +71,8 @@ def test_a_two_replica_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path
     history = [json.loads(line) for line in (work / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [1, 2]
     assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["0001", "0002"]
-    for group in sorted(work.glob("steps/*/group_*.json")):  # a lost rollout would leave a group short
-        assert len(json.loads(group.read_text())["trajectories"]) == GROUP_SIZE, group
+    for step in sorted(work.glob("trajectories/*.parquet")):  # a lost rollout would leave a group short
+        assert set(pd.read_parquet(step).groupby("input").size()) == {GROUP_SIZE}, step
     assert all(h["exceptions"] == 0 and h["trajectories"] == 2 * GROUP_SIZE for h in history), history
     record = json.loads((tmp_path / "runs" / "ray" / "run.json").read_text())
     assert record["status"] == "done" and record["server_starts"] == 3  # two replicas, one restart

@@ -98,8 +98,20 @@ def one_run(
         "train_reward_first_last": [history[0]["reward"], history[-1]["reward"]],
         "preflight": preflight_figures(record["stages"]["preflight"]["summary"]),
         "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history),
+        "pipeline": pipeline_counts(home, record),
         "trained_answers": trained_answers(home, record),
     }
+
+
+def pipeline_counts(home: Path, record: dict) -> dict | None:
+    """An `--async N` run's group counts (`PipelineTrainer`'s pipeline_state.json): trained groups by staleness
+    (policy versions behind), and those dropped stale or tied; None for a synchronous run."""
+    state = home / "artifacts" / "train" / record["keys"]["train"] / "pipeline_state.json"
+    if not state.exists():
+        return None
+    counts = json.loads(state.read_text())
+    keep = ("trained_groups", "staleness", "stale_groups", "tied_groups", "failed_groups", "scenario_offset")
+    return {k: counts[k] for k in keep}
 
 
 def preflight_figures(checks: dict) -> dict:
