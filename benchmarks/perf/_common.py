@@ -48,8 +48,36 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) clock ticks of all CPUs so far, from /proc/stat's `cpu` line; None where there is none."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])  # guest time is counted in user already
+
+
+_AT_START = (os.getloadavg()[0], cpu_ticks())
+"""The load average and CPU ticks when the benchmark began (it imports this module first)."""
+
+
+def load_during_run() -> dict:
+    """The 1-minute load average when the benchmark began and now, and the share of CPU time the hypervisor
+    stole from this VM in between (/proc/stat): what else was running while it measured."""
+    load, ticks = _AT_START
+    now = cpu_ticks()
+    steal = None
+    if ticks and now and now[1] > ticks[1]:
+        steal = round((now[0] - ticks[0]) / (now[1] - ticks[1]), 4)
+    return {
+        "load_average_1m_at_start": round(load, 2),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "steal_fraction": steal,
+    }
+
+
 def machine() -> dict:
-    """CPU model, cores, memory, the CPU flags that matter for bf16/int8 kernels, package versions, load."""
+    """CPU model, cores, memory, the CPU flags that matter for bf16/int8 kernels, package versions."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
@@ -69,7 +97,6 @@ def machine() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": versions,
-        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
     try:
         import torch
@@ -185,7 +212,7 @@ def write_result(name: str, result: dict, started: float | None = None) -> Path:
     record = {
         **result,
         "commit": commit(),
-        "machine": {**machine(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+        "machine": {**machine(), **load_during_run()},
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if started is not None:
