@@ -89,10 +89,10 @@ MEASURES: dict[str, Measures] = {
     ),
     "judge_replicas": Measures("benchmarks/perf/perf_judge_replicas.py", (*CLUSTER, *SERVING, "ruler/")),
     "replica_simulation": Measures("benchmarks/perf/replica_simulation.py", ("autorl/backends/cluster/routing.py",)),
-    "scaling": Measures(
-        "benchmarks/perf/scaling.py",
-        (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"),
-    ),
+    **{  # the default parts, and the `steps` part alone over 200 steps (memory over a long run)
+        name: Measures("benchmarks/perf/scaling.py", (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"))
+        for name in ("scaling", "scaling_200_steps")
+    },
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
     "sentinel_calibration": Measures("benchmarks/perf/sentinel_calibration.py", ("pipelines/sentinel.py",)),
     "merge_thread": Measures(
@@ -137,6 +137,22 @@ MEASURES: dict[str, Measures] = {
         for seed in range(3)
         for claims in ("", "_claims")  # before and after PipelineTrainer's claim limit
     },
+    **{  # capitals seed 0 with one run default changed (learning.py --out; issue 42's "what each default costs")
+        f"learning_ablation_capitals_{change}_s0": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for change in ("defaults", "lr1e-4", "lr1e-3", "gs4", "gps4", "temp0.7", "maxtok64", "kl0.1", "ontied_warn")
+    },
+    "async_throughput": Measures(
+        "benchmarks/perf/perf_async.py",
+        (
+            *CLUSTER,
+            *SERVING,
+            *LOCAL_BACKEND,
+            *TRAINING,
+            "autorl/pipeline_trainer.py",
+            "autorl/pipeline_gate.py",
+            "pipelines/stages/train.py",
+        ),
+    ),
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
