@@ -106,7 +106,16 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
             assert await model.get_step() == 1
             assert model.get_inference_name() == NAMES[serving][1]
             assert NAMES[serving][1] in served
-            assert await greedy_logprobs() != before  # the server answers with the trained LoRA
+            trained = await greedy_logprobs()
+            assert trained != before  # the server answers with the trained LoRA
+            # merged into the weights inside the server's worker (the default), not written to a file: the file
+            # path serves the same weights
+            assert server.reloads_in_memory()
+            server.config = server.config.model_copy(update={"merged_reload": "files"})
+            for step in (0, 1):  # the resident checkpoint is not reloaded: go through the base
+                await backend.serve_checkpoint(model, step)
+            assert await greedy_logprobs() == pytest.approx(trained, abs=1e-5)
+            server.config = server.config.model_copy(update={"merged_reload": "memory"})
             reply = await client.chat.completions.create(
                 model=model.get_inference_name(), messages=[{"role": "user", "content": "Hi"}], max_tokens=8
             )

@@ -35,6 +35,12 @@ def test_merged_mode_starts_vllm_without_lora_support_and_only_on_loopback(tmp_p
         VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="merged", host="0.0.0.0")).start()
     with pytest.raises(AutoRLError, match="lora_serving"):
         VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(lora_serving="adapter")).load_merged(None)
+    # the worker merges checkpoints in memory (autorl/serving/worker_merge.py), unless files are asked for
+    extension = ["--worker-extension-cls", "autorl.serving.worker_merge.MergedLoraExtension"]
+    merged = command(tmp_path, lora_serving="merged")
+    assert merged[merged.index("--worker-extension-cls") :][:2] == extension
+    assert "--worker-extension-cls" not in command(tmp_path, lora_serving="merged", merged_reload="files")
+    assert "--worker-extension-cls" not in command(tmp_path, lora_serving="adapter")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the in-process executor is a CPU-only option")

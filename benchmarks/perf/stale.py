@@ -75,6 +75,7 @@ MEASURES: dict[str, Measures] = {
         (*SERVING, *LOCAL_BACKEND, *TRAINING, "autorl/backends/run_dir.py", "ruler/"),
     ),
     "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
+    "merged_reload": Measures("benchmarks/perf/perf_merged_reload.py", SERVING),
     "cost_of_a_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
     "cost_of_the_readme_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
     "cost_of_a_content_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
