@@ -140,7 +140,7 @@ MEASURES: dict[str, Measures] = {
     },
     **{  # capitals seed 0 with one run default changed (learning.py --out; issue 42's "what each default costs")
         f"learning_ablation_capitals_{change}_s0": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
-        for change in ("defaults", "lr1e-4", "lr1e-3", "gs4", "gps4", "temp0.7", "maxtok64", "kl0.1", "ontied_warn")
+        for change in ("defaults", "lr1e-4", "lr1e-3", "gs4", "temp0.7", "kl0.1")
     },
     "async_throughput": Measures(
         "benchmarks/perf/perf_async.py",
