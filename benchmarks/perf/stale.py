@@ -138,9 +138,12 @@ MEASURES: dict[str, Measures] = {
         for seed in range(3)
         for claims in ("", "_claims")  # before and after PipelineTrainer's claim limit
     },
-    **{  # capitals seed 0 with one run default changed (learning.py --out; issue 42's "what each default costs")
-        f"learning_ablation_capitals_{change}_s0": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+    **{  # capitals with one run default changed (learning.py --out; issue 42's "what each default costs")
+        f"learning_ablation_capitals_{change}_s{seed}": Measures(
+            "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)
+        )
         for change in ("defaults", "lr1e-4", "lr1e-3", "gs4", "temp0.7", "kl0.1")
+        for seed in range(2)
     },
     "async_throughput": Measures(
         "benchmarks/perf/perf_async.py",
