@@ -12,8 +12,7 @@ of the two ways of `ServerConfig.merged_reload`, alternating in rotated order:
 Both include the pause, the prefix-cache reset and the resume. One warm-up reload each way first (each builds
 its copy of the base weights). After every reload the greedy log-probabilities of a fixed prompt are read: both
 ways must serve the same weights for the same checkpoint, else the run fails. Also recorded: the bytes each way
-moves (the adapter file against the merged model) and this process's RSS (the file path keeps a copy of the base
-weights here).
+moves (the adapter file against the merged model) and this process's RSS after each way's last reload.
 """
 
 from __future__ import annotations
