@@ -145,6 +145,10 @@ MEASURES: dict[str, Measures] = {
         for change in ("defaults", "lr1e-4", "lr1e-3", "gs4", "temp0.7", "kl0.1")
         for seed in range(2)
     },
+    **{  # group size 4 on the other content tasks
+        f"learning_ablation_{task}_gs4_s0": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for task in ("extract_json", "opposites", "arithmetic")
+    },
     "async_throughput": Measures(
         "benchmarks/perf/perf_async.py",
         (
