@@ -64,13 +64,23 @@ def greedy_logprobs(server: VLLMServer) -> list[float]:
     return [t["logprob"] for t in reply.json()["choices"][0]["logprobs"]["content"]]
 
 
+def same(first: list[float], second: list[float]) -> bool:
+    """Whether two reloads served the same weights: their greedy log-probabilities within 1e-5."""
+    return max(abs(a - b) for a, b in zip(first, second, strict=True)) <= 1e-5
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="measured reloads each way")
     args = parser.parse_args()
     began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="autorl-merged-reload-") as home:
+        measure(Path(home), args.reps, began)
+
+
+def measure(home: Path, reps: int, began: float) -> None:
+    """Start the server in `home`, reload the two checkpoints each way, write the result."""
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
-    home = Path(tempfile.mkdtemp(prefix="autorl-merged-reload-"))
     checkpoints = [random_checkpoint(model_dir, home / f"lora{i}", seed=i) for i in range(2)]
     server = VLLMServer(model_dir, "perf", home / "vllm.log", ServerConfig(lora_serving="merged"))
     times: dict[str, list[float]] = {way: [] for way in WAYS}
@@ -78,7 +88,7 @@ def main() -> None:
     rss: dict[str, float] = {}
     try:
         server.start()
-        plan = [(way, False) for way in WAYS] + [(way, True) for way in rotations(WAYS, args.reps)]
+        plan = [(way, False) for way in WAYS] + [(way, True) for way in rotations(WAYS, reps)]
         for index, (way, measured) in enumerate(plan):
             server.config = server.config.model_copy(update={"merged_reload": way})
             checkpoint = index % 2
@@ -90,9 +100,9 @@ def main() -> None:
             logprobs = greedy_logprobs(server)
             expected = served.setdefault((way, checkpoint), logprobs)
             other = served.get(("files" if way == "memory" else "memory", checkpoint))
-            if other is not None and max(abs(a - b) for a, b in zip(other, logprobs, strict=True)) > 1e-5:
+            if other is not None and not same(other, logprobs):
                 raise SystemExit(f"checkpoint {checkpoint}: memory and files serve different weights")
-            if max(abs(a - b) for a, b in zip(expected, logprobs, strict=True)) > 1e-5:
+            if not same(expected, logprobs):
                 raise SystemExit(f"checkpoint {checkpoint} served differently on its second {way} reload")
             if measured:
                 times[way].append(seconds)
@@ -105,13 +115,13 @@ def main() -> None:
         server.stop()
     adapter_mib = (checkpoints[0] / "adapter_model.safetensors").stat().st_size / 2**20
     results = {way: summary(times[way]) for way in WAYS}
-    conditions = f"{os.cpu_count()} cores, the embedded model, {args.reps} reloads each way, rotated"
+    conditions = f"{os.cpu_count()} cores, the embedded model, {reps} reloads each way, rotated"
     rows = [
         ratio_entry("merged checkpoint reload, memory vs files", results["memory"]["median"],
                     results["files"]["median"], "s", None, False, conditions),
     ]  # fmt: skip
     print_table(rows)
-    for round_ in range(args.reps):  # each rotation's pair: rounds that disagree are seen
+    for round_ in range(reps):  # each rotation's pair: rounds that disagree are seen
         pair = {way: times[way][round_] for way in WAYS}
         print(f"round {round_ + 1}: memory {pair['memory']:.3f} s, files {pair['files']:.3f} s")
     path = write_result(
