@@ -37,11 +37,17 @@ class BudgetReached(AutoRLError):
     crossed it, its checkpoint kept; the same command with a higher budget continues it."""
 
 
+def runs_here(model: str) -> bool:
+    """Whether a model's calls are this machine's time, not an API's tokens: the embedded judge (`embedded`),
+    an embedded model named by the generator (`embedded:smollm2-135m`)."""
+    return model == EMBEDDED or model.startswith(f"{EMBEDDED}:")
+
+
 @cache
 def token_price(model: str) -> tuple[float, float] | None:
-    """USD per input and per output token of an API model in LiteLLM's price table; None for the embedded
+    """USD per input and per output token of an API model in LiteLLM's price table; None for an embedded
     model, a `name@URL` server of the user's and a model the table lacks."""
-    if model == EMBEDDED or "@" in model:
+    if runs_here(model) or "@" in model:
         return None
     try:
         from ruler.endpoint import import_litellm
@@ -91,7 +97,7 @@ class Reading:
 def priced(seconds: float, tokens: Counter, price_per_hour: float) -> dict[str, Any]:
     """A cost record: `seconds`, `tokens` per kind (prompt, completion), `tokens_total`, `usd` (`compute`: the
     seconds at `price_per_hour`; `api`: API models' tokens at LiteLLM's prices; `total`) and `unpriced` (models
-    other than the policy and the embedded model whose price is unknown, their tokens in `tokens` only)."""
+    other than the policy and the embedded ones whose price is unknown, their tokens in `tokens` only)."""
     by_kind: dict[str, dict[str, int]] = {}
     api, unpriced = 0.0, set()
     for (kind, model, side), count in sorted(tokens.items()):
@@ -99,7 +105,7 @@ def priced(seconds: float, tokens: Counter, price_per_hour: float) -> dict[str, 
         if kind == "policy" or not count:
             continue
         if (price := token_price(model)) is None:
-            if model != EMBEDDED:
+            if not runs_here(model):
                 unpriced.add(model)
             continue
         api += count * price[0 if side == "prompt" else 1]

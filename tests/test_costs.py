@@ -24,13 +24,15 @@ def test_api_tokens_take_litellm_s_price_and_local_time_the_price_per_hour():
         ("judge", API_JUDGE, "prompt"): 1000, ("judge", API_JUDGE, "completion"): 200,
         ("policy", "my-policy", "prompt"): 5000, ("policy", "my-policy", "completion"): 700,
         ("generator", "embedded", "completion"): 30, ("judge", "mine@http://127.0.0.1:9/v1", "prompt"): 40,
+        ("generator", "embedded:smollm2-135m", "prompt"): 8,
     })  # fmt: skip
     cost = priced(7200.0, tokens, price_per_hour=1.5)
     assert expected > 0 and cost["usd"]["api"] == pytest.approx(expected, abs=1e-6)
     assert cost["usd"]["compute"] == 3.0 and cost["usd"]["total"] == pytest.approx(3.0 + expected, abs=1e-6)
-    assert cost["tokens"]["policy"] == {"prompt": 5000, "completion": 700} and cost["tokens_total"] == 6970
+    assert cost["tokens"]["policy"] == {"prompt": 5000, "completion": 700} and cost["tokens_total"] == 6978
     assert cost["unpriced"] == ["mine@http://127.0.0.1:9/v1"]  # the embedded model and the policy run here
     assert token_price("embedded") is None and token_price("no-such-model-anywhere") is None
+    assert token_price("embedded:smollm2-135m") is None
 
 
 def test_a_meter_reads_what_happened_between_two_points():
