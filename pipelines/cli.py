@@ -210,13 +210,14 @@ def show_command(
 ) -> None:
     """Print a run's stages (cache key, whether cached, time, model calls, figures), its model requests
     (per stage: the judge's and the generator's requests, failures by cause, seconds, tokens) and its cost
-    (per stage: seconds, tokens, USD)."""
-    from pipelines.runs import calls_table, cost_table, load_run, show_table
+    (per stage: seconds, tokens, USD; per training step: the fewest, median and most, and the last step's)."""
+    from pipelines.runs import calls_table, cost_table, load_run, show_table, step_cost_table
 
     try:
         console = Console(width=200)
         console.print(show_table(home, run))
-        for table in (calls_table(load_run(home, run)), cost_table(load_run(home, run))):
+        record = load_run(home, run)
+        for table in (calls_table(record), cost_table(record), step_cost_table(record)):
             if table is not None:
                 console.print(table)
     except USER_ERRORS as exc:
@@ -298,7 +299,7 @@ BENCHMARK_FLAGS = field_flags(
         "variants": {"metavar": "VARIANT"}, "out": {"metavar": "DIR"}, "inputs": {"metavar": "FILE"}, "judge": {},
         "samples": {}, "max_tokens": {}, "home": {"envvar": "AUTORL_HOME"},
         "optimizer": {"rich_help_panel": "+optimized variants"}, "optimizer_budget": {"rich_help_panel": "+optimized variants"},
-        "reflection_model": {"rich_help_panel": "+optimized variants"},
+        "reflection_model": {"rich_help_panel": "+optimized variants"}, "price_per_hour": {"metavar": "USD"},
     },
 )  # fmt: skip
 """The `benchmark` command's options: BenchmarkConfig's fields."""
@@ -316,7 +317,8 @@ def benchmark_command(
 
     Every variant answers every input; a RULER judge scores each input's answers side by side. A
     VARIANT+optimized first has its prompt tuned on the run's train inputs by a DSPy optimizer (--optimizer),
-    the judge as the metric. Each variant's cost (model calls and seconds to make it) is in the table.
+    the judge as the metric. Each variant's cost (model calls, seconds and USD to make it) is in the table, and
+    what this benchmark spent answering and judging is in cost.json.
     Answers, tuned prompts and judge results are cached: a rerun makes no model call. A variant whose
     model cannot be reached is reported as failed and the others finish.
     """
@@ -327,7 +329,12 @@ def benchmark_command(
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))
         result = run_async(run_benchmark(config, err))
     Console(width=200).print(markdown_table(result.results), highlight=False, markup=False)
-    err.print(f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}", highlight=False)
+    spent = result.spent
+    err.print(
+        f"wrote {result.out / (RESULTS + '.md')}; model calls this run: {result.model_calls}, "
+        f"{spent['tokens_total']} tokens, ${spent['usd']['total']:.4f}",
+        highlight=False,
+    )
     try:
         check_finished(result)
     except USER_ERRORS as exc:

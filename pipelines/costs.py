@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from autorl.errors import AutoRLError
 from ruler.calls import CallRecord
-from ruler.endpoint import EMBEDDED
+from ruler.endpoint import EMBEDDED, ModelEndpoint
 
 from .config import STAGES
 
@@ -41,6 +41,13 @@ def runs_here(model: str) -> bool:
     """Whether a model's calls are this machine's time, not an API's tokens: the embedded judge (`embedded`),
     an embedded model named by the generator (`embedded:smollm2-135m`)."""
     return model == EMBEDDED or model.startswith(f"{EMBEDDED}:")
+
+
+def counted_as(endpoint: ModelEndpoint) -> str:
+    """The name a model's tokens are counted under: a LiteLLM model's (priced at its table), `embedded`, or
+    `name@server` for a model on the user's own server (never priced as the API model of the same name; its
+    address is not written)."""
+    return f"{endpoint.model}@server" if endpoint.base_url else endpoint.model
 
 
 @cache

@@ -142,17 +142,19 @@ def test_gepa_rewrites_the_instructions_with_the_reflection_model(home):
     better = "Always answer with the number 42."
 
     def follows_instructions(body: dict) -> dict:
-        return completion(body, "42" if body["messages"][0]["content"] == better else "I am not sure.")
+        return completion(body, "42" if body["messages"][0]["content"] == better else "I am not sure.", (7, 2))
 
     def reflects(body: dict) -> dict:
-        return completion(body, json.dumps({"new_instruction": better}))
+        return completion(body, json.dumps({"new_instruction": better}), (50, 5))
 
     out = home / "bench"
     model, reflection = ChatCompletionServer(follows_instructions), ChatCompletionServer(reflects)
     try:
         variant = f"fake@{model.base_url}+optimized"
         args = ["--variants", variant, "--judge", f"{home / 'judges.py'}:is_42", "--out", str(out)]
-        result = benchmark(home, *args, "--reflection-model", f"reflect@{reflection.base_url}")
+        result = benchmark(
+            home, *args, "--reflection-model", f"reflect@{reflection.base_url}", "--price-per-hour", "3600"
+        )
     finally:
         model.close()
         reflection.close()
@@ -166,6 +168,19 @@ def test_gepa_rewrites_the_instructions_with_the_reflection_model(home):
     assert tuned["calls"]["reflection"] == len(reflection.requests)
     assert results.loc[variant, "cost_calls"] == len(reflection.requests) + len(requests_for(model, TRAIN))
     assert results.loc[variant, "cost_calls"] <= 100  # the default --optimizer-budget
+
+    # priced: every answer's and reflection's tokens as the servers reported them, the seconds at $1 a second
+    tuning, reflections = len(requests_for(model, TRAIN)), len(reflection.requests)
+    spent = tuned["spent"]
+    assert spent["tokens"]["answers"] == {"prompt": 7 * tuning, "completion": 2 * tuning}
+    assert spent["tokens"]["reflection"] == {"prompt": 50 * reflections, "completion": 5 * reflections}
+    assert spent["usd"]["compute"] == pytest.approx(tuned["seconds"], abs=0.01) and spent["usd"]["api"] == 0
+    assert spent["unpriced"] == ["fake@server", "reflect@server"]  # a user's server: no API price, no address
+    assert results.loc[variant, "cost_usd"] == pytest.approx(spent["usd"]["total"])
+    benchmark_spent = json.loads((out / "cost.json").read_text())  # the tuning's and the held-out answers
+    assert benchmark_spent["tokens"]["answers"]["prompt"] == 7 * len(model.requests)
+    assert benchmark_spent["tokens"]["reflection"] == spent["tokens"]["reflection"]
+    assert "## What this benchmark spent" in (out / "results.md").read_text()
 
 
 def test_a_ruler_judge_scores_each_answer_beside_a_reference_answer_of_the_original_prompt(home):

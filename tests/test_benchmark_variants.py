@@ -86,13 +86,18 @@ def test_results_table_averages_answers_per_input_and_flags_failed_variants():
     assert "Connection error" in table.loc["down", "error"]
     wins = win_rates(per_input_scores(frame, ["a", "b", "down"]))
     assert wins.loc["a", "b"] == 1.0 and wins.loc["b", "a"] == 0.0
-    costs = {"b": Cost(96, 41.5, "bootstrap (tuned)"), "down": Cost(None, None, "20 training steps")}
+    costs = {"b": Cost(96, 41.5, "bootstrap (tuned)"), "down": Cost(None, None, "20 training steps", None)}
     table = results_table(frame, outcomes, costs).set_index("variant")
     assert list(table["cost_calls"].fillna(-1)) == [0, 96, -1] and table.loc["b", "cost_s"] == 41.5
-    assert np.isnan(table.loc["down", "cost_s"]) and table.loc["down", "made_by"] == "20 training steps"
+    assert (
+        np.isnan(table.loc["down", "cost_s"])
+        and np.isnan(table.loc["down", "cost_usd"])
+        and table.loc["down", "made_by"] == "20 training steps"
+    )
     markdown = markdown_table(results_table(frame, outcomes, costs))
     assert (
-        "| down | — | — | — | 0 | — | — | 20 training steps | yes | APIConnectionError: Connection error. |" in markdown
+        "| down | — | — | — | 0 | — | — | — | 20 training steps | yes | APIConnectionError: Connection error. |"
+        in markdown
     )
 
 
@@ -196,7 +201,10 @@ def test_a_down_endpoint_fails_alone_and_a_rerun_asks_no_model(home):
         assert wins.loc[fake, f"{fake}+prompt={terse}"] == 0.5 and np.isnan(wins.loc[fake, down])
         assert (out / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         markdown = (out / "results.md").read_text()
-        assert f"| {down} | — | — | 0 | 0 | 0 |  | yes | APIConnectionError" in markdown and "## Win rates" in markdown
+        assert (
+            f"| {down} | — | — | 0 | 0 | 0 | 0.0000 |  | yes | APIConnectionError" in markdown
+            and "## Win rates" in markdown
+        )
 
         again = benchmark(home, *args)  # answers and scores come from the artifact store
         assert again.exit_code == 0, again.output

@@ -28,6 +28,7 @@ from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
 from pipelines.context import Policy, task_rollout
+from pipelines.costs import Meter, counted_as
 from ruler.endpoint import LiteLLMTarget, import_litellm
 from ruler.retry import describe
 
@@ -57,6 +58,16 @@ class Questions:
     embedded_judge: bool = False
     """The judge is the embedded model: its server starts with the first policy server that answers (new
     answers are judged), at the same time instead of after the answers."""
+    meter: Meter = field(default_factory=Meter)
+    """The tokens of every answer made in this process (`answered_as`), for what the benchmark spent."""
+
+
+def answered_as(variant: Variant) -> tuple[str, str]:
+    """How a variant's answer tokens are priced (`pipelines.costs`: kind, model): a run's checkpoint answers on
+    this machine (`policy`, priced by time), an API model at its tokens' price (`answers`)."""
+    if variant.run is not None:
+        return "policy", variant.run.name
+    return "answers", counted_as(variant.api)
 
 
 @dataclass
@@ -174,7 +185,11 @@ class _VariantWork:
     async def _tune(self, rollout: Rollout) -> None:
         toolbox = await self.questions.tools.toolbox()
         tools = toolbox.openai_tools() if toolbox is not None else None
-        await self.questions.optimizer.optimize(self.variant, rollout, tools, self.questions.calls)
+        q = self.questions
+        tokens = await q.optimizer.optimize(self.variant, rollout, tools, q.calls, answered_as(self.variant))
+        for (kind, model, side), count in tokens.items():  # its answers and judge calls are counted as they happen
+            if kind == "reflection":
+                q.meter.tokens[kind, model, side] += count
         self.tune = False
         self._load()
 
@@ -209,18 +224,31 @@ class _VariantWork:
         if v.run is not None:
             name = await v.run.policy.serve_step(v.step)
             config = v.run.config.model_copy(update={"rollout": rollout})
-            return (lambda system, demos, text: v.run.policy.answer(system, text, config, name, demos)), nothing
-        target = v.api.target()
-        if target.api_base:  # an OpenAI-compatible server: the client the policy is asked with
-            endpoint = Model(name=target.name, inference_base_url=target.api_base, inference_api_key=target.api_key)
-            client = endpoint.openai_client()
-            complete, close = openai_completion(client, target.name, rollout), client.close
+
+            async def ask(system_prompt: str, demos: list[dict], text: str) -> Trajectory:
+                return await v.run.policy.answer(system_prompt, text, config, name, demos)
+
+            close = nothing
         else:
-            complete, close = litellm_completion(target, rollout), nothing
+            target = v.api.target()
+            if target.api_base:  # an OpenAI-compatible server: the client the policy is asked with
+                endpoint = Model(name=target.name, inference_base_url=target.api_base, inference_api_key=target.api_key)
+                client = endpoint.openai_client()
+                complete, close = openai_completion(client, target.name, rollout), client.close
+            else:
+                complete, close = litellm_completion(target, rollout), nothing
+
+            async def ask(system_prompt: str, demos: list[dict], text: str) -> Trajectory:
+                q.calls["policy"] += 1
+                return await task_rollout(complete, system_prompt, text, q.tools.task, await q.tools.toolbox(), demos)
+
+        kind, model = answered_as(v)
 
         async def respond(system_prompt: str, demos: list[dict], text: str) -> Trajectory:
-            q.calls["policy"] += 1
-            return await task_rollout(complete, system_prompt, text, q.tools.task, await q.tools.toolbox(), demos)
+            trajectory = await ask(system_prompt, demos, text)
+            metrics = trajectory.metrics
+            q.meter.add(kind, model, metrics.get("prompt_tokens", 0), metrics.get("completion_tokens", 0))
+            return trajectory
 
         return respond, close
 
@@ -252,6 +280,7 @@ def litellm_completion(target: LiteLLMTarget, rollout: RolloutConfig) -> Complet
                 for c in choice.message.tool_calls
             ]
         usage = getattr(response, "usage", None)
-        return Turn(message, choice.finish_reason, getattr(usage, "completion_tokens", 0) or 0)
+        tokens = [getattr(usage, side, 0) or 0 for side in ("completion_tokens", "prompt_tokens")]
+        return Turn(message, choice.finish_reason, *tokens)
 
     return complete

@@ -51,6 +51,10 @@ class BenchmarkConfig(BaseModel):
     reflection_model: str | None = None
     """The model GEPA reflects with (provider/model, name@URL or embedded): it reads judged answers and writes
     new instructions."""
+    price_per_hour: float = Field(0.0, ge=0)
+    """USD per hour of this machine (local models' answers and judging are priced by their seconds); API models'
+    tokens are priced at LiteLLM's price table. Prices what this benchmark spends and what an optimized
+    prompt costs to make; a checkpoint's cost is its training steps' as the run priced them."""
 
     @field_validator("run")
     @classmethod

@@ -20,6 +20,7 @@ import dspy
 from autorl.inputs.checks import SYSTEM_PROMPT_CHARS
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import canonical_json
+from pipelines.costs import counted_as
 from ruler import ruler_score_group
 from ruler.endpoint import ModelEndpoint, use_local_cost_map
 
@@ -114,10 +115,14 @@ class OptimizationSession:
         tools: list[dict] | None,
         loop: asyncio.AbstractEventLoop,
         process_calls: Counter,
+        answered_as: tuple[str, str],
     ):
         self.owner, self.system_prompt, self.rollout, self.tools = owner, system_prompt, rollout, tools
-        self.loop, self.process_calls = loop, process_calls
+        self.loop, self.process_calls, self.answered_as = loop, process_calls, answered_as
         self.calls: Counter = Counter()
+        self.tokens: Counter = Counter()
+        """(kind, model, "prompt" | "completion") -> tokens of this optimization's answers (`answered_as`: the
+        variant's kind and model), judge requests and reflection calls, for `pipelines.costs.priced`."""
         self._answers: dict[str, list[dict[str, Any]]] = {}
         self._scores: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
@@ -134,6 +139,11 @@ class OptimizationSession:
             if kind != "policy":
                 self.process_calls[kind] += number
 
+    def _add_tokens(self, kind: str, model: str, prompt: float, completion: float) -> None:
+        with self._lock:
+            self.tokens[kind, model, "prompt"] += round(prompt)
+            self.tokens[kind, model, "completion"] += round(completion)
+
     def converse(self, system_prompt: str, earlier: list[dict[str, Any]], text: str, tag: str = "") -> list[dict]:
         key = canonical_json([system_prompt, earlier, text, tag])
         with self._lock:
@@ -141,6 +151,8 @@ class OptimizationSession:
                 return self._answers[key]
         trajectory = self._run(self.rollout(system_prompt, earlier, text))
         self._count("policy")
+        metrics = trajectory.metrics
+        self._add_tokens(*self.answered_as, metrics.get("prompt_tokens", 0), metrics.get("completion_tokens", 0))
         conversation = trajectory.messages()[1 + len(earlier) :]
         with self._lock:
             self._answers[key] = conversation
@@ -160,6 +172,13 @@ class OptimizationSession:
         scored = self._run(ruler_score_group(TrajectoryGroup(judged), owner.judge, owner.rubric, task=owner.task))
         attempts = int(scored.trajectories[-1].metrics.get("ruler_attempts", 0))
         self._count("judge", attempts)
+        shares = [t.metrics for t in scored.trajectories]  # RULER splits a request's tokens over the group
+        self._add_tokens(
+            "judge",
+            owner.judge_model,
+            sum(m.get("ruler_prompt_tokens", 0) for m in shares),
+            sum(m.get("ruler_completion_tokens", 0) for m in shares),
+        )
         answer = scored.trajectories[-1]
         result = (float(answer.reward), answer.logs[-1] if answer.logs else "")
         with self._lock:
@@ -238,6 +257,14 @@ class OptimizationSession:
             compiled = optimizer.compile(AgentProgram(self.system_prompt), trainset=pool, valset=selection)
         finally:
             self._count("reflection", len(reflection.history))
+            for call in reflection.history:
+                usage = call.get("usage") or {}
+                self._add_tokens(
+                    "reflection",
+                    counted_as(ModelEndpoint.parse(settings.reflection_model)),
+                    usage.get("prompt_tokens") or 0,
+                    usage.get("completion_tokens") or 0,
+                )
         results = compiled.detailed_results
         best, scores = results.best_idx, results.val_aggregate_scores
         improved = best != 0 and scores[best] > scores[0] + TIE

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from rich.console import Console
@@ -49,6 +50,8 @@ class BenchmarkResult:
     """One row per judged answer: input, variant, reward, answer, explanation."""
     out: Path
     model_calls: int
+    spent: dict[str, Any]
+    """What this invocation spent answering and judging (`pipelines.costs.priced`); 0 where all was cached."""
 
 
 async def run_benchmark(config: BenchmarkConfig, console: Console | None = None) -> BenchmarkResult:
@@ -92,14 +95,17 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
             store,
             console,
             main.name,
+            config.price_per_hour,
         )
     console.print(
         f"benchmark of run [bold]{config.run}[/bold]: {len(variants)} variants x {len(texts)} inputs ({source})"
     )
+    judge_records = getattr(judge, "calls", [])  # a RULER judge's requests; a program judge makes none
     try:
         questions = Questions(
             texts, config.samples, rollout, store, calls, main.policy, optimizer, embedded_judge=judge_spec == EMBEDDED
         )
+        start = questions.meter.reading(judge_records, [])
         answers = await answer_all(variants, questions)
         for label, got in answers.items():
             if got.errors:
@@ -115,6 +121,7 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     finally:
         for run in runs.values():
             await run.policy.aclose()
+    spent = questions.meter.since(start, judge_records, [], config.price_per_hour)
     frame = evaluation.scores_frame(scored)
     outcomes = {v.label: _outcome(answers[v.label], len(texts)) for v in variants}
     results = scoreboard.results_table(frame, outcomes, {v.label: v.cost for v in variants})
@@ -132,11 +139,11 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     tuned = {v.label: (v.optimized, optimizer.paths[v.label]) for v in variants if v.optimized is not None}
     prompts = [optimized_prompt.markdown(label, result, path) for label, (result, path) in tuned.items()]
     per_point = gain_cost.gain_costs(scoreboard.per_input_scores(frame, labels), {v.label: v.cost for v in variants})
-    scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame, prompts)
+    scoreboard.write(out, f"Benchmark of run `{config.run}`", about, results, wins, frame, prompts, spent)
     gain_cost.write(out, per_point)
     if tuned:
         optimized_prompt.write_prompts(out / optimized_prompt.PROMPTS, tuned)
-    return BenchmarkResult(results, wins, frame, out, sum(calls.values()))
+    return BenchmarkResult(results, wins, frame, out, sum(calls.values()), spent)
 
 
 def _groups(variants: list[Variant], texts: list[str], answers: dict[str, Answers]) -> list[TrajectoryGroup]:

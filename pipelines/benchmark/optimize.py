@@ -50,7 +50,9 @@ from rich.console import Console
 
 from autorl.agents.rollout import RolloutConfig
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
+from pipelines.costs import counted_as, priced
 from ruler import Judge, RulerJudge
+from ruler.endpoint import ModelEndpoint
 
 from .dspy_session import OptimizationSession, Rollout
 from .optimized_prompt import OptimizedPrompt
@@ -82,9 +84,12 @@ class PromptOptimizer:
         store: ArtifactStore,
         console: Console,
         run: str,
+        price_per_hour: float = 0.0,
     ):
         self.settings, self.train, self.judge, self.rubric, self.task = settings, train, judge, rubric, task
-        self.store, self.console = store, console
+        self.store, self.console, self.price_per_hour = store, console, price_per_hour
+        self.judge_model = counted_as(ModelEndpoint.parse(judge_identity["judge"]))
+        """The name the judge's tokens are counted under (a program judge makes no model call)."""
         self.relative = compares(judge)
         self.plan = make_plan(settings, train, self.relative, run)
         self.paths: dict[str, Path] = {}
@@ -124,19 +129,25 @@ class PromptOptimizer:
         self._apply(variant, OptimizedPrompt.model_validate_json((self.store.path(STAGE, key) / FILE).read_text()), key)
         return True
 
-    async def optimize(self, variant: Variant, rollout: Rollout, tools: list[dict] | None, calls: Counter) -> None:
-        """Tune `variant`'s prompt with answers from `rollout` (the variant's model through the agent loop);
-        cache the outcome and give it to the variant. `calls` counts this process's model calls."""
+    async def optimize(
+        self, variant: Variant, rollout: Rollout, tools: list[dict] | None, calls: Counter, answered_as: tuple[str, str]
+    ) -> Counter:
+        """Tune `variant`'s prompt with answers from `rollout` (the variant's model through the agent loop,
+        its tokens priced as `answered_as`: kind, model); cache the outcome, priced, and give it to the variant.
+        `calls` counts this process's model calls. Returns the optimization's tokens (`OptimizationSession.tokens`)."""
         key = self.key(variant)
         self.console.print(f"variant {variant.label}: tuning its prompt ({self.settings.optimizer})", highlight=False)
-        session = OptimizationSession(self, variant.system_prompt, rollout, tools, asyncio.get_running_loop(), calls)
+        loop = asyncio.get_running_loop()
+        session = OptimizationSession(self, variant.system_prompt, rollout, tools, loop, calls, answered_as)
         started = time.monotonic()
         result = await asyncio.to_thread(session.optimize)
         result.seconds = round(time.monotonic() - started, 2)
         result.calls = dict(session.calls)
+        result.spent = priced(result.seconds, session.tokens, self.price_per_hour)
         with self.store.write(STAGE, key, {"variant": variant.identity, "optimizer": self.settings.optimizer}) as out:
             (out / FILE).write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
         self._apply(variant, result, key)
+        return session.tokens
 
     def _apply(self, variant: Variant, result: OptimizedPrompt, key: str) -> None:
         self.paths[variant.label] = self.store.path(STAGE, key) / FILE

@@ -38,11 +38,15 @@ class OptimizedPrompt(BaseModel):
     calls: dict[str, int]
     """Model calls made, by kind: policy (the variant's answers), judge, reflection."""
     seconds: float
+    spent: dict[str, Any] | None = None
+    """What making it cost (`pipelines.costs.priced`: its answers', judge's and reflection's tokens, its seconds
+    at the `--price-per-hour` of the benchmark that made it); None in an artifact made before autorl priced it."""
 
     @property
     def cost(self) -> Cost:
         outcome = "tuned" if self.improved else "kept the original"
-        return Cost(sum(self.calls.values()), self.seconds, f"{self.optimizer} ({outcome})")
+        usd = self.spent["usd"]["total"] if self.spent is not None else None
+        return Cost(sum(self.calls.values()), self.seconds, f"{self.optimizer} ({outcome})", usd)
 
     def summary(self) -> str:
         """One line: what the optimizer found, on what, at what cost."""

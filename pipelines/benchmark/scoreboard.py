@@ -3,8 +3,10 @@ chart, and their files."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -18,7 +20,21 @@ from pipelines.evaluation import summarize
 from .variants import Cost
 
 RESULTS, WINRATES, SCORES, CHART = "results", "winrates.csv", "scores.csv", "scores.png"
-COLUMNS = ["variant", "mean", "ci_low", "ci_high", "n", "cost_calls", "cost_s", "made_by", "failed", "error"]
+COLUMNS = [
+    "variant",
+    "mean",
+    "ci_low",
+    "ci_high",
+    "n",
+    "cost_calls",
+    "cost_s",
+    "cost_usd",
+    "made_by",
+    "failed",
+    "error",
+]
+SPENT = "cost.json"
+"""What the benchmark itself spent answering and judging (`pipelines.costs.priced`), beside results.md."""
 TIE = 1e-9
 """Per-input scores closer than this count as a tie."""
 
@@ -86,6 +102,7 @@ def results_table(
                 "n": int(s.get("inputs", 0)),
                 "cost_calls": cost.calls,
                 "cost_s": np.nan if cost.seconds is None else cost.seconds,
+                "cost_usd": np.nan if cost.usd is None else cost.usd,
                 "made_by": cost.made_by,
                 "failed": failed,
                 "error": error,
@@ -144,9 +161,11 @@ def write(
     wins: pd.DataFrame,
     scores: pd.DataFrame,
     prompts: list[str] | None = None,
+    spent: dict[str, Any] | None = None,
 ) -> None:
     """results.md, results.csv, winrates.csv, scores.csv (every judged answer) and scores.png into `out`;
-    `prompts` are results.md's sections on optimized prompts."""
+    `prompts` are results.md's sections on optimized prompts; `spent`, what the benchmark spent answering and
+    judging, goes into cost.json and its own section."""
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / f"{RESULTS}.csv", index=False)
     wins.to_csv(out / WINRATES)
@@ -156,9 +175,10 @@ def write(
         **{
             "95% CI": [_interval(r.ci_low, r.ci_high) for r in results.itertuples()],
             "cost (s)": [_seconds(r.cost_s) for r in results.itertuples()],
+            "cost (USD)": [_usd(r.cost_usd) for r in results.itertuples()],
         }
     ).rename(columns={"cost_calls": "cost (calls)", "made_by": "made by"})
-    columns = ["variant", "mean", "95% CI", "n", "cost (calls)", "cost (s)", "made by", "failed", "error"]
+    columns = ["variant", "mean", "95% CI", "n", "cost (calls)", "cost (s)", "cost (USD)", "made by", "failed", "error"]
     lines = [
         f"# {title}",
         "",
@@ -166,8 +186,9 @@ def write(
         "",
         markdown_table(shown[columns]),
         "",
-        "Cost: the model calls and seconds it took to make a variant (a checkpoint's training steps, an optimized",
-        "prompt's optimizer, both for an optimized checkpoint); answering these inputs is not counted.",
+        "Cost: the model calls, seconds and USD it took to make a variant (a checkpoint's training steps, as its run",
+        "priced them; an optimized prompt's optimizer; both for an optimized checkpoint); answering these inputs is",
+        "not counted there (see what this benchmark spent).",
         "",
         f"![mean score per variant]({CHART})",
         "",
@@ -178,13 +199,34 @@ def write(
         "",
         markdown_table(wins, index=True),
     ]
+    if spent is not None:
+        (out / SPENT).write_text(json.dumps(spent, indent=2) + "\n", encoding="utf-8")
+        lines += ["", "## What this benchmark spent", "", *spent_lines(spent)]
     if prompts:
         lines += ["", "## Optimized prompts", "", *"\n\n".join(prompts).splitlines()]
     (out / f"{RESULTS}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def spent_lines(spent: dict[str, Any]) -> list[str]:
+    """What the benchmark spent, in words: seconds, tokens by kind, USD; cached answers and judgements cost 0."""
+    kinds = ", ".join(f"{kind} {sum(sides.values())}" for kind, sides in spent["tokens"].items()) or "none"
+    usd = spent["usd"]
+    lines = [
+        f"This invocation answered and judged for {spent['seconds']:.0f} s; tokens: {kinds}; "
+        f"${usd['total']:.4f} (this machine's time ${usd['compute']:.4f}, API tokens ${usd['api']:.4f}). "
+        "What came from the cache cost nothing again."
+    ]
+    if unpriced := spent.get("unpriced"):
+        lines.append(f"Not in LiteLLM's price table, so counted in tokens only: {', '.join(unpriced)}.")
+    return lines
+
+
 def _seconds(value: float) -> str:
     return "—" if np.isnan(value) else f"{value:.0f}"
+
+
+def _usd(value: float) -> str:
+    return "—" if np.isnan(value) else f"{value:.4f}"
 
 
 def _interval(low: float, high: float) -> str:

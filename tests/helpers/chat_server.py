@@ -62,11 +62,15 @@ class ChatCompletionServer:
         self.httpd.server_close()
 
 
-def completion(body: dict, content: str) -> dict:
-    """A chat completion of the model `body` asks for, answering `content`."""
+def completion(body: dict, content: str, usage: tuple[int, int] | None = None) -> dict:
+    """A chat completion of the model `body` asks for, answering `content`; `usage`: the (prompt, completion)
+    tokens it reports, if any."""
     message = {"role": "assistant", "content": content}
     choice = {"index": 0, "message": message, "finish_reason": "stop"}
-    return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
+    reply = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
+    if usage is not None:
+        reply["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+    return reply
 
 
 def is_prompt_request(body: dict) -> bool:
