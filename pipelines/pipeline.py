@@ -38,7 +38,7 @@ from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
 from .run_lock import run_locks
-from .stages import STAGE_MODULES, sft
+from .stages import STAGE_MODULES, sft, train_costs
 
 RUN_FILE = "run.json"
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
@@ -213,11 +213,14 @@ def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: Sta
 
 
 def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
-    """Each stage's cost (`pipelines.costs.run_costs`) into its entry, and their sum as the run's."""
+    """Each stage's cost (`pipelines.costs.run_costs`) into its entry, and their sum as the run's; the train
+    entry also gets each step's (`train_costs.step_costs`: they add up to its cost)."""
     per_stage = costs.run_costs(ctx)
     for stage, entry in record["stages"].items():
         if stage in per_stage:
             entry["cost"] = per_stage[stage]
+    if "train" in per_stage and "train" in record["stages"]:
+        record["stages"]["train"]["step_costs"] = train_costs.step_costs(ctx)
     record["cost"] = costs.added(list(per_stage.values()))
 
 

@@ -141,3 +141,19 @@ def cost_table(record: dict[str, Any]) -> Table | None:
     if record.get("status") == "budget":
         table.caption = record.get("stopped", "stopped by its budget")
     return table
+
+
+def step_cost_table(record: dict[str, Any]) -> Table | None:
+    """What each training step cost (run.json's train `step_costs`), in a few rows however many steps ran
+    (`train_costs.step_cost_summary`); None for a run with no priced step."""
+    from .stages.train_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
+
+    if not (steps := record.get("stages", {}).get("train", {}).get("step_costs")):
+        return None
+    title, rows = step_cost_summary(steps)
+    table = Table(title=title, caption=STEP_COST_NOTE)
+    for column in STEP_COST_COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table

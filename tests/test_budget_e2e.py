@@ -72,8 +72,10 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
     assert done["cost"]["tokens_total"] == sum(
         stage["cost"]["tokens_total"] for stage in stages.values() if "cost" in stage
     )
+    per_step = stages["train"]["step_costs"]  # each step's, in the order trained
+    assert [c["step"] for c in per_step] == [1, 2, 3] and per_step[0]["tokens_total"] == step_one["tokens_total"]
     report = (run_dir / "report.md").read_text()
-    assert "## Cost" in report and "--budget-usd 1000" in report
+    assert "## Cost" in report and "--budget-usd 1000" in report and "Cost per training step (3 steps):" in report
     per_point = report.split("## Cost per point gained")[1]  # training's and the whole run's USD over the gain
     assert "| training |" in per_point and "| whole run |" in per_point
 
@@ -84,6 +86,7 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
     (mlflow_run,) = client.search_runs([client.get_experiment_by_name("autorl").experiment_id])
     assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/reward")) == [1, 2, 3]
+    assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/cost/usd")) == [1, 2, 3]
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert sorted({e.step for e in events.Scalars("train/reward")}) == [1, 2, 3]

@@ -152,6 +152,8 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     assert len(calls) == 10 and train_costs.training_cost(ctx, 7)[0] == sum(
         calls
     )  # the benchmark's calls count them too
+    per_step = [(cost["step"], "dropped" in cost) for cost in train_costs.step_costs(ctx)]  # run.json's, in order
+    assert per_step == [(2, True), (3, True), (4, True), *((n, False) for n in range(1, 8))]
     section = "\n".join(report._sentinel_section(train_sentinel.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 

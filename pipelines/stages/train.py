@@ -42,7 +42,7 @@ from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
 from . import inputs, sft, system_prompt
-from .train_costs import GROUP_COST, STEP_COST, group_cost, step_cost
+from .train_costs import GROUP_COST, STEP_COST, cost_metrics, group_cost, step_cost
 from .train_sentinel import act_on_drift, adjusted_config, sentinel_actions
 
 NAME = "train"
@@ -180,7 +180,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
         step_span.end({"autorl.reward": metrics["reward"], "autorl.usd": cost["spent"]["usd"]["total"]})
-        ctx.tracker.log(metrics, step)
+        ctx.tracker.log({**metrics, **cost_metrics(cost["spent"])}, step)
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
             f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "

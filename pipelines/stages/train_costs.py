@@ -1,11 +1,13 @@
 """What each training step took, as the train stage records it: a saved group's own cost (`GROUP_COST` in its
 metadata), a step's (`STEP_COST` in its directory: its seconds and model calls, its groups made earlier
 included) and what training up to a checkpoint took (`training_cost`, which `autorl benchmark`'s cost column
-reads). Apart from `train` so the step loop reads on its own."""
+reads); and each step's spending where a user reads it (`step_costs` in run.json, `step_cost_summary` in `autorl
+show` and the report, `cost_metrics` in the trackers). Apart from `train` so the step loop reads on its own."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,19 +43,73 @@ def step_cost(seconds: float, calls: Counter, made_earlier: list[dict[str, Any]]
     return {"seconds": round(seconds + earlier_s, 2), "model_calls": {k: v for k, v in total.items() if v}}
 
 
+def step_dirs(work: Path, step: int) -> list[tuple[Path, bool]]:
+    """The step directories whose work training up to checkpoint `step` took, in the order trained, each with
+    whether a rollback dropped it: those rollbacks dropped on the way (trained, paid for, then trained again),
+    then steps 1..`step` (as `costs.steps_cost` counts them)."""
+    return [
+        *((path, True) for path in dropped_step_dirs(work, step)),
+        *((work / "steps" / checkpoint_name(n), False) for n in range(1, step + 1)),
+    ]
+
+
 def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
-    """Model calls and seconds that training up to checkpoint `step` took (its steps' `STEP_COST` records, and
-    those of the steps rollbacks dropped on the way, as `costs.steps_cost` counts them); None when a step has no
-    record (a run trained before autorl wrote them)."""
-    work = ctx.policy.run_dir
+    """Model calls and seconds that training up to checkpoint `step` took (the `STEP_COST` records of its
+    `step_dirs`); None when a step has no record (a run trained before autorl wrote them)."""
     calls, seconds = 0, 0.0
-    for step_dir in [
-        *dropped_step_dirs(work, step),
-        *(work / "steps" / checkpoint_name(n) for n in range(1, step + 1)),
-    ]:
+    for step_dir, _ in step_dirs(ctx.policy.run_dir, step):
         if not (path := step_dir / STEP_COST).exists():
             return None
         record = json.loads(path.read_text())
         calls += sum(record["model_calls"].values())
         seconds += record["seconds"]
     return calls, seconds
+
+
+def step_costs(ctx: RunArtifacts) -> list[dict[str, Any]]:
+    """What each training step spent, for a user reading a run step by step (run.json's train `step_costs`,
+    `autorl show`, the report): `step`, `seconds`, `tokens_total` and `usd_total` of its `STEP_COST`'s `spent`,
+    in the order trained (`step_dirs` of the newest checkpoint, as the stage's cost counts them: these add up to
+    it), a step a rollback dropped marked `dropped`; a step without `spent` (trained before autorl priced steps,
+    an SFT warm-up step) is left out."""
+    from .train import last_step, steps_done  # train imports this module
+
+    costs = []
+    for step_dir, dropped in step_dirs(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx))):
+        path = step_dir / STEP_COST
+        if path.exists() and "spent" in (record := json.loads(path.read_text())):
+            spent = record["spent"]
+            costs.append({
+                "step": int(step_dir.name), "seconds": spent["seconds"], "tokens_total": spent["tokens_total"],
+                "usd_total": spent["usd"]["total"], **({"dropped": True} if dropped else {}),
+            })  # fmt: skip
+    return costs
+
+
+STEP_COST_COLUMNS = ("steps", "seconds", "tokens", "total USD")
+"""The columns of `step_cost_summary`'s rows."""
+
+STEP_COST_NOTE = "min, median and max: of each column on its own, not one step's"
+"""What `step_cost_summary`'s first rows are, said under them."""
+
+
+def step_cost_summary(costs: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """`step_costs` in a few rows that stay short for a run of many steps: a title, and the fewest, median and
+    most seconds, tokens and USD over the steps (each column on its own) and the last step's, formatted
+    (`STEP_COST_COLUMNS`, `STEP_COST_NOTE`); what `autorl show` and the report print."""
+    dropped = sum(1 for cost in costs if cost.get("dropped"))
+    again = f", {dropped} of them dropped by a rollback and trained again" if dropped else ""
+    title = f"cost per training step ({len(costs)} steps{again})"
+    columns = ("seconds", "tokens_total", "usd_total")
+    rows = [
+        (name, *(pick([cost[column] for cost in costs]) for column in columns))
+        for name, pick in (("min", min), ("median", statistics.median), ("max", max))
+    ]
+    rows.append((f"last (step {costs[-1]['step']})", *(costs[-1][column] for column in columns)))
+    return title, [(name, f"{s:.1f}", f"{t:.0f}", f"{usd:.4f}") for name, s, t, usd in rows]
+
+
+def cost_metrics(spent: dict[str, Any]) -> dict[str, float]:
+    """A step's spending (`STEP_COST`'s `spent`) as tracker metrics, beside its reward and loss: `cost/usd`
+    (total), `cost/tokens` (every kind) and `cost/seconds`."""
+    return {"cost/usd": spent["usd"]["total"], "cost/tokens": spent["tokens_total"], "cost/seconds": spent["seconds"]}
