@@ -16,6 +16,10 @@ progress could not train more before they are too old, so only stragglers are sa
 With `max_steps_off_policy` > 0 the loss corrects for stale tokens by truncated importance sampling
 (`TrainConfig.importance_sampling_correction`), unless the given `TrainConfig` says otherwise.
 
+With tracing on (`autorl.tracing`) each step is an `autorl.step` span (the step, its mean reward) from the moment
+its batch is in to the end of `after_step`, with the update's `autorl.update` span under it (`backend.train`'s);
+the rollouts run ahead of the step that trains them, so their spans sit under the span current at `train()`.
+
 `resume` continues from the model's newest step: the counts, the staleness histogram and how many scenarios
 were taken are kept in the run directory (`STATE_FILE`), so a resumed run skips the scenarios it took before
 (groups in flight when it stopped are not trained) and counts on. What it dropped, and how stale what it
@@ -33,6 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from . import tracing
 from .atomic import atomic_text
 from .config import TrainConfig
 from .errors import AutoRLError
@@ -260,17 +265,19 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
                 if batch:
                     if evaluation is not None:  # it answers with checkpoint `step`: no update before it ends
                         await evaluation
-                    await self._gate.set(step, step + 1)
-                    result = await self.backend.train(self.model, batch, config=self.train_config)
-                    step = result.step
-                    await self._gate.set(step, step)
-                    metrics = {**result.metrics, **self.step_metrics(step, batch, stale, tied)}
-                    await self.model.log(batch, split="train", step=step, metrics=metrics)
-                    self._save_state()
-                    if self.eval_fn is not None and self.eval_every_n_steps and step % self.eval_every_n_steps == 0:
-                        evaluation = asyncio.create_task(self._evaluate(step))
-                    if self.after_step is not None:
-                        await self.after_step(step, batch, metrics)
+                    with tracing.span("autorl.step", {"autorl.step": step + 1}) as span:
+                        await self._gate.set(step, step + 1)
+                        result = await self.backend.train(self.model, batch, config=self.train_config)
+                        step = result.step
+                        await self._gate.set(step, step)
+                        metrics = {**result.metrics, **self.step_metrics(step, batch, stale, tied)}
+                        tracing.set_attributes(span, {"autorl.reward": metrics.get("reward")})
+                        await self.model.log(batch, split="train", step=step, metrics=metrics)
+                        self._save_state()
+                        if self.eval_fn is not None and self.eval_every_n_steps and step % self.eval_every_n_steps == 0:
+                            evaluation = asyncio.create_task(self._evaluate(step))
+                        if self.after_step is not None:
+                            await self.after_step(step, batch, metrics)
                 if ended or not batch:
                     break
             if evaluation is not None:

@@ -4,9 +4,11 @@ spans with `gen_ai.*` attributes, `execute_tool NAME`), sent over OTLP/HTTP.
 
 Off by default: `configure(endpoint)` (`--otlp-endpoint URL`, or the standard `OTEL_EXPORTER_OTLP_ENDPOINT` /
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables) turns it on. Off, `span` returns one shared no-op context and
-imports nothing. Every string attribute goes through `autorl.redaction.redact_text` (no URL's credentials),
-and none holds a key. Where openinference-instrumentation-openai is installed, the OpenAI clients of a user's
-rollout code are traced too (OpenInference's spans, under the current span).
+imports nothing. Where openinference-instrumentation-openai is installed, the OpenAI clients of a user's rollout
+code are traced too (OpenInference's LLM spans, under the current span): they hold a request's body and a failed
+call's error text, never the client's API key or headers. Every string a span exports, autorl's attributes and
+OpenInference's alike, goes through `autorl.redaction.redact_text` on its way out (`autorl.span_redaction`): no
+URL's credentials, no `Authorization` header's value, no value of a secret-named field.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 import ruler.tracing
 
 from .errors import AutoRLError
-from .redaction import redact_text
 
 SERVICE = "autorl"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -43,6 +44,8 @@ def configure(endpoint: str | None = None, exporter: Any = None) -> bool:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        from .span_redaction import RedactingProcessor
     except ImportError:
         raise AutoRLError(
             "tracing (--otlp-endpoint, OTEL_EXPORTER_OTLP_ENDPOINT) needs opentelemetry-sdk and "
@@ -53,12 +56,13 @@ def configure(endpoint: str | None = None, exporter: Any = None) -> bool:
         resource=Resource.create({"service.name": SERVICE, "openinference.project.name": SERVICE})
     )
     if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        processor = SimpleSpanProcessor(exporter)
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # an explicit URL is the traces endpoint itself; otherwise the exporter reads the variables
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint or None)))
+        processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint or None))
+    provider.add_span_processor(RedactingProcessor(processor))  # every span redacted before it is exported
     _state.update(provider=provider, tracer=provider.get_tracer("autorl"))
     ruler.tracing.set_tracer(_state["tracer"])
     try:
@@ -97,6 +101,15 @@ def kind(name: str) -> dict[str, str]:
     return {"openinference.span.kind": KINDS.get(name.split(" ", 1)[0], "CHAIN")}
 
 
+def current() -> Any:
+    """The span current here (a no-op one where none is), to add attributes to; None when tracing is off."""
+    if not enabled():
+        return None
+    from opentelemetry import trace
+
+    return trace.get_current_span()
+
+
 def set_attributes(span: Any, attributes: dict[str, Any]) -> None:
     """Add `attributes` (made `safe`) to `span`; nothing when it is None (tracing off)."""
     if span is not None:
@@ -112,7 +125,8 @@ def ids(span: Any) -> dict[str, str]:
 
 
 def safe(attributes: dict[str, Any]) -> dict[str, Any]:
-    """Attributes OpenTelemetry takes: None dropped, strings redacted, lists of numbers kept, other values as text."""
+    """Attributes OpenTelemetry takes: None dropped, numbers and lists of numbers kept, other values as text (which
+    is redacted on export, as every span's: `autorl.span_redaction`)."""
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
@@ -122,7 +136,7 @@ def safe(attributes: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, list | tuple) and all(isinstance(v, int | float) for v in value):
             out[key] = list(value)
         else:
-            out[key] = redact_text(str(value))
+            out[key] = str(value)
     return out
 
 

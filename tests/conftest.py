@@ -9,6 +9,7 @@ from autorl.serving.config import EAGER_ENV
 from tests.helpers.cli import run  # noqa: F401 (a fixture: `autorl run` up to the pipeline)
 from tests.helpers.remote import chat, served  # noqa: F401 (fixtures: `autorl serve`'s app over a scripted endpoint)
 from tests.helpers.routing import proxied, serve  # noqa: F401 (fixtures: chat servers behind a replica pool)
+from tests.helpers.spans import spans  # noqa: F401 (a fixture: tracing into an in-memory exporter)
 from tests.helpers.tiny import tiny_model_dir, tiny_tokenizer
 
 os.environ.setdefault(EAGER_ENV, "1")

@@ -3,7 +3,8 @@
 The pipeline runs for real on the tiny model: a `LocalBackend` whose trainer is real and whose serving is a
 scripted OpenAI endpoint in place of vLLM (tests/test_remote_backend.py's `ScriptedPlacement`), answering with
 sampled token ids and logprobs as our vLLM server does. The truncated importance weights are checked against
-their formula on fixed tensors."""
+their formula on fixed tensors. The train stage runs on it too, `--async` and synchronous: its records and its
+spans (each step's and its update's, in OpenTelemetry's in-memory exporter)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,30 @@ import itertools
 import json
 import math
 import random
+from collections import Counter
 
 import pytest
 import torch
+from rich.console import Console
 
 import autorl as art
+from autorl import tracing
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.config import TrainConfig
 from autorl.pipeline_state import STATE_FILE
 from autorl.pipeline_trainer import PipelineTrainer
 from autorl.serving.config import ServerConfig
+from autorl.tracking import Tracker
 from autorl.training.loss import clipped_policy_loss
 from autorl.training.sequences import TOKEN_ID_PREFIX
+from pipelines.config import RunConfig
+from pipelines.context import Policy, StageContext
+from pipelines.stages import train
+from pipelines.stages.train import step_config, train_pipelined
+from pipelines.stages.train_costs import STEP_COST
+from ruler import FunctionJudge
 from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.pipeline import TASK, upstream_artifacts
 from tests.helpers.remote import ScriptedPlacement, trainable
 
 REQUESTS = itertools.count()
@@ -268,36 +280,32 @@ def test_an_art_pipeline_program_runs_with_only_its_import_changed(tmp_path, tin
     assert sum(v for k, v in trained[-1].items() if k.startswith("train/staleness/hist/")) == 4  # 2 steps x 2 groups
 
 
-def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, tiny_model, chat):
-    """`autorl run --async 1`'s train stage (`train_pipelined`) on the stand-in: a program judge that checks content,
-    the run's per-step records (trajectories, cost, history) and the pipeline's figures in each step's line."""
-    from collections import Counter
-
-    from rich.console import Console
-
-    from autorl.tracking import Tracker
-    from pipelines.artifacts import ArtifactStore
-    from pipelines.config import RunConfig
-    from pipelines.context import Policy, StageContext
-    from pipelines.stages.train import step_config, train_pipelined
-    from pipelines.stages.train_costs import STEP_COST
-    from ruler import FunctionJudge
-
+def train_stage(tmp_path, tiny_model, chat, **settings) -> StageContext:
+    """The train stage's context on the stand-in: the run's `Policy` (the tiny model, trained for real, served by
+    `chat`), a program judge that checks content (longer answers score higher), and the inputs and system prompt
+    written as the upstream stages write them. Close `ctx.policy.backend` after."""
     config = RunConfig(
-        model=str(tiny_model), steps=3, group_size=4, groups_per_step=2, max_steps_off_policy=1, wandb=False,
+        model=str(tiny_model), group_size=4, groups_per_step=2, wandb=False, preflight="off",
         trainer={"dtype": "float32"}, server={"lora_serving": "adapter"},
         sentinel={"on_drift": "warn"},  # the random tiny model drifts at once: a rollback would make the steps vary
+        **settings,
     )  # fmt: skip
+    keys, store = upstream_artifacts(tmp_path, config)
     calls = Counter()
-    task = art.task.TaskSpec(description="Answer with many tokens")
-    policy = Policy(config, tmp_path / "artifacts", "train-key", calls, task, tmp_path / "logs")
+    policy = Policy(config, store.root, keys["train"], calls, TASK, tmp_path / "logs")
     policy.backend.placement = ScriptedPlacement(chat, config.server)
-    console = Console(record=True, width=200)
     judge = FunctionJudge(lambda messages: len(messages[-1]["content"]))
-    ctx = StageContext(
-        task, config, ArtifactStore(tmp_path / "store"), {"train": "train-key"}, policy, judge,
-        Tracker(False, tmp_path, "run", "id"), tmp_path, console, calls,
-    )  # fmt: skip
+    tracker = Tracker(False, tmp_path, "run", "id")
+    return StageContext(
+        TASK, config, store, keys, policy, judge, tracker, tmp_path, Console(record=True, width=200), calls
+    )
+
+
+def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, tiny_model, chat):
+    """`autorl run --async 1`'s train stage (`train_pipelined`) on the stand-in: the run's per-step records
+    (trajectories, cost, history) and the pipeline's figures in each step's line."""
+    ctx = train_stage(tmp_path, tiny_model, chat, steps=3, max_steps_off_policy=1)
+    policy, config = ctx.policy, ctx.config
     try:
 
         async def stage() -> int:
@@ -310,8 +318,52 @@ def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, t
     assert step == 3 and [r["step"] for r in read_history(policy.run_dir)] == [1, 2, 3]
     assert all((policy.run_dir / "steps" / f"{n:04d}" / STEP_COST).is_file() for n in (1, 2, 3))
     assert all((policy.run_dir / "trajectories" / f"{n:04d}.parquet").is_file() for n in (1, 2, 3))
-    text = console.export_text()
+    text = ctx.console.export_text()
     lines = [line for line in text.splitlines() if "/3  reward" in line]
     assert len(lines) == 3, text
     assert all("staleness" in line and "dropped stale" in line for line in lines)
-    assert calls["policy"] >= 3 * 2 * 4
+    assert ctx.calls["policy"] >= 3 * 2 * 4
+
+
+@pytest.mark.parametrize("off_policy", [0, 1], ids=["synchronous", "async"])
+def test_both_training_loops_trace_each_step_with_its_update_under_it(tmp_path, tiny_model, chat, spans, off_policy):
+    """The train stage's spans (`train.run`), synchronous or `--async 1`, read back from the in-memory exporter: a
+    step span per step under the stage's, with the step, its reward (the history's) and its cost; the update span
+    under it with the same step, the groups trained and the update's figures; the same attributes in both loops.
+    The synchronous loop's rollouts are under their step, the pipeline's under the stage: they run ahead of the
+    step that trains them."""
+    ctx = train_stage(tmp_path, tiny_model, chat, steps=2, max_steps_off_policy=off_policy)
+    try:
+
+        async def stage() -> None:
+            with tracing.span("autorl.stage train"):
+                await train.run(ctx)
+
+        asyncio.run(stage())
+    finally:
+        ctx.policy.backend.close()
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    (stage_span,) = [s for s in finished if s.name == "autorl.stage train"]
+    steps = sorted((s for s in finished if s.name == "autorl.step"), key=lambda s: s.attributes["autorl.step"])
+    updates = [s for s in finished if s.name == "autorl.update"]
+    assert [s.attributes["autorl.step"] for s in steps] == [1, 2]
+    assert all(s.parent.span_id == stage_span.context.span_id for s in steps)
+    assert all(
+        set(s.attributes) == {"openinference.span.kind", "autorl.step", "autorl.reward", "autorl.usd"} for s in steps
+    )
+    rewards = [r["reward"] for r in read_history(ctx.policy.run_dir)]
+    assert [s.attributes["autorl.reward"] for s in steps] == rewards
+    parent_steps = sorted(
+        (by_id[u.parent.span_id].attributes["autorl.step"], u.attributes["autorl.step"]) for u in updates
+    )
+    assert parent_steps == [(1, 1), (2, 2)] and all(by_id[u.parent.span_id].name == "autorl.step" for u in updates)
+    for update in updates:
+        assert update.attributes["autorl.groups"] == ctx.config.groups_per_step
+        assert {"autorl.update.loss", "autorl.update.trained_tokens", "autorl.update.step_time_s"} <= set(
+            update.attributes
+        )
+    rollouts = [s for s in finished if s.name == "autorl.rollout"]
+    assert rollouts and {by_id[r.parent.span_id].name for r in rollouts} == (
+        {"autorl.stage train"} if off_policy else {"autorl.step"}
+    )

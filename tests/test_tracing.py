@@ -1,6 +1,10 @@
-"""Traces (autorl/tracing.py) read back from OpenTelemetry's in-memory exporter: a step's rollout with its chat
-turns and tool call, and a RULER judge's request over real HTTP to a scripted judge, each under its parent with
-the GenAI attributes; no attribute holds the judge's key; off, nothing is traced and nothing is imported."""
+"""Traces (autorl/tracing.py) read back from OpenTelemetry's in-memory exporter (the `spans` fixture): a step's
+rollout with its chat turns and tool call, and a RULER judge's request over real HTTP to a scripted judge, each
+under its parent with the GenAI attributes; no attribute holds the judge's key; a user's OpenAI client call is
+OpenInference's LLM span under the autorl span around it, with the secrets of its request and of its error
+redacted; off, nothing is traced and nothing is imported. Over OTLP/HTTP to a real receiver: the spans as a run
+sends them, turned on by `--otlp-endpoint` or by `OTEL_EXPORTER_OTLP_ENDPOINT` alone (the training loops' step and
+update spans: tests/test_pipeline_trainer.py)."""
 
 from __future__ import annotations
 
@@ -8,27 +12,55 @@ import asyncio
 import json
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
 
+import openai
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import ruler
 from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
 from pipelines.context import judge_attributes
 from tests.helpers.agents import call, scripted, with_toolbox
-from tests.helpers.chat_server import ChatCompletionServer
+from tests.helpers.chat_server import ChatCompletionServer, completion, read_request, send_json
 from tests.helpers.judge_server import by_content
 
 SECRET = "sk-tracing-0123456789-never-in-a-span"
 
 
 @pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    assert tracing.configure(exporter=exporter)
-    yield exporter
+def otlp_receiver():
+    """A real OTLP/HTTP receiver on 127.0.0.1 that decodes the protobuf requests as any OTLP backend does: its base
+    URL, and the (path, `ExportTraceServiceRequest`) of each request it got. Tracing is off after the test."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append((self.path, request))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", received
     tracing.shutdown()
+    server.shutdown()
+
+
+def received_spans(received: list) -> list:
+    """The spans of every request an `otlp_receiver` got."""
+    return [s for _, r in received for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
 
 def test_a_step_s_rollout_turns_tool_call_and_judge_request_are_spans_under_it(spans, tmp_path):
@@ -82,11 +114,12 @@ def test_a_step_s_rollout_turns_tool_call_and_judge_request_are_spans_under_it(s
     assert SECRET not in every
 
 
-def test_attributes_are_redacted_and_tracing_off_is_a_shared_no_op():
-    assert tracing.safe({"url": f"http://me:{SECRET}@10.0.0.5/v1", "n": 3, "none": None, "xs": [1.0, 2]}) == {
-        "url": "http://<redacted>@10.0.0.5/v1",
+def test_attributes_are_values_opentelemetry_takes_and_tracing_off_is_a_shared_no_op():
+    assert tracing.safe({"path": Path("/a/b"), "n": 3, "none": None, "xs": (1.0, 2), "mixed": [1, "a"]}) == {
+        "path": "/a/b",
         "n": 3,
         "xs": [1.0, 2],
+        "mixed": "[1, 'a']",
     }
     assert not tracing.enabled() and tracing.span("x") is tracing.span("y") and tracing.begin("z").span is None
     # off, the pipeline imports no OpenTelemetry package
@@ -97,44 +130,18 @@ def test_attributes_are_redacted_and_tracing_off_is_a_shared_no_op():
     )
 
 
-def test_spans_reach_a_real_otlp_http_receiver_with_their_parents_and_attributes():
-    """The OTLP/HTTP exporter as a run uses it (`configure(endpoint)`), against a receiver that decodes the
-    protobuf requests as any OTLP backend does."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from threading import Thread
-
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    received: list = []
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
-            received.append((self.path, request))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        assert tracing.configure(f"http://127.0.0.1:{server.server_port}/v1/traces")
-        with tracing.span("autorl.run", {"autorl.run": "r", "judge": f"m@http://u:{SECRET}@10.0.0.5/v1"}):
-            step = tracing.begin("autorl.step", {"autorl.step": 1})
-            with tracing.span("autorl.update") as span:
-                tracing.set_attributes(span, tracing.update_attributes({"loss": -0.25, "trained_tokens": 96}))
-            step.end({"autorl.reward": 0.5})
-        tracing.shutdown()  # flushes the batch
-    finally:
-        tracing.shutdown()
-        server.shutdown()
+def test_spans_reach_a_real_otlp_http_receiver_with_their_parents_and_attributes(otlp_receiver):
+    """The OTLP/HTTP exporter as a run uses it (`configure(endpoint)`); a string attribute is redacted on its way."""
+    url, received = otlp_receiver
+    assert tracing.configure(f"{url}/v1/traces")
+    with tracing.span("autorl.run", {"autorl.run": "r", "judge": f"m@http://u:{SECRET}@10.0.0.5/v1"}):
+        step = tracing.begin("autorl.step", {"autorl.step": 1})
+        with tracing.span("autorl.update") as span:
+            tracing.set_attributes(span, tracing.update_attributes({"loss": -0.25, "trained_tokens": 96}))
+        step.end({"autorl.reward": 0.5})
+    tracing.shutdown()  # flushes the batch
     assert {path for path, _ in received} == {"/v1/traces"}
-    spans = [s for _, r in received for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    spans = received_spans(received)
     resource = {a.key: a.value.string_value for a in received[0][1].resource_spans[0].resource.attributes}
     assert resource["service.name"] == "autorl"
     by_name = {s.name: s for s in spans}
@@ -157,3 +164,82 @@ def test_spans_reach_a_real_otlp_http_receiver_with_their_parents_and_attributes
     assert attributes("autorl.step")["autorl.reward"] == 0.5 and attributes("autorl.step")["autorl.step"] == 1
     assert attributes("autorl.run")["judge"] == "m@http://<redacted>@10.0.0.5/v1"
     assert attributes("autorl.run")["openinference.span.kind"] == "CHAIN"
+
+
+def test_the_otlp_endpoint_variable_alone_turns_tracing_on_and_without_it_tracing_stays_off(otlp_receiver, monkeypatch):
+    """What a run does without `--otlp-endpoint` (`configure(None)`): off unless `OTEL_EXPORTER_OTLP_ENDPOINT`
+    is set; with it, the spans go to that base URL's `/v1/traces`, as OpenTelemetry's variables say."""
+    url, received = otlp_receiver
+    for name in tracing.ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert not tracing.configure(None) and not tracing.enabled() and tracing.span("autorl.run") is tracing.span("x")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+    assert tracing.configure(None) and tracing.enabled()
+    with tracing.span("autorl.run", {"autorl.run": "r"}):
+        pass
+    tracing.shutdown()  # flushes the batch
+    assert {path for path, _ in received} == {"/v1/traces"}
+    assert [s.name for s in received_spans(received)] == ["autorl.run"]
+
+
+def gateway() -> ChatCompletionServer:
+    """A chat-completions server on 127.0.0.1 that answers "hello" (with its usage), and a request whose last message
+    is "fail" with a 502 whose JSON error quotes its upstream's URL with credentials, as a gateway's error may."""
+    server = ChatCompletionServer(lambda body: {})
+
+    class Handler(server.httpd.RequestHandlerClass):
+        def do_POST(self) -> None:
+            body = read_request(self, server)
+            if body["messages"][-1]["content"] == "fail":
+                message = f"upstream http://svc:{SECRET}@gateway.internal/v1 refused the connection"
+                send_json(self, 502, {"error": {"message": message}})
+            else:
+                usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+                send_json(self, 200, {**completion(body, "hello"), "usage": usage})
+
+    server.httpd.RequestHandlerClass = Handler
+    return server
+
+
+def test_a_user_s_openai_call_is_an_openinference_llm_span_under_the_autorl_span_with_its_secrets_redacted(spans):
+    """A rollout's own call of an OpenAI client (as ART-style code makes with `model.openai_client()`) against a
+    real HTTP server: OpenInference's LLM span, under the autorl span current at the call, in its trace. Its
+    attributes hold the request's body, whose messages can hold a secret (a tool's output quoting a URL with its
+    credentials or an `Authorization` header), and a failed call's error text (here an upstream URL with its
+    credentials): each is redacted; the client's API key (a header) is never recorded."""
+    key = "sk-client-key-0123456789-a-header-only"
+    server = gateway()
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    question = f"Count the rows of postgres://app:{SECRET}@db.internal/prod"
+    output = f"> GET /rows HTTP/1.1\n> Authorization: Bearer {SECRET}\n< HTTP/1.1 200 OK"
+    messages = [{"role": "user", "content": question}, {"role": "user", "content": output}]
+
+    async def rollout() -> None:
+        with tracing.span("autorl.rollout", {"gen_ai.request.model": "policy"}):
+            await client.chat.completions.create(model="policy", messages=messages)
+            with pytest.raises(openai.InternalServerError):
+                await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "fail"}])
+
+    try:
+        asyncio.run(rollout())
+    finally:
+        server.close()
+    assert server.requests[0]["messages"] == messages and server.headers[0]["authorization"] == f"Bearer {key}"
+    finished = spans.get_finished_spans()
+    (outer,) = [s for s in finished if s.name == "autorl.rollout"]
+    answered, failed = [s for s in finished if s.name == "ChatCompletion"]
+    for llm in (answered, failed):
+        assert llm.attributes["openinference.span.kind"] == "LLM"
+        assert llm.parent.span_id == outer.context.span_id and llm.context.trace_id == outer.context.trace_id
+    assert answered.attributes["llm.token_count.completion"] == 2
+    assert answered.attributes["llm.model_name"] == "policy"
+    sent = json.loads(answered.attributes["input.value"])["messages"]  # the request body, as OpenInference keeps it
+    assert sent[0]["content"] == "Count the rows of postgres://<redacted>@db.internal/prod"
+    assert "> Authorization: <redacted>" in answered.attributes["llm.input_messages.1.message.content"]
+    (error,) = [e for e in failed.events if e.name == "exception"]
+    assert "http://<redacted>@gateway.internal/v1" in error.attributes["exception.message"]
+    assert "<redacted>" in failed.status.description
+    recorded = json.dumps(
+        [[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description] for s in finished]
+    )
+    assert SECRET not in recorded and key not in recorded

@@ -1,7 +1,9 @@
 """A real run's trace read back from Arize Phoenix (a local OTLP backend with a UI): `autorl run --otlp-endpoint`
 on the embedded model with a RULER judge served by a scripted stand-in over HTTP; the spans of the run, its
-stages, the training step, its rollouts (chat turns), the judge's request and the update, each under its parent,
-with their attributes; the saved trajectories name their judge span; no span holds the API key.
+stages, the training step, its rollouts (chat turns, each turn's OpenAI client call as OpenInference's LLM span:
+the instrumentation that traces a user's ART-style rollout code, here on autorl's own rollouts, since `autorl run`
+runs no user rollout code), the judge's request and the update, each under its parent, with their attributes; the
+saved trajectories name their judge span; no span holds the API key.
 
 Phoenix pins newer web packages than autorl's server (fastapi), so it lives in a virtual environment of its own:
 AUTORL_PHOENIX_PYTHON names its interpreter; else Phoenix installed beside autorl is used; else the test makes
@@ -144,6 +146,15 @@ def test_a_run_s_trace_in_phoenix_has_every_stage_step_rollout_judgement_and_upd
     assert len(rollouts) == 2  # group_size answers to the step's one input
     turns = [s for s in named("chat") if parent(s)["name"] == "autorl.rollout"]
     assert turns and all(s["attributes"]["gen_ai.usage.output_tokens"] > 0 for s in turns)
+    # each turn's OpenAI client call, traced by OpenInference as a user's rollout code's calls are: an LLM span
+    # under the turn, with the turn's tokens
+    calls = [s for s in named("ChatCompletion") if parent(s)["name"] == "chat"]
+    assert sorted(s["parent_id"] for s in calls) == sorted(t["context"]["span_id"] for t in turns)
+    assert all(s["span_kind"] == "LLM" for s in calls)
+    assert all(
+        s["attributes"]["llm.token_count.completion"] == parent(s)["attributes"]["gen_ai.usage.output_tokens"]
+        for s in calls
+    )
     judged = [s for s in named("autorl.judge") if parent(s) is step]
     assert len(judged) == 1 and len(judged[0]["attributes"]["autorl.judge.scores"]) == 2
     (request,) = [s for s in named("chat scripted") if parent(s) is judged[0]]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
+from .. import tracing
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..training.checkpoints import checkpoint_name
@@ -217,13 +218,18 @@ class TrainingCalls:
 
         As ART's, it logs nothing: record what you want with `model.log(groups, split="train")` and
         `model.log(metrics=result.metrics, step=result.step)`. (`history.jsonl` keeps every step's metrics.)
+        With tracing on (`autorl.tracing`) the step is an `autorl.update` span under the current span: the
+        training loops' step span, synchronous or pipelined, and a user's own.
         """
         from ..dev import train_keywords
 
         resolved, verbose, save_checkpoint = train_keywords(config, keywords)
         if not save_checkpoint:
             log.warning("backend.train(save_checkpoint=False): autorl's step is its checkpoint; it is written")
-        metrics = dict(await self.train_step(model, list(trajectory_groups), resolved))
+        groups = list(trajectory_groups)
+        with tracing.span("autorl.update", {"autorl.groups": len(groups)}) as span:
+            metrics = dict(await self.train_step(model, groups, resolved))
+            tracing.set_attributes(span, {"autorl.step": metrics["step"], **tracing.update_attributes(metrics)})
         return self._result(model, metrics, verbose, "trained")
 
     async def train_sft(

@@ -170,9 +170,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
-        with tracing.span("autorl.update", {"autorl.step": step, "autorl.groups": len(groups)}) as span:
-            metrics = await ctx.policy.model.train(groups, config=train_config)
-            tracing.set_attributes(span, tracing.update_attributes(metrics))
+        metrics = await ctx.policy.model.train(groups, config=train_config)  # the backend traces it: `autorl.update`
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
             await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
@@ -213,8 +211,10 @@ async def train_pipelined(
     and each step trains the first `groups_per_step` usable groups (stale and tied ones are dropped and counted in
     the step's metrics). Per step, as the synchronous loop: its trajectories, the checkpoints kept, `STEP_COST`
     (here the wall time and model calls since the previous step ended, groups still in flight included), its
-    metrics and line, the sentinel and the budget. When the sentinel fires the pipeline stops after that step
-    (groups in flight are not trained), acts as `--on-drift` says, and goes on from there. Returns the newest step."""
+    metrics and line, the sentinel, the budget, and its `autorl.step` span (the pipeline's, given the step's cost
+    here) with the `autorl.update` span under it; its rollouts' spans sit under the stage's. When the sentinel
+    fires the pipeline stops after that step (groups in flight are not trained), acts as `--on-drift` says, and
+    goes on from there. Returns the newest step."""
     from autorl.pipeline_trainer import PipelineTrainer
 
     config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
@@ -238,6 +238,7 @@ async def train_pipelined(
         cost["spent"] = ctx.policy.meter.since(mark[2], ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
         atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, canonical_json(cost))
+        tracing.set_attributes(tracing.current(), {"autorl.usd": cost["spent"]["usd"]["total"]})  # the step's span
         mark[:] = [
             time.monotonic(),
             Counter(ctx.calls),

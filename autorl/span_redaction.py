@@ -1,0 +1,73 @@
+"""Secrets kept out of the spans autorl's tracing exports (`autorl.tracing`): every ended span reaches the exporting
+processor as a copy whose string attributes, event attributes (a recorded exception's message) and status
+description went through `autorl.redaction.redact_text`. It covers the spans of every instrumentation, not only
+autorl's own: OpenInference's OpenAI spans hold a request's body (its messages, where a tool's output or a user's
+text can quote a URL with its credentials or an `Authorization` header) and a failed call's error text, which may
+quote an upstream URL with its credentials.
+
+A module of its own because it imports OpenTelemetry's SDK, which `autorl.tracing` imports only once tracing is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import Status
+
+from .redaction import redact_text
+
+
+class RedactingProcessor(SpanProcessor):
+    """Passes each span, redacted once it has ended (`redacted_span`), to `processor`: the one that exports it."""
+
+    def __init__(self, processor: SpanProcessor):
+        self.processor = processor
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.processor.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.processor.on_end(redacted_span(span))
+
+    def shutdown(self) -> None:
+        self.processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+
+def redacted_span(span: ReadableSpan) -> ReadableSpan:
+    """A copy of the ended `span` with its attributes, its events' attributes and its status description redacted."""
+    status = span.status
+    if status.description:  # an error's: OpenInference writes the exception's text there
+        status = Status(status.status_code, redact_text(status.description))
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=redacted_attributes(span.attributes),
+        events=[Event(e.name, redacted_attributes(e.attributes), e.timestamp) for e in span.events],
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def redacted_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`attributes` with every string, alone or in a sequence, redacted; other values as they are."""
+    out: dict[str, Any] = {}
+    for key, value in (attributes or {}).items():
+        if isinstance(value, str):
+            out[key] = redact_text(value)
+        elif isinstance(value, list | tuple):
+            out[key] = [redact_text(v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out
