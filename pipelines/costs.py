@@ -152,13 +152,10 @@ def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, An
     """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
     sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
     has none (trained before autorl priced steps)."""
-    from autorl.training.checkpoints import checkpoint_name
+    from .stages.train_costs import step_dirs
 
-    from .stages.train_sentinel import dropped_step_dirs
-
-    dirs = [train_dir / "steps" / checkpoint_name(step) for step in range(1, steps + 1)]
     records = []
-    for path in [d / cost_file for d in [*dropped_step_dirs(train_dir, steps), *dirs]]:
+    for path in [d / cost_file for d, _ in step_dirs(train_dir, steps)]:
         if path.exists() and "spent" in (record := json.loads(path.read_text())):
             records.append(record["spent"])
     return records
@@ -188,8 +185,10 @@ def check_run_budget(ctx: StageContext, where: str) -> None:
 
 
 def report_section(ctx: StageContext, costs: dict[str, dict[str, Any]]) -> list[str]:
-    """The report's cost section: per stage (`costs`, the run's `run_costs`) and in all, and the budget if one
-    was set."""
+    """The report's cost section: per stage (`costs`, the run's `run_costs`) and in all, the training steps'
+    (`train_costs.step_cost_lines`), and the budget if one was set."""
+    from .stages.train_costs import step_cost_lines, step_costs
+
     total = added(list(costs.values()))
     config = ctx.config
     budget = [
@@ -207,7 +206,7 @@ def report_section(ctx: StageContext, costs: dict[str, dict[str, Any]]) -> list[
     ]
     if given := " and ".join(filter(None, budget)):
         lines += ["", f"Budget: {given}; spent ${total['usd']['total']:.4f} and {total['tokens_total']} tokens."]
-    return lines
+    return lines + step_cost_lines(step_costs(ctx))
 
 
 def check_budget(spent: dict[str, Any], budget_usd: float | None, budget_tokens: int | None, where: str) -> None:

@@ -15,12 +15,13 @@ from typer.testing import CliRunner
 from autorl.backends.run_dir import append_history
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import METRICS_FILE, checkpoint_name
+from pipelines import costs
 from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.costs import Meter
 from pipelines.pipeline import _record_cost
-from pipelines.stages import report, train, train_costs
+from pipelines.stages import train, train_costs
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts
 
@@ -106,8 +107,10 @@ def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_pa
     assert last and " 100 " in last[0] and f"{spent[-1]['usd']['total']:.4f}" in last[0]
     assert [line for line in shown.output.splitlines() if "median" in line and f"{usd[1]:.4f}" in line]
 
-    # the report's cost section: the same rows as a Markdown table
-    lines = report._step_cost_lines(train_costs.step_costs(ctx))
+    # the report's cost section (and a budget-stopped run's report): the same rows as a Markdown table
+    lines = train_costs.step_cost_lines(train_costs.step_costs(ctx))
+    section = costs.report_section(ctx, costs.run_costs(ctx))
+    assert section[-len(lines) :] == lines and "\n".join(lines) in costs.budget_report("r", "budget", ctx)
     assert lines[1] == "Cost per training step (3 steps):" and lines[3] == "| steps | seconds | tokens | total USD |"
     assert lines[5].startswith("| min |") and lines[5].endswith(f"| 100 | {usd[0]:.4f} |")
     assert lines[-1] == "Min, median and max: of each column on its own, not one step's."
@@ -125,4 +128,4 @@ def test_the_summary_stays_four_rows_for_many_steps_and_counts_those_a_rollback_
         ("max", "24.0", "240", "0.2400"),
         ("last (step 24)", "24.0", "240", "0.2400"),
     ]
-    assert report._step_cost_lines([]) == []  # a run trained before steps were priced: no section
+    assert train_costs.step_cost_lines([]) == []  # a run trained before steps were priced: no section

@@ -18,7 +18,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
-from . import evaluate, inputs, preflight, sft, system_prompt, train, train_costs, train_sentinel
+from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -240,25 +240,6 @@ def _sft_lines(ctx: StageContext) -> list[str]:
     ]
 
 
-def _step_cost_lines(steps: list[dict[str, Any]]) -> list[str]:
-    """The cost section's lines on the training steps (`train_costs.step_costs`): a table of the fewest, median
-    and most per step and the last step's (`step_cost_summary`: short however many steps ran); none without a
-    priced step."""
-    if not steps:
-        return []
-    title, rows = train_costs.step_cost_summary(steps)
-    return [
-        "",
-        f"{title[0].upper()}{title[1:]}:",
-        "",
-        f"| {' | '.join(train_costs.STEP_COST_COLUMNS)} |",
-        "|---|---:|---:|---:|",
-        *[f"| {' | '.join(row)} |" for row in rows],
-        "",
-        f"{train_costs.STEP_COST_NOTE[0].upper()}{train_costs.STEP_COST_NOTE[1:]}.",
-    ]
-
-
 def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) -> list[str]:
     """What a point of validation score gained over the base cost (`gain_cost`): the training's USD (SFT
     warm-up and RL steps) and the whole run's (`spent`: the run's `costs.run_costs`), each over the trained
@@ -348,6 +329,5 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             ]
     spent = costs.run_costs(ctx)
     lines += costs.report_section(ctx, spent)
-    lines += _step_cost_lines(train_costs.step_costs(ctx))
     lines += _per_point_section(spent, frame)
     return "\n".join(lines) + "\n"

@@ -244,7 +244,7 @@ async def train_pipelined(
             Counter(ctx.calls),
             ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls),
         ]
-        ctx.tracker.log(metrics, step)
+        ctx.tracker.log({**metrics, **cost_metrics(cost["spent"])}, step)
         ctx.console.print(
             f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
             f"loss {metrics['loss']:+.4f}  staleness {metrics['staleness/mean']:.2f}  dropped stale "

@@ -113,3 +113,22 @@ def cost_metrics(spent: dict[str, Any]) -> dict[str, float]:
     """A step's spending (`STEP_COST`'s `spent`) as tracker metrics, beside its reward and loss: `cost/usd`
     (total), `cost/tokens` (every kind) and `cost/seconds`."""
     return {"cost/usd": spent["usd"]["total"], "cost/tokens": spent["tokens_total"], "cost/seconds": spent["seconds"]}
+
+
+def step_cost_lines(steps: list[dict[str, Any]]) -> list[str]:
+    """The cost section's lines on the training steps (`step_costs`): a table of the fewest, median
+    and most per step and the last step's (`step_cost_summary`: short however many steps ran); none without a
+    priced step."""
+    if not steps:
+        return []
+    title, rows = step_cost_summary(steps)
+    return [
+        "",
+        f"{title[0].upper()}{title[1:]}:",
+        "",
+        f"| {' | '.join(STEP_COST_COLUMNS)} |",
+        "|---|---:|---:|---:|",
+        *[f"| {' | '.join(row)} |" for row in rows],
+        "",
+        f"{STEP_COST_NOTE[0].upper()}{STEP_COST_NOTE[1:]}.",
+    ]
