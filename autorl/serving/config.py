@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 CPU_MAX_NUM_SEQS = 32
 """`ServerConfig.max_num_seqs` on CPU when unset: above the largest batch of a default run (about 20 answers:
-~10 validation inputs of the bundled tasks x `eval_samples` 2; a training step is 4 x 2 rollouts)."""
+~10 validation inputs of the bundled tasks x `eval_samples` 2; a training step's rollouts, `group_size` 8 x
+`groups_per_step` 2, are all in flight at once)."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
