@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+import autorl.cpu
 from autorl.errors import AutoRLError
 from autorl.serving import config as serving_config
 from autorl.serving import embedded, lifetime, memory, vllm_server
@@ -143,8 +144,15 @@ def test_a_config_without_the_sizes_asks_for_kv_cache_bytes(tmp_path):
 def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_path, monkeypatch):
     pretend_cuda(monkeypatch, False)
     monkeypatch.setattr(vllm_server, "memory_available_for_kv", lambda model_dir: 10**12)
+    monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512_bf16"})  # native bf16: 2-byte KV
     default = command(tmp_path)
     assert default[default.index("--kv-cache-memory-bytes") :][:2] == ["--kv-cache-memory-bytes", "1604321280"]
+    assert default[default.index("--dtype") + 1] == "auto"
+    monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2"})  # bf16 in software: served in float32
+    float32 = command(tmp_path)
+    assert float32[float32.index("--dtype") + 1] == "float32"
+    assert float32[float32.index("--kv-cache-memory-bytes") + 1] == str(2 * 1604321280)
+    monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
     assert default[default.index("--max-num-seqs") :][:2] == ["--max-num-seqs", "32"]
     assert "--gpu-memory-utilization" not in default
     small = command(tmp_path, max_num_seqs=2, max_model_len=256)  # 2 x (2 + 1) x 128 tokens x 23040 bytes

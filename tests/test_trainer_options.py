@@ -12,11 +12,13 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-import autorl.training.trainer
+import autorl.cpu
+import autorl.serving.config
 from autorl import TrainableModel, TrainConfig, TrainerConfig
 from autorl.backends.local import LocalBackend
 from autorl.backends.model_backend import ModelSlot
 from autorl.errors import AutoRLError
+from autorl.serving.config import ServerConfig
 from autorl.training.forwards import MIN_SHARED_PREFIX, shared_prefix_length
 from autorl.training.loss import overlong_penalty
 from autorl.training.sequences import tokenize_trajectory
@@ -171,12 +173,19 @@ def test_the_shared_prefix_stops_before_the_first_trained_token_and_at_the_first
 
 
 def test_auto_dtype_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    """The trainer's and the vLLM server's auto dtype alike: bf16 only where the CPU multiplies it natively."""
     cpu = torch.device("cpu")
-    monkeypatch.setattr(autorl.training.trainer, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(autorl.serving.config, "cuda_available", lambda: False)
+    monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
     assert training_dtype("auto", cpu) == torch.bfloat16
-    monkeypatch.setattr(autorl.training.trainer, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    assert ServerConfig().resolved_dtype() == "auto"  # vLLM serves the model's own dtype
+    monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512f"})
     assert training_dtype("auto", cpu) == torch.float32
-    assert training_dtype("bfloat16", cpu) == torch.bfloat16
+    assert ServerConfig().resolved_dtype() == "float32"
+    assert (
+        training_dtype("bfloat16", cpu) == torch.bfloat16
+        and ServerConfig(dtype="bfloat16").resolved_dtype() == "bfloat16"
+    )
 
 
 @pytest.mark.parametrize("loss", ["grpo", "dr_grpo", "dapo", "gspo", "cispo"])

@@ -61,7 +61,8 @@ class ServerConfig(BaseModel):
     loaded under its name until it is deleted; a request for one beyond these waits, and vLLM reads it again
     from its checkpoint."""
     dtype: str = "auto"
-    """Weights dtype for inference (auto, bfloat16, float32, ...)."""
+    """Weights dtype for inference (auto, bfloat16, float32, ...). auto: the model's own, except float32 on a CPU
+    without native bf16 matmuls (`autorl.cpu.native_bf16`), where bf16 runs in software (`resolved_dtype`)."""
     startup_timeout_s: float = 600.0
     """How long to wait for the server's health check before giving up."""
     max_restarts: int = Field(3, ge=0)
@@ -107,6 +108,15 @@ class ServerConfig(BaseModel):
     def with_overrides(self, overrides: dict[str, Any]) -> ServerConfig:
         """This config with `overrides` (fields, e.g. a model's own `TrainableModel.server`) in place of its values."""
         return type(self).model_validate({**self.model_dump(), **overrides}) if overrides else self
+
+    def resolved_dtype(self) -> str:
+        """`dtype`, with auto resolved to float32 on a CPU machine whose CPU lacks native bf16 matmuls; else as given
+        (vLLM resolves auto: the model's dtype)."""
+        from autorl.cpu import native_bf16
+
+        if self.dtype == "auto" and not cuda_available() and not native_bf16():
+            return "float32"
+        return self.dtype
 
     def resolved_max_num_seqs(self) -> int | None:
         """`max_num_seqs`, with None resolved: `CPU_MAX_NUM_SEQS` on CPU, None (vLLM's default) on CUDA."""

@@ -146,7 +146,7 @@ class VLLMServer:
             "--served-model-name", self.served_name,
             "--host", c.host,
             "--port", str(self.port),
-            "--dtype", c.dtype,
+            "--dtype", c.resolved_dtype(),
             "--max-model-len", str(c.max_model_len),
             *([] if self.merged else [
                 "--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
@@ -184,7 +184,7 @@ class VLLMServer:
         if size is None and not cuda:
             seqs = c.resolved_max_num_seqs()
             available = memory_available_for_kv(self.model_dir)
-            size = kv_cache_bytes(self.model_dir, seqs, c.max_model_len, available, c.dtype)
+            size = kv_cache_bytes(self.model_dir, seqs, c.max_model_len, available, c.resolved_dtype())
         args = [] if size is None else ["--kv-cache-memory-bytes", str(size)]
         if cuda and size is None:
             share = CUDA_GPU_MEMORY_UTILIZATION if c.gpu_memory_utilization is None else c.gpu_memory_utilization

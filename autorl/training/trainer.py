@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 
 from ..atomic import atomic_dir
 from ..config import TrainConfig, TrainerConfig
+from ..cpu import native_bf16
 from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
@@ -38,25 +39,13 @@ OPTIMIZER_FILE = "optimizer.pt"
 log = logging.getLogger(__name__)
 
 
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-"""CPU flags under which bf16 matmuls run natively (and beat fp32) in torch's CPU kernels."""
-
-
 def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """The torch dtype of the frozen base weights for `TrainerConfig.dtype` on `device` ("auto" resolved)."""
     if dtype != "auto":
         return getattr(torch, dtype)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if device.type == "cpu" and _cpu_flags() & set(BF16_CPU_FLAGS) else torch.float32
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:  # not Linux: no flags known, so float32
-        return set()
-    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    return torch.bfloat16 if device.type == "cpu" and native_bf16() else torch.float32
 
 
 def release_freed_memory() -> None:

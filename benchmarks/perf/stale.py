@@ -94,6 +94,7 @@ MEASURES: dict[str, Measures] = {
         name: Measures("benchmarks/perf/scaling.py", (*STEP_SETUP, *SERVING, *LOCAL_BACKEND, *TRAINING, "ruler/"))
         for name in ("scaling", "scaling_200_steps")
     },
+    "server_dtype": Measures("benchmarks/perf/perf_server_dtype.py", (*SERVING, "autorl/cpu.py")),
     "sentinel": Measures("benchmarks/perf/perf_sentinel.py", TRAINING),
     "sentinel_calibration": Measures("benchmarks/perf/sentinel_calibration.py", ("pipelines/sentinel.py",)),
     "merge_thread": Measures(
