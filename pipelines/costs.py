@@ -11,7 +11,6 @@ its steps' (each step's `cost.json`), so a resumed training counts the steps of 
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -148,29 +147,24 @@ def added(costs: list[dict[str, Any]]) -> dict[str, Any]:
 USD = ("compute", "api", "total")
 
 
-def steps_cost(train_dir: Path, steps: int, cost_file: str) -> list[dict[str, Any]]:
+def steps_cost(train_dir: Path, steps: int) -> list[dict[str, Any]]:
     """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
     sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
-    has none (trained before autorl priced steps)."""
-    from .stages.train_costs import step_dirs
+    has none (trained before autorl priced steps): `train_costs.priced_steps`."""
+    from .stages.train_costs import priced_steps
 
-    records = []
-    for path in [d / cost_file for d, _ in step_dirs(train_dir, steps)]:
-        if path.exists() and "spent" in (record := json.loads(path.read_text())):
-            records.append(record["spent"])
-    return records
+    return [spent for _, _, spent in priced_steps(train_dir, steps)]
 
 
 def run_costs(ctx: StageContext) -> dict[str, dict[str, Any]]:
     """The cost record of each stage whose artifact exists (or, for train, whose steps exist), in stage order:
     what making the run's artifacts cost, whichever invocation made them."""
     from .stages.train import last_step, steps_done
-    from .stages.train_costs import STEP_COST
 
     costs = {}
     for stage in STAGES:
         if stage == "train":
-            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx)), STEP_COST):
+            if steps := steps_cost(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx))):
                 costs[stage] = added(steps)
         elif (cost := ctx.store.summary(stage, ctx.keys[stage]).get("cost")) is not None:
             costs[stage] = cost

@@ -144,8 +144,8 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     ]  # fmt: skip
     assert "rolled back to step 1" in ctx.console.export_text()
     # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
-    assert len(costs.steps_cost(policy.run_dir, 7, train_costs.STEP_COST)) == 10
-    assert len(costs.steps_cost(policy.run_dir, 1, train_costs.STEP_COST)) == 1  # checkpoint 1 was made before them
+    assert len(costs.steps_cost(policy.run_dir, 7)) == 10
+    assert len(costs.steps_cost(policy.run_dir, 1)) == 1  # checkpoint 1 was made before them
     calls = [
         sum(json.loads(p.read_text())["model_calls"].values()) for p in policy.run_dir.rglob(train_costs.STEP_COST)
     ]

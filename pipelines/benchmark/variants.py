@@ -225,7 +225,7 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
         calls, seconds = train_costs.training_cost(run, step) or (None, None)
-        spent = costs.steps_cost(run.policy.run_dir, step, train_costs.STEP_COST)
+        spent = costs.steps_cost(run.policy.run_dir, step)
         usd = costs.added(spent)["usd"]["total"] if len(spent) == step else None
         cost = Cost(calls, seconds, f"{step} training steps", usd)
         variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)

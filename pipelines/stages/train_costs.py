@@ -53,6 +53,18 @@ def step_dirs(work: Path, step: int) -> list[tuple[Path, bool]]:
     ]
 
 
+def priced_steps(work: Path, step: int) -> list[tuple[Path, bool, dict[str, Any]]]:
+    """The `step_dirs` of checkpoint `step` whose `STEP_COST` holds `spent` (what the step spent, priced), each
+    with whether a rollback dropped it and that `spent`; a step without it (trained before autorl priced steps,
+    an SFT warm-up step) is left out."""
+    priced = []
+    for step_dir, dropped in step_dirs(work, step):
+        path = step_dir / STEP_COST
+        if path.exists() and "spent" in (record := json.loads(path.read_text())):
+            priced.append((step_dir, dropped, record["spent"]))
+    return priced
+
+
 def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
     """Model calls and seconds that training up to checkpoint `step` took (the `STEP_COST` records of its
     `step_dirs`); None when a step has no record (a run trained before autorl wrote them)."""
@@ -69,21 +81,17 @@ def training_cost(ctx: RunArtifacts, step: int) -> tuple[int, float] | None:
 def step_costs(ctx: RunArtifacts) -> list[dict[str, Any]]:
     """What each training step spent, for a user reading a run step by step (run.json's train `step_costs`,
     `autorl show`, the report): `step`, `seconds`, `tokens_total` and `usd_total` of its `STEP_COST`'s `spent`,
-    in the order trained (`step_dirs` of the newest checkpoint, as the stage's cost counts them: these add up to
-    it), a step a rollback dropped marked `dropped`; a step without `spent` (trained before autorl priced steps,
-    an SFT warm-up step) is left out."""
+    in the order trained (`priced_steps` of the newest checkpoint, as the stage's cost counts them: these add up
+    to it), a step a rollback dropped marked `dropped`."""
     from .train import last_step, steps_done  # train imports this module
 
-    costs = []
-    for step_dir, dropped in step_dirs(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx))):
-        path = step_dir / STEP_COST
-        if path.exists() and "spent" in (record := json.loads(path.read_text())):
-            spent = record["spent"]
-            costs.append({
-                "step": int(step_dir.name), "seconds": spent["seconds"], "tokens_total": spent["tokens_total"],
-                "usd_total": spent["usd"]["total"], **({"dropped": True} if dropped else {}),
-            })  # fmt: skip
-    return costs
+    return [
+        {
+            "step": int(step_dir.name), "seconds": spent["seconds"], "tokens_total": spent["tokens_total"],
+            "usd_total": spent["usd"]["total"], **({"dropped": True} if dropped else {}),
+        }
+        for step_dir, dropped, spent in priced_steps(ctx.policy.run_dir, min(steps_done(ctx), last_step(ctx)))
+    ]  # fmt: skip
 
 
 STEP_COST_COLUMNS = ("steps", "seconds", "tokens", "total USD")
