@@ -5,15 +5,12 @@ the instrumentation that traces a user's ART-style rollout code, here on autorl'
 runs no user rollout code), the judge's request and the update, each under its parent, with their attributes; the
 saved trajectories name their judge span; no span holds the API key.
 
-Phoenix pins newer web packages than autorl's server (fastapi), so it lives in a virtual environment of its own:
-AUTORL_PHOENIX_PYTHON names its interpreter; else Phoenix installed beside autorl is used; else the test makes
-that environment once under autorl's cache (`python -m venv`, `pip install arize-phoenix==PHOENIX_VERSION`, ~2
-min) and skips, saying why, only where the package index cannot be reached.
+Phoenix runs in a virtual environment of its own (tests/helpers/phoenix.py says which, and how it is made); the
+test skips, saying why, only where the package index cannot be reached.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -25,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import phoenix
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.judge_server import by_content
 
 pytestmark = pytest.mark.slow
-PHOENIX_VERSION = "20.26.1"
-PHOENIX_ENV = Path.home() / ".cache" / "autorl" / f"phoenix-{PHOENIX_VERSION}"
 SECRET = "sk-phoenix-0123456789-never-in-a-span"
 TASK = """
 description = "Answer the user's question in one short sentence."
@@ -53,22 +49,11 @@ def get(url: str) -> dict:
 
 @pytest.fixture(scope="module")
 def phoenix_python() -> str:
-    """The interpreter Phoenix runs with (the module docstring says which)."""
-    if given := os.environ.get("AUTORL_PHOENIX_PYTHON"):
-        return given
-    if importlib.util.find_spec("phoenix"):
-        return sys.executable
-    python = PHOENIX_ENV / "bin" / "python"
-    if not python.exists():
-        made = subprocess.run(
-            f"{sys.executable} -m venv {PHOENIX_ENV}.tmp && {PHOENIX_ENV}.tmp/bin/pip install -q "
-            f"arize-phoenix=={PHOENIX_VERSION}",
-            shell=True, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        if made.returncode != 0:
-            pytest.skip(f"Arize Phoenix could not be installed: {(made.stderr or made.stdout)[-500:]}")
-        Path(f"{PHOENIX_ENV}.tmp").rename(PHOENIX_ENV)  # whole or not at all: an interrupted install is redone
-    return str(python)
+    """The interpreter Phoenix runs with (tests/helpers/phoenix.py)."""
+    python, why = phoenix.python()
+    if python is None:
+        pytest.skip(f"Arize Phoenix could not be installed: {why}")
+    return python
 
 
 def start_phoenix(python: str, work: Path) -> tuple[subprocess.Popen, str]:

@@ -1,6 +1,7 @@
 """How cost grows: step time and memory over a run, against group size, completion length, concurrency, judging.
 
-    python benchmarks/perf/scaling.py [--steps 40] [--sweep-steps 3] [--reps 3] [--parts PARTS] [--out NAME]
+    python benchmarks/perf/scaling.py [--steps 40] [--step-tokens 64] [--sweep-steps 3] [--reps 3] [--parts PARTS]
+                                      [--out NAME]
 
 Each part measures one thing as it grows, on the embedded model (SmolLM2-135M-Instruct), this process and the
 servers it starts alone on the machine:
@@ -13,11 +14,11 @@ servers it starts alone on the machine:
   as in flight, exactly `--tokens` completion tokens each (`ignore_eos`), logprobs on as in training,
   `--reps` rounds in rotated order: completion tokens/s. The server runs at most `ServerConfig.max_num_seqs`
   (32 on CPU) at once; the rest queue.
-- `steps`: `--steps` full GRPO steps of `perf_grpo_step.py`'s setup (G=8 rollouts of one prompt, exactly 64
-  completion tokens, a cheap deterministic reward, `model.train()` with its checkpoint write and the merged
-  weights served): per step the step time, the trainer's update, the resident memory of this process (the
-  trainer) and of the server's processes, and this process's peak. Flat means the median of the last five
-  steps within 10% of the median of steps 5-9.
+- `steps`: `--steps` full GRPO steps of `perf_grpo_step.py`'s setup (G=8 rollouts of one prompt, exactly
+  `--step-tokens` completion tokens (64), a cheap deterministic reward, `model.train()` with its checkpoint
+  write and the merged weights served): per step the step time, the trainer's update, the resident memory of
+  this process (the trainer) and of the server's processes, and this process's peak; written every
+  `SAVE_EVERY` steps. Flat means the median of the last five steps within 10% of the median of steps 5-9.
 - `group_size`, `length`: steps at group sizes 4, 8, 16 (64 tokens) and at completion lengths 64, 256, 1024
   (G=8; the update in micro-batches of `--length-micro-batch`, default 2: with the default 8, a step of 1024-token
   completions took the trainer past 20 GB), `--sweep-steps` of each, in rotated order, after `steps` on the
@@ -55,6 +56,8 @@ JUDGE_GROUPS = (4, 8, 16)
 CONCURRENCY = (8, 32, 64, 128)
 GROUP_SIZES = (4, 8, 16)
 LENGTHS = (64, 256, 1024)
+SAVE_EVERY = 10
+"""The `steps` part writes its steps so far every this many steps."""
 FLAT = 0.10
 """The most the last steps' median may differ from that of steps 5-9 (step time, memory) to count as flat."""
 
@@ -178,15 +181,18 @@ def policy_parts(
         if "steps" in parts:
             per_step = []
             for number in range(1, args.steps + 1):
-                per_step.append({"step": number, **one_step(loop, side, 8, 64)})
+                per_step.append({"step": number, **one_step(loop, side, 8, args.step_tokens)})
                 s = per_step[-1]
                 print(f"step {number}/{args.steps}: {s['total_s']:.1f}s, trainer {s['trainer_rss_mib']:.0f} MiB, "
                       f"server {s['server_rss_mib']:.0f} MiB", flush=True)  # fmt: skip
-            result["steps"] = {
-                "per_step": [{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()} for s in per_step],
-                "flat": {key: flatness(per_step, key) for key in ("total_s", "trainer_rss_mib", "server_rss_mib")},
-            }
-            save()
+                result["steps"] = {
+                    "per_step": [
+                        {k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()} for s in per_step
+                    ],
+                    "flat": {key: flatness(per_step, key) for key in ("total_s", "trainer_rss_mib", "server_rss_mib")},
+                }
+                if number % SAVE_EVERY == 0 or number == args.steps:
+                    save()  # a long run stopped early leaves its steps so far
         if "group_size" in parts:
             print("group size:", flush=True)
             result["group_size"] = sweep(loop, side, GROUP_SIZES, args.sweep_steps, lambda g: (g, 64))
@@ -256,6 +262,7 @@ def print_part(name: str, part: dict[str, Any], key: str | None, unit: str) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="GRPO steps of the `steps` part (at least 14)")
+    parser.add_argument("--step-tokens", type=int, default=64, help="completion tokens per rollout of `steps`")
     parser.add_argument("--sweep-steps", type=int, default=3, help="steps per group size and per completion length")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each concurrency and judge group size")
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens per request of `concurrency`")
