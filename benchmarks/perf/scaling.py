@@ -247,6 +247,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_title(title)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
+    plt.close(figure)  # pyplot keeps every figure it made: this process's RSS is the trainer's, measured per step
 
 
 def print_part(name: str, part: dict[str, Any], key: str | None, unit: str) -> None:
