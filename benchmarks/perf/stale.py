@@ -74,7 +74,10 @@ MEASURES: dict[str, Measures] = {
         "benchmarks/perf/perf_grpo_step.py",
         (*SERVING, *LOCAL_BACKEND, *TRAINING, "autorl/backends/run_dir.py", "ruler/"),
     ),
-    "server_start": Measures("benchmarks/perf/perf_server_start.py", SERVING),
+    **{
+        name: Measures("benchmarks/perf/perf_server_start.py", SERVING)
+        for name in ("server_start", "server_start_eager")
+    },
     "merged_reload": Measures("benchmarks/perf/perf_merged_reload.py", SERVING),
     "cost_of_a_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
     "cost_of_the_readme_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
