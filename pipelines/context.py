@@ -13,6 +13,7 @@ from typing import Protocol
 from rich.console import Console
 
 from autorl import TrainableModel, gather_trajectory_groups, tracing
+from autorl.activity import activity
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
@@ -135,7 +136,10 @@ class Policy:
         self._calls["policy"] += 1
         served = name or self.model.get_inference_name()
         complete = openai_completion(self._client, served, config.rollout)
-        with tracing.span("autorl.rollout", {"gen_ai.request.model": served, "autorl.input": text[:500]}) as span:
+        with (
+            tracing.span("autorl.rollout", {"gen_ai.request.model": served, "autorl.input": text[:500]}) as span,
+            activity("policy"),
+        ):
             trajectory = await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
             tracing.set_attributes(span, {f"autorl.{k}": v for k, v in trajectory.metrics.items()})
         if span is not None:  # the trajectory links to its trace

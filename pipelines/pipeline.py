@@ -1,6 +1,7 @@
 """Run the stages in order, reusing every cached artifact; record the run in `<home>/runs/<name>/`.
 
-The run directory holds `run.json` (task, config, stage keys, status, figures per stage; secrets redacted,
+The run directory holds `run.json` (task, config, stage keys, status, figures per stage, among them where a
+stage's time went, and the invocation's as `time`: `autorl.activity.breakdown`; secrets redacted,
 the task file's path kept), links to the training directory's `checkpoints/`, `history.jsonl` and
 `trajectories/`, the report (`report.md`, `reward_curve.png`) and the trackers' files (`wandb/`, `mlruns/`, `tensorboard/`).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from autorl import tracing
+from autorl import activity, tracing
 from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError
 from autorl.redaction import redact_text, redacted
@@ -120,7 +121,7 @@ async def _run_locked(
     _link_training(run_dir, policy.run_dir)
     write_json(run_dir / RUN_FILE, record)
     console.print(f"run [bold]{name}[/bold] in {run_dir}")
-    servers_before = VLLMServer.starts
+    servers_before, began = VLLMServer.starts, time.monotonic()
     try:
         for stage in forced:  # all at once: a stage may write into a later one's artifact (preflight into train's)
             store.remove(stage, keys[stage])
@@ -152,6 +153,7 @@ async def _run_locked(
                     summary["cost"] = policy.meter.since(
                         reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour
                     )
+                summary["time"] = activity.breakdown(started, more=call_intervals(ctx, marks))  # where it went
                 store.write_summary(stage, keys[stage], summary)
                 entry = {"cached": False, "summary": summary}
             entry.update(seconds=round(time.monotonic() - started, 2), model_calls=sum(calls.values()) - before)
@@ -185,6 +187,7 @@ async def _run_locked(
     finally:
         record.update(
             updated=time.time(),
+            time=activity.breakdown(began, more=call_intervals(ctx, (0, 0))),
             model_calls=dict(calls),
             server_starts=VLLMServer.starts - servers_before + policy.backend.remote_server_starts,
         )
@@ -222,6 +225,17 @@ def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
     if "train" in per_stage and "train" in record["stages"]:
         record["stages"]["train"]["step_costs"] = train_costs.step_costs(ctx)
     record["cost"] = costs.added(list(per_stage.values()))
+
+
+def call_intervals(ctx: StageContext, marks: tuple[int, int]) -> list[tuple[activity.Kind, float, float]]:
+    """The judge's and the generator's requests since `marks` (counts of their records), as time intervals."""
+    judge, generator = ctx.judge_calls()[marks[0] :], ctx.generator_calls[marks[1] :]
+    return [
+        (kind, record.started, record.started + record.seconds)
+        for kind, records in (("judge", judge), ("generator", generator))
+        for record in records
+        if record.started is not None
+    ]
 
 
 def call_log(judge: list[CallRecord], generator: list[CallRecord]) -> dict[str, Any]:

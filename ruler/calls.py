@@ -32,9 +32,14 @@ class CallRecord:
     """Output tokens the server reported."""
     outcome: str = OK
     """"ok", or why the call failed (`failure_cause`)."""
+    started: float | None = None
+    """When the request was sent, in `time.monotonic()` seconds of the process that sent it (where a run's
+    time went: `autorl.activity`); not written to records, where it means nothing."""
 
     def as_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "seconds": round(self.seconds, 3)}
+        record = {**dataclasses.asdict(self), "seconds": round(self.seconds, 3)}
+        record.pop("started")
+        return record
 
     def span_attributes(self) -> dict[str, Any]:
         """The request's span attributes (GenAI semantic conventions where they fit)."""

@@ -214,6 +214,7 @@ class RulerJudge:
                     usage.prompt_tokens - before.prompt_tokens,
                     usage.completion_tokens - before.completion_tokens,
                     outcome,
+                    started,
                 )
                 self.calls.append(record)
                 if span is not None:

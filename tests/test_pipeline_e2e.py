@@ -162,6 +162,11 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     assert {"base", "latest"} <= evaluated["variants"].keys()
     assert stages["train"]["summary"]["judging"]["groups"] == 1  # one group per step; step 1's judged in preflight
     assert record(home, "first")["server_starts"] >= 1
+    # where the time went: the servers' start (before the first stage), each stage's kinds of work
+    spent = record(home, "first")["time"]
+    assert spent["server starts"] > 0 and spent["training"] > 0 and spent["other"] >= 0
+    assert stages["inputs"]["summary"]["time"]["generator"] > 0
+    assert stages["baseline"]["summary"]["time"]["policy"] > 0 and stages["evaluate"]["summary"]["time"]["judge"] > 0
 
     # before training: the judge's verdict and the learnability figures, printed and recorded
     checks = stages["preflight"]["summary"]
@@ -186,7 +191,8 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     # the report renders, with the reward curve, and W&B wrote an offline run with the step metrics
     report = (run_dir / "report.md").read_text()
     for section in ("## Task", "## System prompt", "## Before training", "## Validation reward", "| base |",
-                    "| latest |", "the judge's noise floor", "Judge verdict: judge ", "## Best", "## Worst"):  # fmt: skip
+                    "| latest |", "the judge's noise floor", "Judge verdict: judge ", "## Best", "## Worst",
+                    "## Where the time went"):  # fmt: skip
         assert section in report
     assert (run_dir / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
     logged = wandb_history(next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import httpx
 
 from .. import tracing
+from ..activity import activity
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..training.checkpoints import checkpoint_name
@@ -227,7 +228,7 @@ class TrainingCalls:
         if not save_checkpoint:
             log.warning("backend.train(save_checkpoint=False): autorl's step is its checkpoint; it is written")
         groups = list(trajectory_groups)
-        with tracing.span("autorl.update", {"autorl.groups": len(groups)}) as span:
+        with tracing.span("autorl.update", {"autorl.groups": len(groups)}) as span, activity("training"):
             metrics = dict(await self.train_step(model, groups, resolved))
             tracing.set_attributes(span, {"autorl.step": metrics["step"], **tracing.update_attributes(metrics)})
         return self._result(model, metrics, verbose, "trained")
@@ -248,7 +249,8 @@ class TrainingCalls:
         if not trajectories:
             raise AutoRLError(f"train_sft of {model.name!r}: no trajectories to train on")
         config.rates(len(trajectories))  # a schedule that does not fit the batches: one line, before anything runs
-        metrics = dict(await self.sft_step(model, trajectories, config))
+        with activity("training"):
+            metrics = dict(await self.sft_step(model, trajectories, config))
         return self._result(model, metrics, verbose, "fine-tuned (SFT)")
 
     def _result(self, model: TrainableModel, metrics: dict[str, Any], verbose: bool, what: str) -> TrainResult:

@@ -93,6 +93,7 @@ class Generator:
                         getattr(usage, "prompt_tokens", 0) or 0,
                         getattr(usage, "completion_tokens", 0) or 0,
                         outcome,
+                        started,
                     )
                 )
         return [

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from ..activity import activity
 from ..errors import AutoRLError, ServerStartError
 from ..progress import waiting
 from . import vllm_entry
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ROOT_CAUSE = re.compile(r"\b(?!RuntimeError: Engine core)[A-Z]\w*(Error|Exception): ")
-
 
 STOP_GRACE_S = 5.0
 """How long `stop` waits after SIGTERM before it kills the server: a healthy one exits in 1-2 s, one that is
@@ -231,7 +231,7 @@ class VLLMServer:
                 start_new_session=True,  # our Ctrl-C is handled by us; we stop the whole group
             )
         started_servers.add(self)
-        with waiting(self._start_message()):
+        with waiting(self._start_message()), activity("server starts"):
             self._wait_healthy()
 
     def _start_message(self) -> str:

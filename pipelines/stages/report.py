@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from autorl import activity
 from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
@@ -262,6 +263,26 @@ def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) ->
     ]
 
 
+def _time_section(ctx: StageContext) -> list[str]:
+    """Where each stage's time went when its artifact was made (`autorl.activity.breakdown`, in its summary)."""
+    spent = {stage: t for stage in UPSTREAM if (t := ctx.store.summary(stage, ctx.keys[stage]).get("time"))}
+    if not spent:
+        return []
+    kinds = [*activity.KINDS, activity.OTHER]
+    return [
+        "",
+        "## Where the time went",
+        "",
+        "Seconds of each stage (when its artifact was made) during which a server was starting, the policy was",
+        "answering, the judge or the generator had a request open, or a training step ran; these overlap (the",
+        "judge scores a group while other rollouts go on), and other is the time when none of them ran.",
+        "",
+        f"| stage | {' | '.join(kinds)} |",
+        f"|---|{'---|' * len(kinds)}",
+        *[f"| {stage} | {' | '.join(f'{t.get(kind, 0):.1f}' for kind in kinds)} |" for stage, t in spent.items()],
+    ]
+
+
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks = preflight.load(ctx)
@@ -329,5 +350,6 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             ]
     spent = costs.run_costs(ctx)
     lines += costs.report_section(ctx, spent)
+    lines += _time_section(ctx)
     lines += _per_point_section(spent, frame)
     return "\n".join(lines) + "\n"
