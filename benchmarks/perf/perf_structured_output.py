@@ -4,6 +4,7 @@ structured-output backends (xgrammar, guidance) and with compact JSON.
 
     python benchmarks/perf/perf_structured_output.py [--repeats 3] [--servers default,guidance,compact]
         [--requests judge,generator] [--formats bounded,simple,json_object,none] [--as-sent]
+        [--concurrency N] [--out NAME]
 
 Two requests, each sampled with the same seeds and temperature under each response format:
 - `generator`: the request autorl's input generator sent before issue 25 (DSPy's JSON adapter over the
@@ -18,6 +19,10 @@ and for both `json_object` (any JSON object) and `none` (no response format). Se
 per request (the first request of a format also compiles its grammar, reported apart), completion
 tokens (at most `MAX_TOKENS`), tokens/s, and whether the reply parses. Prints each one's tokens/s against the default server's
 `bounded` for the same request; writes benchmarks/perf/results/structured_output.json.
+
+`--concurrency N` sends N requests at once (seeds apart) for each repeat, as a run's judge audit does (eight
+re-judgings at once at its defaults): then seconds are each request's and tokens/s the whole batch's;
+`--out NAME` writes results/NAME.json instead.
 
 `--as-sent` sends the judge's request as RULER does instead (its `max_tokens` for four answers,
 `ruler.scores.answer_tokens`, and no temperature: the server's default): then the parse rate and the tokens
@@ -172,14 +177,22 @@ async def one(client: httpx.AsyncClient, url: str, request: str, fmt: str, seed:
     return {"seconds": seconds, "tokens": tokens, "parses": parses(request, text)}
 
 
-async def measure(url: str, key: str, repeats: int, requests: list[str], formats: list[str], as_sent: bool) -> dict:
+async def measure(
+    url: str, key: str, repeats: int, requests: list[str], formats: list[str], as_sent: bool, concurrency: int
+) -> dict:
     results: dict = {}
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as client:
         for request in requests:
             for fmt in formats:  # the first request of a format compiles its grammar: timed apart
                 first = await one(client, url, request, fmt, 10_000, as_sent)
-                runs = [await one(client, url, request, fmt, rep, as_sent) for rep in range(repeats)]
-                rates = [r["tokens"] / r["seconds"] for r in runs]
+                runs, rates = [], []
+                for rep in range(repeats):
+                    started = time.monotonic()
+                    batch = await asyncio.gather(
+                        *(one(client, url, request, fmt, rep * concurrency + i, as_sent) for i in range(concurrency))
+                    )
+                    runs += batch
+                    rates.append(sum(r["tokens"] for r in batch) / (time.monotonic() - started))
                 results[f"{request}/{fmt}"] = {
                     "first_request_s": round(first["seconds"], 2),
                     "seconds": summary([r["seconds"] for r in runs]),
@@ -198,6 +211,8 @@ def main() -> None:
     parser.add_argument("--requests", default="judge,generator", help="Requests, comma-separated.")
     parser.add_argument("--formats", default=",".join(FORMATS), help="Response formats, comma-separated.")
     parser.add_argument("--as-sent", action="store_true", help="The judge's request with RULER's sampling.")
+    parser.add_argument("--concurrency", type=int, default=1, help="Requests sent at once per repeat.")
+    parser.add_argument("--out", default="structured_output", help="The result's name (results/NAME.json).")
     args = parser.parse_args()
     requests, formats = args.requests.split(","), args.formats.split(",")
     if args.as_sent and requests != ["judge"]:
@@ -213,10 +228,13 @@ def main() -> None:
             with server:
                 print(f"== server {variant}", flush=True)
                 results[variant] = asyncio.run(
-                    measure(server.base_url, server.api_key, args.repeats, requests, formats, args.as_sent)
+                    measure(
+                        server.base_url, server.api_key, args.repeats, requests, formats, args.as_sent, args.concurrency
+                    )
                 )
     sampling = "RULER's max_tokens, the server's temperature" if args.as_sent else "temperature 0.7"
-    conditions = f"embedded model, one request at a time, {sampling}, seeds 0..repeats-1"
+    at_once = "one request at a time" if args.concurrency == 1 else f"{args.concurrency} requests at once"
+    conditions = f"embedded model, {at_once}, {sampling}, seeds 0..repeats x requests - 1"
     base = results.get("default", next(iter(results.values())))
     rows = [
         ratio_entry(
@@ -233,8 +251,8 @@ def main() -> None:
         if not (variant == "default" and key.endswith("/bounded")) and f"{key.split('/')[0]}/bounded" in base
     ]
     print_table(rows)
-    settings = {"repeats": args.repeats, "as_sent": args.as_sent}
-    path = write_result("structured_output", {**settings, "servers": results, "ratios": rows}, started)
+    settings = {"repeats": args.repeats, "as_sent": args.as_sent, "concurrency": args.concurrency}
+    path = write_result(args.out, {**settings, "servers": results, "ratios": rows}, started)
     print(f"wrote {path}")
 
 

@@ -117,10 +117,19 @@ MEASURES: dict[str, Measures] = {
         "benchmarks/perf/perf_trainer_memory.py",
         (*TRAINING, "benchmarks/perf/perf_trainer_attention.py", "benchmarks/perf/perf_grpo_step.py"),
     ),
-    "structured_output": Measures(
-        "benchmarks/perf/perf_structured_output.py",
-        (*SERVING, "autorl/inputs/generation.py", "autorl/inputs/generator.py", "ruler/prompt.py", "ruler/scores.py"),
-    ),
+    **{  # one request at a time, and --concurrency 8 --out structured_output_concurrent (a judge audit's load)
+        name: Measures(
+            "benchmarks/perf/perf_structured_output.py",
+            (
+                *SERVING,
+                "autorl/inputs/generation.py",
+                "autorl/inputs/generator.py",
+                "ruler/prompt.py",
+                "ruler/scores.py",
+            ),
+        )
+        for name in ("structured_output", "structured_output_concurrent")
+    },
     "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
