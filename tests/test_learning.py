@@ -17,7 +17,8 @@ import learning
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1320)]
 # 156-167 s on 2 cores with native bf16 (learning_regression_capitals.json); 708 s on an AVX2-only EPYC, where
-# the trainer and the server run in float32 and a vLLM start takes about 70 s
+# the trainer and the server run in float32 (a vLLM start took about 70 s then; ~26 s alone since its engine
+# process is forked)
 RUN_TIMEOUT_S = 1260
 """The run's own limit, inside the test's: a run that hangs ends with its output, not a pytest stack."""
 STEPS = 6
