@@ -171,3 +171,28 @@ def test_same_code_reads_the_program_not_its_text():
     assert not stale.same_code("def f():\n    return 1\n", "def f():\n    return 2\n")
     assert not stale.same_code("x = 'a string value'\n", "x = 'another value'\n")  # a value, not a docstring
     assert not stale.same_code("x = 1\n", "x = (\n")  # does not parse: not the same
+
+
+def test_the_docs_quote_no_stale_result():
+    """`stale.py --check` on this repository: no paragraph of README.md or docs/ quotes a stale result without
+    saying it is not re-measured. Only the quoted results' statuses are computed (as `--check` would judge
+    them), so this takes a fraction of a second where the whole table takes tens of seconds of git."""
+    if stale.git(ROOT, "rev-parse", "--is-shallow-repository") != "false":
+        pytest.skip("not a whole git checkout: nothing tells when a result was measured")
+    results = ROOT / "benchmarks" / "perf" / "results"
+    quotes = stale.quoted("\n\n".join(page.read_text() for page in stale.doc_pages(ROOT)))
+    rows = [
+        stale.status(ROOT, name, MEASURES[name], results)
+        for name in sorted(quotes)
+        if (results / f"{name}.json").exists()
+    ]
+    bad = [
+        f"{row.name} (measured at {row.sha[:9] if row.sha else row.basis}; since "
+        f"{row.since[:9] if row.since else '?'}: {', '.join(row.changed[:3])}{' ...' if len(row.changed) > 3 else ''})"
+        for row in rows
+        if row.stale
+    ]
+    assert not bad, (
+        "README.md or docs/ quote stale results (`python benchmarks/perf/stale.py --check`): re-measure them, or say "
+        f'"{stale.NOT_CURRENT} <commit>: <what changed>" in the paragraphs that name them: ' + "; ".join(bad)
+    )
