@@ -66,6 +66,11 @@ class RunConfig(BaseModel):
     """Base model of the policy: `embedded:<name>` or a local Hugging Face directory."""
     judge: str = "embedded"
     """Judge: a model for RULER (`embedded`, a LiteLLM string, `name@http://host:port/v1`) or `module:attribute`."""
+    judge_explanations: Literal["report", "always"] = "report"
+    """Where a RULER judge writes a short explanation beside each score. report: only where the report shows them
+    (the evaluate stage's judging); elsewhere (baseline, preflight, the system prompt check, training) it gives
+    the scores alone, a few tokens an answer instead of dozens. always: in every judging, as ART's RULER does
+    (more judge tokens and time)."""
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
     steps: int = Field(20, ge=1)
@@ -175,6 +180,11 @@ class RunConfig(BaseModel):
     training there; after each step its checkpoint and the history are copied into this machine's run
     directory. The server serves every checkpoint as a LoRA (adapter serving), as the evaluation needs. Not
     with --ray; a task file's `backend` key. Not part of any cache key."""
+
+    def judging(self) -> dict[str, str]:
+        """What judged scores depend on besides the answers and the rubric: the judge, and whether it explains
+        them (part of the key of every stage that judges)."""
+        return {"judge": self.judge, "judge_explanations": self.judge_explanations}
 
     @field_validator("backend")
     @classmethod

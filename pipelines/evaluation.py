@@ -26,7 +26,7 @@ def judged_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     """What judged answers to the validation inputs depend on besides the model: the judge, the rubric, the
     answers per input, and the rollouts' tools and turns (part of the baseline's and evaluate's keys)."""
     return {
-        "judge": config.judge,
+        **config.judging(),
         "rubric": task.rubric,
         "eval_samples": config.eval_samples,
         **task.agent_settings(),

@@ -33,6 +33,7 @@ from ruler import Judge
 from ruler.calls import CallRecord, summarize
 from ruler.endpoint import EMBEDDED
 from ruler.loading import load_judge
+from ruler.ruler_judge import RulerJudge
 
 from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
@@ -42,6 +43,8 @@ from .run_lock import run_locks
 from .stages import STAGE_MODULES, sft, train_costs
 
 RUN_FILE = "run.json"
+EXPLAINED_STAGES = ("evaluate",)
+"""The stages whose judge explanations the report shows (`RunConfig.judge_explanations` "report": only these)."""
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
 
 
@@ -143,6 +146,8 @@ async def _run_locked(
                 console.print(f"[dim]{stage}: cached ({keys[stage]})[/dim]")
             else:
                 console.print(f"[bold]{stage}[/bold] ({keys[stage]})")
+                if isinstance(judge, RulerJudge):  # explanations where the report shows them (judge_explanations)
+                    judge.explain = config.judge_explanations == "always" or stage in EXPLAINED_STAGES
                 judged = Counter(ctx.judging)
                 with tracing.span(f"autorl.stage {stage}", {"autorl.stage": stage, "autorl.key": keys[stage]}) as span:
                     summary = await STAGE_MODULES[stage].run(ctx)

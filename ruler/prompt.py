@@ -34,8 +34,13 @@ The user message holds the tools the agent could call (<tools>), the conversatio
 (<context>), and each trajectory's own continuation (<trajectory id="...">). Messages are JSON, one per line.\
 {shortened_note}
 
-Answer with a JSON object {{"scores": {{"<id>": {{"explanation": "<one short sentence, at most {max_chars} \
-characters>", "score": <0 to 1>}}}}}} that has exactly one entry for each trajectory id: {ids}."""
+Answer with a JSON object {{"scores": {{"<id>": {{{entry}}}}}}} that has exactly one entry for each trajectory \
+id: {ids}."""
+
+EXPLAINED_ENTRY = '"explanation": "<one short sentence, at most {max_chars} characters>", "score": <0 to 1>'
+"""What the judge writes for each trajectory when asked to explain its scores."""
+SCORE_ENTRY = '"score": <0 to 1>'
+"""What the judge writes for each trajectory when asked for scores alone (`RulerJudge.explain` false)."""
 
 TASK_SECTION = """\
 The task the agent was built for, as its user described it (the trajectories show the agent's own system \
@@ -173,10 +178,12 @@ def build_judge_prompt(
     *,
     task: str | None = None,
     max_prompt_tokens: int | None = None,
+    explain: bool = True,
 ) -> JudgePrompt:
     """Lay out a group (checked plain messages) for one judge request; works for any group size.
 
     task: the user's task description, stated in the system message next to the rubric.
+    explain: ask for a short explanation with each score (else for the scores alone).
     max_prompt_tokens: a budget for the prompt (by `estimate_prompt_tokens`); None: no fitting. Over
         budget, every message text longer than a limit L is shortened to L characters (see `shorten`),
         with L the largest value that fits: the longest texts are cut first, identical inputs always give
@@ -214,7 +221,7 @@ def build_judge_prompt(
             task_section=TASK_SECTION.format(task=task.strip()) if task and task.strip() else "",
             rubric=rubric.strip(),
             shortened_note=SHORTENED_NOTE if context_cut or cut else "",
-            max_chars=EXPLANATION_MAX_CHARS,
+            entry=EXPLAINED_ENTRY.format(max_chars=EXPLANATION_MAX_CHARS) if explain else SCORE_ENTRY,
             ids=", ".join(ids),
         )
         chat = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(sections)}]

@@ -75,7 +75,11 @@ class RulerJudge:
         cache_dir: CacheDir = "auto",
         debug: bool = False,
         name: str = RULER_NAME,
+        explain: bool = True,
     ):
+        self.explain = explain
+        """Ask for a short explanation with each score (ART's RULER does); false: the scores alone, a few tokens
+        an answer instead of dozens (`autorl run` asks for explanations only where its report shows them)."""
         self.model = judge_model if isinstance(judge_model, JudgeModel) else JudgeModel.parse(judge_model)
         self.model.check_provider()
         self.retry = retry or RetryPolicy()
@@ -102,7 +106,7 @@ class RulerJudge:
         lists = as_message_lists(message_lists, min_trajectories=1)  # one alone is scored, as ART's RULER does
         context = self.model.context_limit()
         prompt, max_tokens = self._fit(lists, rubric, tools, task, context)
-        answer_format = response_format(prompt.ids)
+        answer_format = response_format(prompt.ids, self.explain)
         identity = self.model.identity()
         key = cache_key({"judge": identity, "messages": prompt.messages, "response_format": answer_format})
         entry = self.cache.get(key) if self.cache else None
@@ -123,7 +127,9 @@ class RulerJudge:
                     max_tokens = max_tokens or self._reserve(len(prompt.ids))
                 log.warning("%s: the prompt overflowed the judge's context; shortening it and asking once more", what)
                 budget = int(OVERFLOW_SHRINK * size)
-                refitted = build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget)
+                refitted = build_judge_prompt(
+                    lists, rubric, tools, task=task, max_prompt_tokens=budget, explain=self.explain
+                )
                 verdicts, more = await call_with_retries(
                     lambda: self._ask(refitted, answer_format, usage, max_tokens), self.retry, what
                 )
@@ -163,7 +169,7 @@ class RulerJudge:
 
     def _reserve(self, count: int) -> int:
         """The tokens kept free for an answer scoring `count` trajectories: the model's `max_tokens`, else sized."""
-        return self.model.max_tokens or answer_tokens(count)
+        return self.model.max_tokens or answer_tokens(count, self.explain)
 
     def _fit(
         self,
@@ -175,10 +181,11 @@ class RulerJudge:
     ) -> tuple[JudgePrompt, int | None]:
         """The prompt, fitted into `context` when known, and the `max_tokens` to send (None: the model's)."""
         if context is None:
-            return build_judge_prompt(lists, rubric, tools, task=task), None
+            return build_judge_prompt(lists, rubric, tools, task=task, explain=self.explain), None
         reserve = self._reserve(len({canonical_json(messages) for messages in lists}))
         budget = context - reserve - PROMPT_MARGIN_TOKENS
-        return build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget), reserve
+        prompt = build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget, explain=self.explain)
+        return prompt, reserve
 
     async def _ask(
         self, prompt: JudgePrompt, answer_format: dict[str, Any], usage: Usage, max_tokens: int | None = None

@@ -58,25 +58,27 @@ EXPLANATION_MAX_CHARS = 120
 (about 2 s of CPU at 120 characters, 4 s at 160, once per schema and server)."""
 
 
-def answer_tokens(count: int) -> int:
+ENTRY_TOKENS = 24
+"""Tokens of one id's entry besides its explanation: the id, keys, score and punctuation."""
+
+
+def answer_tokens(count: int, explain: bool = True) -> int:
     """A `max_tokens` for an answer scoring `count` trajectories, with margin.
 
-    Per id: the explanation at `EXPLANATION_MAX_CHARS` counted at 2 characters a token (English runs
-    near 4), plus 24 tokens for the id, keys, score and punctuation; then 25% and 32 tokens on top.
+    Per id: `ENTRY_TOKENS`, and with `explain` the explanation at `EXPLANATION_MAX_CHARS` counted at 2
+    characters a token (English runs near 4); then 25% and 32 tokens on top.
     """
-    return int(count * (EXPLANATION_MAX_CHARS // 2 + 24) * 1.25) + 32
+    return int(count * (ENTRY_TOKENS + (EXPLANATION_MAX_CHARS // 2 if explain else 0)) * 1.25) + 32
 
 
-def response_format(ids: Sequence[str]) -> dict[str, Any]:
-    """The OpenAI `response_format` asking for exactly one score per id, each explanation bounded."""
-    explanation = {"type": "string", "maxLength": EXPLANATION_MAX_CHARS}
-    entry = {
-        "type": "object",
-        # the bounds let guided decoding (vLLM) keep even a small judge short and inside [0, 1]
-        "properties": {"explanation": explanation, "score": {"type": "number", "minimum": 0, "maximum": 1}},
-        "required": ["explanation", "score"],
-        "additionalProperties": False,
-    }
+def response_format(ids: Sequence[str], explain: bool = True) -> dict[str, Any]:
+    """The OpenAI `response_format` asking for exactly one score per id, with `explain` each with an explanation
+    of bounded length."""
+    # the bounds let guided decoding (vLLM) keep even a small judge short and inside [0, 1]
+    properties: dict[str, Any] = {"score": {"type": "number", "minimum": 0, "maximum": 1}}
+    if explain:
+        properties = {"explanation": {"type": "string", "maxLength": EXPLANATION_MAX_CHARS}, **properties}
+    entry = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
     scores = {
         "type": "object",
         "properties": dict.fromkeys(ids, entry),

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+from ruler.scores import answer_tokens
 from tests.helpers.wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow
@@ -167,6 +168,10 @@ def test_two_step_run_then_a_free_rerun(home, first_run):
     assert spent["server starts"] > 0 and spent["training"] > 0 and spent["other"] >= 0
     assert stages["inputs"]["summary"]["time"]["generator"] > 0
     assert stages["baseline"]["summary"]["time"]["policy"] > 0 and stages["evaluate"]["summary"]["time"]["judge"] > 0
+    # the judge explains its scores only where the report shows them (evaluate): before that, scores alone
+    unexplained = answer_tokens(3, explain=False)  # a group of 2, or 3 with the audit's copy
+    for stage in ("baseline", "preflight"):
+        assert all(c["completion_tokens"] <= unexplained for c in stages[stage]["calls"]["judge"]["log"]), stage
 
     # before training: the judge's verdict and the learnability figures, printed and recorded
     checks = stages["preflight"]["summary"]

@@ -38,6 +38,9 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
     assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"sft"}  # SFT reads its file
     assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs", "sft"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
+    # every judged stage's scores depend on whether the judge explains them
+    judged = set(STAGES) - {"inputs", "sft"}
+    assert changed(base, stage_keys(TASK, RunConfig(judge_explanations="always"))) == judged
 
 
 def test_the_preflight_settings_change_the_checks_and_the_report_only():

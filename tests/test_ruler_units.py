@@ -399,6 +399,23 @@ def test_explanations_are_bounded_in_the_schema_and_the_prompt():
     assert f"at most {ruler.scores.EXPLANATION_MAX_CHARS} characters" in system
 
 
+def test_a_judge_told_not_to_explain_asks_for_scores_alone_in_a_few_tokens_and_caches_them_apart(tmp_path):
+    entry = response_format(["1", "2"], explain=False)["json_schema"]["schema"]["properties"]["scores"]["properties"]
+    assert entry["1"]["properties"].keys() == {"score"} and entry["1"]["required"] == ["score"]
+    lists = [chat("s", "q", a) for a in ["a", "b", "c"]]
+    system = build_judge_prompt(lists, "r", explain=False).messages[0]["content"]
+    assert "explanation" not in system and '"score": <0 to 1>' in system
+    assert ruler.scores.answer_tokens(3, explain=False) * 2 < ruler.scores.answer_tokens(3)
+    judge, stub = stub_judge("embedded", cache_dir=tmp_path)  # its context is known: max_tokens is sized
+    judge.explain = False
+    scores = run(judge.score_group(lists))
+    assert [s.score for s in scores] == [0.5] * 3
+    assert stub.requests[-1]["max_tokens"] == ruler.scores.answer_tokens(3, explain=False)
+    judge.explain = True  # another prompt and schema: not the cached scores-only answer
+    run(judge.score_group(lists))
+    assert len(stub.requests) == 2 and "explanation" in stub.requests[-1]["messages"][0]["content"]
+
+
 def test_max_tokens_is_sized_to_the_group_when_the_context_is_known():
     sized = ruler.scores.answer_tokens
     assert sized(2) < sized(4) < sized(6) and sized(6) >= 6 * ruler.scores.EXPLANATION_MAX_CHARS // 2

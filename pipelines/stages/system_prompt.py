@@ -44,7 +44,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.system_prompt_check:  # what the comparison's answers and scores depend on
         check = {
             "inputs": config.system_prompt_check, "answers": config.eval_samples, "model": config.model,
-            "judge": config.judge, "rubric": task.rubric, "rollout": config.rollout.model_dump(),
+            **config.judging(), "rubric": task.rubric, "rollout": config.rollout.model_dump(),
             **task.agent_settings(),
         }  # fmt: skip
     return {"description": task.description, "generator": config.generator, "seed": config.seed, "check": check}

@@ -62,7 +62,7 @@ def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     step 1's groups by them too)."""
     return {
         "model": config.model,
-        "judge": config.judge,
+        **config.judging(),
         "task": task.description,  # the judge is told the task
         "rubric": task.rubric,
         "group_size": config.group_size,
