@@ -8,7 +8,9 @@ with its own CLI module) and this checkout, `--repeats` times each. Reads what e
 `run.json`: per stage the seconds, the model calls and what the judge did (groups, retries, failures,
 answers shortened), the vLLM servers started. The converted embedded model in the user cache
 (`~/.cache/autorl`) and the compile caches are shared by both, as on a user's second run; delete them to
-time a first install. Without `--baseline` only this checkout runs.
+time a first install, or pass `--cold`: each run then gets caches of its own in its home (the converted model,
+vLLM's and Inductor's compile caches), as on a new machine. Without `--baseline` only this checkout runs.
+`--out NAME` writes results/NAME.json.
 
 Prints a table per run and, per commit, the median (min-max) of the wall time, each stage, server starts
 and model calls, and the ratio of the medians; writes `benchmarks/perf/results/first_run.json`.
@@ -39,15 +41,23 @@ def cli_module(checkout: Path) -> str:
     return "pipelines.cli" if (checkout / "pipelines" / "cli.py").is_file() else "autorl.cli"
 
 
-def one_run(checkout: Path, home: Path) -> dict:
-    """Run the README command from `checkout` in `home`; its figures from run.json, and the command's wall time."""
+COLD_CACHES = {"AUTORL_CACHE": "autorl", "VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+"""The caches a `--cold` run gets anew (under its home's `caches/`): the converted model, vLLM's and Inductor's."""
+
+
+def one_run(checkout: Path, home: Path, cold: bool = False) -> dict:
+    """Run the README command from `checkout` in `home` (`cold`: with caches of its own there); its figures from
+    run.json, and the command's wall time."""
+    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    if cold:
+        env.update({name: str(home / "caches" / folder) for name, folder in COLD_CACHES.items()})
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", cli_module(checkout), *COMMAND, "--home", str(home)],
         cwd=checkout,
         capture_output=True,
         text=True,
-        env={**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")},
+        env=env,
     )
     wall = time.monotonic() - started
     if done.returncode != 0:
@@ -63,6 +73,7 @@ def one_run(checkout: Path, home: Path) -> dict:
             "seconds": entry["seconds"],
             "model_calls": entry["model_calls"],
             **{f"judge_{kind}": judging.get(kind, 0) for kind in JUDGING},
+            **({"time": entry["summary"]["time"]} if "time" in entry["summary"] else {}),
             **({"calls": {k: v["summary"] for k, v in entry["calls"].items()}} if "calls" in entry else {}),
         }
     groups = sum(s["judge_groups"] for s in stages.values())
@@ -74,6 +85,7 @@ def one_run(checkout: Path, home: Path) -> dict:
         "model_calls": sum(record["model_calls"].values()),
         "model_calls_by_kind": record["model_calls"],
         "server_starts": record["server_starts"],
+        "time": record.get("time"),  # where the time went (autorl.activity), where the commit records it
         "judge_retries_per_group": round(retries / groups, 3) if groups else None,
         "val_inputs": evaluate["val_inputs"],
         "val_inputs_scored": {variant: s["inputs"] for variant, s in evaluate["variants"].items()},
@@ -116,6 +128,8 @@ def main() -> None:
     parser.add_argument("--baseline", help="The commit to compare with (e.g. the one before a change).")
     parser.add_argument("--repeats", type=int, default=2, help="Runs per commit, alternating, each in a fresh home.")
     parser.add_argument("--keep", type=Path, help="Keep the homes under this directory (default: deleted).")
+    parser.add_argument("--cold", action="store_true", help="Each run with caches of its own, as a new machine.")
+    parser.add_argument("--out", default="first_run", help="The result's name (results/NAME.json).")
     args = parser.parse_args()
     started = time.monotonic()
     with baseline_checkout(args.baseline) as checkouts:
@@ -124,7 +138,7 @@ def main() -> None:
             for label, checkout in checkouts.items():  # alternating: each pair under the same machine state
                 home = (args.keep / f"{label.replace(' ', '-')}-{number}") if args.keep else None
                 with tempfile.TemporaryDirectory(prefix="autorl-first-run-") as tmp:
-                    runs[label].append(one_run(checkout, home or Path(tmp)))
+                    runs[label].append(one_run(checkout, home or Path(tmp), args.cold))
                 print_run(f"{label}, run {number}", runs[label][-1])
     per_commit = {label: figures(r) for label, r in runs.items()}
     print("\nmedian (min-max) over runs:")
@@ -135,7 +149,8 @@ def main() -> None:
     rows = []
     if args.baseline:
         old, new = per_commit[f"baseline {args.baseline}"], per_commit["this checkout"]
-        conditions = f"the README command, fresh homes, {args.repeats} runs each, alternating"
+        caches = "fresh caches" if args.cold else "shared caches"
+        conditions = f"the README command, fresh homes, {caches}, {args.repeats} runs each, alternating"
         rows = [
             ratio_entry(f"first run wall time, this checkout vs {args.baseline}", new["wall_s"]["median"],
                         old["wall_s"]["median"], "s", 2.5, False, conditions),
@@ -144,12 +159,13 @@ def main() -> None:
     result = {
         "command": ["autorl", *COMMAND],
         "baseline": args.baseline,
+        "cold": args.cold,
         "this_checkout": commit(),
         "figures": per_commit,
         "ratios": rows,
         "runs": runs,
     }
-    path = write_result("first_run", result, started)
+    path = write_result(args.out, result, started)
     print(f"\nwrote {path}")
 
 
