@@ -4,7 +4,7 @@ served under their own name; RULER's plumbing is checked on it too). Each progra
 and resumes where the programs before it stopped, as a user's next program would; each test asserts relative to
 the step, records and checkpoints it found (or sets up what it asserts on), so the tests pass in any order. The
 last two are written as ART's 2026 docs write programs: SFT warm-up, `backend.train(...)` and its `TrainResult`,
-explicit logs."""
+explicit logs. A tool-using agent and a LangGraph agent train the same model on that server too."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # a program imports LiteLLM: no price-map download
 from art_programs import dataset_loop, guess_the_number, ruler_judged, sft_warmup, yes_no_maybe
 
+import autorl as art
 import ruler
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.local import LocalBackend
@@ -177,6 +178,65 @@ def test_yes_no_maybe_in_batches_as_they_finish_trains_through_the_backend_and_r
     assert all(t.logs[-1].startswith("RULER explanation: ") for g in judged for t in g.trajectories)
     logged = session.logged()[records:]
     assert {r["step"] for r in logged if "train/length" in r} == {start, start + 1}  # the groups, before each step
+
+
+@pytest.mark.timeout(300)  # two steps of the programs' model on their server
+def test_agent_rollouts_with_tools_on_the_embedded_model_train(session):
+    """The embedded model with its tool-calling template behind vLLM's hermes parser: rollouts with the
+    example `convert` tool run (whatever the small model does with it), and a step trains on them; then
+    the docs' LangGraph agent (a ReAct graph with one Python tool, `autorl.langgraph`) on the same
+    server: its wrapped rollouts carry the sampled tokens of every model turn, and a second step trains.
+    On the programs' server and model, as a user's tool agent would continue their training."""
+    from openai.types.chat.chat_completion import Choice
+
+    from autorl.agents.rollout import RolloutConfig, agent_rollout, openai_completion
+    from autorl.agents.tools import Toolbox
+    from autorl.task import load_task
+    from autorl.training.sequences import TOKEN_ID_PREFIX
+    from tests.helpers.docs import docs_example
+
+    task = load_task(Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml")
+
+    async def scenario():
+        model = art_model()
+        await model.register(session.backend)
+        toolbox = await Toolbox.open(task)
+        try:
+            complete = openai_completion(
+                model.openai_client(), model.get_inference_name(), RolloutConfig(max_tokens=48)
+            )
+            question = "Convert 3 miles to kilometres with the convert tool."
+            rollouts = [
+                agent_rollout(complete, task.description, question, toolbox=toolbox, max_turns=2) for _ in range(6)
+            ]
+            group = await art.TrajectoryGroup(rollouts)
+            assert not group.exceptions and len(group) == 6
+            for i, trajectory in enumerate(group.trajectories):
+                assert trajectory.tools[0]["function"]["name"] == "convert"
+                calls = trajectory.metrics["tool_calls"]
+                assert sum(m["role"] == "tool" for m in trajectory.messages()) == calls
+                trajectory.reward = float(calls > 0) + i / 10  # distinct rewards: the group carries signal
+            metrics = await model.train([group], config=art.TrainConfig())
+            assert metrics["trained_tokens"] > 0
+
+            adders = await docs_example()["adder_group"](model)
+            assert not adders.exceptions and len(adders) == 2
+            for i, trajectory in enumerate(adders):
+                choices = [c for c in trajectory.messages_and_choices if isinstance(c, Choice)]
+                assert choices and all(t.token.startswith(TOKEN_ID_PREFIX) for t in choices[-1].logprobs.content)
+                assert [t["function"]["name"] for t in trajectory.tools] == ["add"]
+                assert trajectory.metrics["turns"] == len(choices)
+                trajectory.reward += i / 10
+            metrics = await model.train([adders], config=art.TrainConfig())
+            assert metrics["groups_trained"] == 1 and metrics["trained_tokens"] > 0
+            return sum(t.metrics["tool_calls"] for t in group.trajectories)
+        finally:
+            await toolbox.aclose()
+
+    start = session.step()
+    calls = session.run(scenario())
+    assert session.step() == start + 2
+    print(f"tool calls in 6 rollouts of the embedded model: {calls}")
 
 
 def art_model():
