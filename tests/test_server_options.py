@@ -127,6 +127,18 @@ def test_merged_weights_go_to_dev_shm_only_when_it_has_room():
     assert vllm_server._memory_dir(10**15) is None  # a petabyte: the default temporary directory instead
 
 
+def test_the_embedded_judge_and_generator_s_own_server_starts_eager_unless_told_otherwise(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(embedded, "resolve_base_model", lambda name: tmp_path)
+    monkeypatch.setattr(embedded, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(VLLMServer, "start", lambda server: started.append(server.config))
+    monkeypatch.setattr(embedded, "_shared_servers", {})
+    embedded.embedded_endpoint()  # it decodes little in a run: torch.compile's start costs more than it saves
+    monkeypatch.setattr(embedded, "_shared_servers", {})
+    embedded.embedded_endpoint(ServerConfig(enforce_eager=False))
+    assert [config.enforce_eager for config in started] == [True, False]
+
+
 def test_kv_bytes_per_token_come_from_the_model_config(tiny_model, tmp_path):
     # tiny Llama: 2 layers x 2 KV heads x 8 (32 / 4 heads) x 2 (K, V) x 2 bytes ("auto": vLLM serves bf16)
     assert kv_bytes_per_token(tiny_model) == 128

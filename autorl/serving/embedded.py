@@ -143,7 +143,9 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
 
     Where `serve_embedded_with` named an endpoint elsewhere (a Ray cluster's replicas), that one. Else reuses a
     server this process already runs on the embedded model's plain weights (see `running_server_for`);
-    otherwise starts one shared server, stopped at exit.
+    otherwise starts one shared server, stopped at exit, eager unless `config` says otherwise: it decodes little
+    in a run (inputs, a system prompt, scores), so torch.compile's longer start buys less than it costs (eager
+    starts in about half the time and decodes 10-15% slower: `benchmarks/perf/perf_server_start.py --set compile`).
     """
     with _shared_lock:
         if _served_elsewhere is not None:
@@ -155,7 +157,11 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
 
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
             server = VLLMServer(
-                model_dir, DEFAULT_BASE_MODEL, log, config, label=f"{DEFAULT_BASE_MODEL} (judge, generator)"
+                model_dir,
+                DEFAULT_BASE_MODEL,
+                log,
+                config or ServerConfig(enforce_eager=True),
+                label=f"{DEFAULT_BASE_MODEL} (judge, generator)",
             )
             _shared_servers[model_dir.resolve()] = server  # before its start: `stop_shared_servers` reaches it
             server.start()
