@@ -78,7 +78,8 @@ class ServerConfig(BaseModel):
     """Run the model without torch.compile (`--enforce-eager`). On CPU a server then starts sooner and decodes
     somewhat slower (`benchmarks/perf/perf_server_start.py` measures both; its figures: docs/results.md): the
     better trade for short runs, and for a test suite that starts many servers. Default: true when the environment
-    sets AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts), else false."""
+    sets AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts), else false. The embedded judge's and
+    generator's own server starts eager unless given a config (`autorl.serving.embedded.embedded_endpoint`)."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"
