@@ -99,11 +99,12 @@ class RunConfig(BaseModel):
     the step the sentinel fires) unless the judge is reliable, the base model's groups carry signal and the
     policy stays near the base; off: no audit and no learnability check (the sentinel still acts as
     `--on-drift` says)."""
-    system_prompt_check: int = Field(4, ge=0)
-    """Training inputs on which a generated system prompt is scored against the task text as the system
-    prompt before training (`eval_samples` answers under each), where the judge is reliable (a program
-    judge, or a model judge whose audit on those answers says so); the better prompt is kept and the report
-    shows the comparison. 0: no check (the report says so)."""
+    system_prompt_check: int = Field(12, ge=0)
+    """Training inputs on which the system prompt's candidates (the task text, a generated prompt, the task
+    text with worked examples from the policy's own best answers) are scored before training, `eval_samples`
+    answers under each; a candidate replaces the task text only where its gain's 95% interval is above 0, and
+    only where the judge is reliable (a program judge, or a model judge whose audit says so). The report
+    lists the candidates. 0: no check, and nothing generated: the task text is the system prompt."""
     audit_groups: int = Field(4, ge=1)
     """Judged groups the judge audit asks the judge about again (the learnability check's first, then the
     baseline's): two more judge requests each (the same answers in reverse order, and with one shown twice)."""

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # for annotations only: the benchmark's judge key covers this
 
 GROUPS_FILE = "groups.jsonl"
 SCORES_FILE = "scores.parquet"
+SUCCESS = 0.5
+"""An answer scored at least this counts as a success (the base model's success rate, a worked example)."""
 
 
 def judged_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:

@@ -211,9 +211,9 @@ def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: Sta
     """The servers the stages still to run will ask for: "policy" (its vLLM server) and "embedded" (the embedded
     judge's or generator's model); a cached stage asks none."""
     pending = {stage for stage in STAGES if stage in forced or not STAGE_MODULES[stage].is_done(ctx)}
-    writes_prompt = "system_prompt" in pending and task.system_prompt is None
-    checks_prompt = writes_prompt and config.system_prompt_check > 0  # the policy answers under both prompts
-    needed = {"policy"} if pending & set(POLICY_STAGES) or checks_prompt else set()
+    # a prompt is written and checked (the policy answers under each candidate) unless given or the check is off
+    writes_prompt = "system_prompt" in pending and task.system_prompt is None and config.system_prompt_check > 0
+    needed = {"policy"} if pending & set(POLICY_STAGES) or writes_prompt else set()
     generates = ("inputs" in pending and config.inputs_file is None) or writes_prompt
     if (config.judge == EMBEDDED and "policy" in needed) or (config.generator == EMBEDDED and generates):
         needed.add("embedded")

@@ -51,8 +51,9 @@ def test_the_preflight_settings_change_the_checks_and_the_report_only():
     assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == {"preflight", "train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(on_tied="warn"))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(preflight="strict"))) == set()  # it only decides whether to stop
-    # what step 1's groups depend on (the preflight stage samples them for the train stage) is in both keys
-    assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == {"preflight", "train", "evaluate", "report"}
+    # what step 1's groups depend on (the preflight stage samples them for the train stage) is in both keys; the
+    # system prompt check samples a group per input for its worked examples
+    assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == set(STAGES) - {"inputs", "sft"}
     assert changed(base, stage_keys(TASK, RunConfig(rollout={"temperature": 0.7}))) >= {"preflight", "train"}
 
 

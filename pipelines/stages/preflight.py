@@ -38,6 +38,7 @@ from ruler.prompt import canonical_json
 from .. import evaluation
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
+from ..evaluation import SUCCESS
 from . import baseline, inputs, system_prompt, train
 
 NAME = "preflight"
@@ -47,8 +48,6 @@ INPUTS_CHECKED = 8
 """Inputs (train and validation, evenly spread) the inputs check shows a reliable judge."""
 MIN_SIGNAL_SHARE = 0.5
 """Under this share of the learnability sample's groups with answers that differ in score, the check warns."""
-SUCCESS = 0.5
-"""An answer scored at least this counts as a success in the base model's success rate."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:

@@ -1,16 +1,21 @@
-"""Stage `system_prompt`: the policy's system prompt, written by the generator from the task, or the
+"""Stage `system_prompt`: the policy's system prompt, chosen by the run's judge among candidates, or the
 task's own `system_prompt` as written (no model call, no server).
 
-A generated prompt that fails the checks (`autorl.inputs.checks.system_prompt_problem`) is replaced by the
-task description; the artifact and the summary then record the reason as `fallback` (null otherwise).
+The candidates: the task text itself; the prompt the generator writes from the task (unless it fails the
+checks of `autorl.inputs.checks.system_prompt_problem`: the artifact then records why as `fallback`); and
+the task text followed by up to `MAX_EXAMPLES` worked examples bootstrapped from the policy itself — its
+answers (`group_size` each) to `BOOTSTRAP_INPUTS` training inputs, judged, the best answer of each input
+kept where it scored at least `evaluation.SUCCESS` (DSPy's BootstrapFewShot idea, with the run's judge as
+the metric; a validation input never becomes an example).
 
-A generated prompt that passes them must still earn its place (`compare`): where the judge is reliable, the
-policy answers `system_prompt_check` training inputs under it and under the task description as the system
-prompt, the judge scores each input's answers together (with the system prompt left out, so it judges the
-answers alone), and the prompt whose answers score higher is kept (the generated one on a tie). A program
-judge counts as reliable (it checks what an answer says, the same way each time); a model judge is
-audited on those groups (`ruler.audit_judge`) and the comparison counts only if its verdict is reliable.
-Otherwise the artifact says the prompt was not checked, and why; the report shows either.
+Each candidate is then scored on `system_prompt_check` other training inputs (`eval_samples` answers under
+each candidate, each input's answers judged together with the system prompt left out, so the judge sees the
+answers alone), and a candidate replaces the task text only where the 95% bootstrap interval of its paired
+per-input gain over the task text lies above 0 (the best such gain wins; the task text wins ties). A
+program judge counts as reliable (it checks what an answer says, the same way each time); a model judge is
+audited (`ruler.audit_judge`) on the bootstrap's groups (on the comparison's when there are none), and
+where its verdict is not reliable, or the check is off, the task text is the system prompt and the artifact
+says why: nothing trains under a prompt nobody checked. The report lists the candidates and their scores.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler.audit import audit_judge, reads_rubric
 
+from ..evaluation import SUCCESS
+from ..stats import mean_ci
 from . import inputs
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
@@ -35,18 +42,26 @@ if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the t
 NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ("inputs",)  # the check answers training inputs
 FILE = "system_prompt.json"
+BOOTSTRAP_INPUTS = 6
+"""Training inputs (after the check's own) whose judged base answers may become worked examples."""
+MAX_EXAMPLES = 3
+"""Most worked examples a candidate shows."""
+MAX_EXAMPLE_CHARS = 400
+"""An answer longer than this is not shown as an example (the prompt stays short)."""
+TASK, GENERATED, EXAMPLES = "task", "generated", "examples"
+"""The candidates' names: the task text, the generator's prompt, the task text with worked examples."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if task.system_prompt is not None:
         return {"given": task.system_prompt}
-    check = {}
-    if config.system_prompt_check:  # what the comparison's answers and scores depend on
-        check = {
-            "inputs": config.system_prompt_check, "answers": config.eval_samples, "model": config.model,
-            **config.judging(), "rubric": task.rubric, "rollout": config.rollout.model_dump(),
-            **task.agent_settings(),
-        }  # fmt: skip
+    if not config.system_prompt_check:
+        return {"description": task.description, "check": {}}  # the task text, nothing generated
+    check = {  # what the candidates' answers and scores depend on
+        "inputs": config.system_prompt_check, "answers": config.eval_samples, "model": config.model,
+        "bootstrap": [BOOTSTRAP_INPUTS, config.group_size], **config.judging(), "rubric": task.rubric,
+        "rollout": config.rollout.model_dump(), **task.agent_settings(),
+    }  # fmt: skip
     return {"description": task.description, "generator": config.generator, "seed": config.seed, "check": check}
 
 
@@ -55,80 +70,150 @@ def is_done(ctx: StageContext) -> bool:
 
 
 async def run(ctx: StageContext) -> dict[str, Any]:
-    given = ctx.task.system_prompt is not None
-    if ctx.config.generator == "embedded" and not given:
-        await ctx.policy.start()
-
-    if given:
-        written = WrittenSystemPrompt(ctx.task.system_prompt, None)
+    task, config = ctx.task, ctx.config
+    if task.system_prompt is not None:
+        written, check = WrittenSystemPrompt(task.system_prompt, None), None
+    elif not config.system_prompt_check:
+        written = WrittenSystemPrompt(task.description, None)
+        check = {"checked": False, "why": "the check is off (--system-prompt-check 0)", "kept": TASK}
+        check["prompts"] = {TASK: task.description}
     else:
-        with waiting(f"writing the system prompt with {ctx.config.generator}"):
-            written = await asyncio.to_thread(generate_system_prompt, ctx.task, ctx.config.generator, ctx.config.seed)
+        if config.generator == "embedded":
+            await ctx.policy.start()
+        with waiting(f"writing the system prompt with {config.generator}"):
+            written = await asyncio.to_thread(generate_system_prompt, task, config.generator, config.seed)
+        if written.fallback:
+            ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task text")
+        check = await choose(ctx, None if written.fallback else written.text)
     calls = len(written.calls)
     ctx.calls["generator"] += calls
     ctx.generator_calls += written.calls
-    if written.fallback:
-        ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task description")
-    check = await compare(ctx, written.text) if not given and not written.fallback else None
-    text = ctx.task.description if check and check.get("kept") == "task" else written.text
-    if check:
+    text = written.text if check is None else check["prompts"][check["kept"]]
+    if check is not None:
         ctx.console.print(f"system_prompt: {check_line(check)}", highlight=False)
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         (out / FILE).write_text(json.dumps({"system_prompt": text, "fallback": written.fallback, "check": check}))
-    return {"chars": len(text), "generator_calls": calls, "fallback": written.fallback, "check": check}
+    summary_check = None if check is None else {k: v for k, v in check.items() if k != "prompts"}
+    return {"chars": len(text), "generator_calls": calls, "fallback": written.fallback, "check": summary_check}
 
 
-async def compare(ctx: StageContext, generated: str) -> dict[str, Any]:
-    """The generated system prompt against the task description as the system prompt: `eval_samples` answers
-    under each to `system_prompt_check` training inputs, each input's answers judged together without their
-    system prompt. `checked`, and either the mean `scores` per prompt and which was `kept` (and for a model
-    judge its audit `verdict`), or `why` it was not checked."""
-    config = ctx.config
-    if not config.system_prompt_check:
-        return {"checked": False, "why": "the check is off (--system-prompt-check 0)"}
-    prompts = {"generated": generated, "task": ctx.task.description}
-    texts = inputs.load(ctx, "train")[: config.system_prompt_check]
+async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
+    """The system prompt chosen among the candidates (the module's docstring says how): `prompts` (each
+    candidate's text), `kept` (a key of it), `checked`, and either each candidate's `scores`, `gains` over the
+    task text with their interval and the `examples` shown, or `why` it was not checked."""
+    config, description = ctx.config, ctx.task.description
+    prompts = {TASK: description} | ({GENERATED: generated} if generated else {})
+    unchecked = {"checked": False, "kept": TASK, "prompts": prompts}
+    train_inputs = inputs.load(ctx, "train")
+    scored_on = train_inputs[: config.system_prompt_check]
+    pool = [] if ctx.task.has_tools() else train_inputs[len(scored_on) : len(scored_on) + BOOTSTRAP_INPUTS]
     await ctx.policy.start()
+    sampled = await _judged(ctx, prompts, [[TASK] * config.group_size] * len(pool), pool, "worked examples")
+    if sampled and (why := await _unreliable(ctx, sampled)):
+        return unchecked | {"why": why}
+    examples = worked_examples(sampled)
+    if examples:
+        prompts[EXAMPLES] = with_examples(description, examples)
+    if len(prompts) == 1:
+        return unchecked | {"why": "no candidate besides the task text (the generated prompt was unusable, and no "
+                            f"base answer to {len(pool)} training inputs scored {SUCCESS} or more)"}  # fmt: skip
+    names = [name for name in prompts for _ in range(config.eval_samples)]
+    judged = await _judged(ctx, prompts, [names] * len(scored_on), scored_on, "system prompt check")
+    if not sampled and (why := await _unreliable(ctx, judged)):
+        return unchecked | {"why": why}
+    per_input = [
+        {n: [t.reward for t in g.trajectories if t.metadata["system_prompt"] == n] for n in prompts} for g in judged
+    ]
+    per_input = [means for means in per_input if all(means.values())]
+    if len(per_input) < 2:
+        return unchecked | {"why": "the judge scored too few of the answers"}
+    scores = {n: round(statistics.fmean(r for means in per_input for r in means[n]), 4) for n in prompts}
+    gains = {}
+    for name in prompts.keys() - {TASK}:
+        gain, low, high = mean_ci([statistics.fmean(m[name]) - statistics.fmean(m[TASK]) for m in per_input])
+        gains[name] = [round(gain, 4), round(low, 4), round(high, 4)]
+    better = [name for name, (_, low, _) in gains.items() if low > 0]
+    return {
+        "checked": True, "inputs": len(per_input), "judge": "reliable" if reads_rubric(ctx.judge) else "program",
+        "scores": scores, "gains": gains, "examples": len(examples),
+        "kept": max(better, key=lambda name: gains[name][0]) if better else TASK, "prompts": prompts,
+    }  # fmt: skip
+
+
+async def _judged(
+    ctx: StageContext, prompts: dict[str, str], names: list[list[str]], texts: list[str], desc: str
+) -> list[TrajectoryGroup]:
+    """One judged group per text of `texts`: an answer under the prompt of each name in its list of `names`
+    (the name in `metadata["system_prompt"]`), judged without its system prompt; the groups scored."""
 
     async def answer(name: str, text: str) -> Trajectory:
-        trajectory = await ctx.policy.answer(prompts[name], text, config)
+        trajectory = await ctx.policy.answer(prompts[name], text, ctx.config)
         trajectory.metadata["system_prompt"] = name
         items = trajectory.messages_and_choices
         if items and isinstance(items[0], dict) and items[0].get("role") == "system":  # judged on the answers
             trajectory.messages_and_choices = items[1:]
         return trajectory
 
-    groups = [TrajectoryGroup(answer(n, t) for n in prompts for _ in range(config.eval_samples)) for t in texts]
-    judged = [g for g in await ctx.gather_judged(groups, "system prompt check") if g.trajectories]
-    scores = {
-        n: [t.reward for g in judged for t in g.trajectories if t.metadata["system_prompt"] == n] for n in prompts
-    }
-    if not all(scores.values()):
-        return {"checked": False, "why": "the judge scored too few of the answers"}
-    result: dict[str, Any] = {"checked": True, "inputs": len(judged), "judge": "program"}
-    if reads_rubric(ctx.judge):
-        audit = await audit_judge(
-            ctx.judge,
-            [[t.messages() for t in g.trajectories] for g in judged],
-            rubric=ctx.rubric,
-            task=ctx.task.description,
-            scores=[[t.reward for t in g.trajectories] for g in judged],
-        )
-        if audit.verdict != "reliable":
-            return {"checked": False, "why": f"the judge is not reliable on these answers ({audit.verdict})"}
-        result["judge"] = "reliable"
-    means = {n: round(statistics.fmean(values), 4) for n, values in scores.items()}
-    return result | {"scores": means, "kept": "task" if means["task"] > means["generated"] else "generated"}
+    groups = [TrajectoryGroup(answer(n, t) for n in group) for group, t in zip(names, texts, strict=True)]
+    return [g for g in await ctx.gather_judged(groups, desc) if g.trajectories]
+
+
+async def _unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
+    """Why the judge's scores of `groups` cannot choose a prompt (a model judge whose audit is not reliable);
+    None for a program judge or a reliable one."""
+    if not reads_rubric(ctx.judge):
+        return None
+    audit = await audit_judge(
+        ctx.judge,
+        [[t.messages() for t in g.trajectories] for g in groups],
+        rubric=ctx.rubric,
+        task=ctx.task.description,
+        scores=[[t.reward for t in g.trajectories] for g in groups],
+    )
+    return None if audit.verdict == "reliable" else f"the judge is not reliable on these answers ({audit.verdict})"
+
+
+def worked_examples(groups: list[TrajectoryGroup]) -> list[tuple[str, str]]:
+    """Up to `MAX_EXAMPLES` (input, answer) pairs from judged groups of answers: each group's best answer of
+    those that scored at least `SUCCESS` and are short enough to show, best first (earlier groups first on a
+    tie)."""
+    best = []
+    for group in groups:
+        shown = []
+        for trajectory in group.trajectories:
+            messages = trajectory.messages()
+            question = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+            last = messages[-1] if messages else {}
+            reply = str(last.get("content") or "").strip() if last.get("role") == "assistant" else ""
+            if trajectory.reward >= SUCCESS and reply and len(reply) <= MAX_EXAMPLE_CHARS:
+                shown.append((trajectory.reward, question, reply))
+        if shown:
+            best.append(max(shown, key=lambda item: item[0]))
+    best.sort(key=lambda item: -item[0])
+    return [(question, reply) for _, question, reply in best[:MAX_EXAMPLES]]
+
+
+def with_examples(description: str, examples: list[tuple[str, str]]) -> str:
+    """The task text followed by worked examples."""
+    shown = "\n\n".join(f"Example input: {question}\nExample answer: {reply}" for question, reply in examples)
+    return f"{description}\n\n{shown}"
+
+
+CANDIDATE_NAMES = {TASK: "the task text", GENERATED: "the generated prompt", EXAMPLES: "the task text with examples"}
 
 
 def check_line(check: dict[str, Any]) -> str:
-    """The check in one sentence, for the console and the report."""
+    """The choice in one sentence, for the console and the report."""
     if not check.get("checked"):
-        return f"the system prompt was not checked against the task text: {check['why']}"
-    kept = "the generated prompt" if check["kept"] == "generated" else "the task text instead"
+        return f"the task text is the system prompt, no other prompt was checked: {check['why']}"
+    scored = []
+    for name, score in check["scores"].items():
+        gain = check["gains"].get(name)
+        interval = f" ({gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}])" if gain else ""
+        scored.append(f"{CANDIDATE_NAMES[name]} {score:.3f}{interval}")
     return (
-        f"checked on {check['inputs']} training inputs ({check['judge']} judge): the generated prompt's answers "
-        f"scored {check['scores']['generated']:.3f}, the task text's {check['scores']['task']:.3f}; kept {kept}"
+        f"checked on {check['inputs']} training inputs ({check['judge']} judge), mean score and gain over the task "
+        f"text with its 95% interval: {'; '.join(scored)}; kept {CANDIDATE_NAMES[check['kept']]}"
     )
 
 
@@ -138,6 +223,5 @@ def load(ctx: RunArtifacts) -> str:
 
 
 def load_check(ctx: RunArtifacts) -> dict[str, Any] | None:
-    """The comparison with the task text (`compare`) in this stage's artifact; None for a prompt given by the
-    task or one that fell back to the task text (nothing to compare)."""
+    """How the prompt was chosen (`choose`) in this stage's artifact; None for a prompt given by the task."""
     return json.loads((ctx.artifact(NAME) / FILE).read_text()).get("check")
