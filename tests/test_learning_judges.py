@@ -265,3 +265,47 @@ def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each
         assert tictactoe(messages) == 1.0
         assert messages[1]["content"].split("Board: ")[1][:9] not in inputs
         assert [t["function"]["name"] for t in game.tools] == ["play"]
+
+
+@pytest.mark.parametrize(
+    "judge, question, reply, score",
+    [
+        ("arithmetic_strict", "What is 12 + 7?", "19", 1.0),
+        ("arithmetic_strict", "What is 12 + 7?", "**19.**", 1.0),
+        ("arithmetic_strict", "What is 12 + 7?", "12 + 7 = 19", 0.0),  # the sum alone was asked for
+        ("arithmetic_strict", "What is 12 + 7?", "The sum is 19.", 0.0),
+        ("arithmetic_strict", "What is 12 + 7?", "20", 0.25),  # a nearer miss of the same form
+        ("arithmetic_strict", "What is 12 + 7?", "17", 0.1),
+        ("arithmetic_strict", "What is 12 + 7?", "25", 0.0),
+        ("arithmetic_strict", "What is 12 + 7?", "19.5", 0.0),
+        ("capitals_strict", "What is the capital of Peru?", "Lima", 1.0),
+        ("capitals_strict", "What is the capital of Peru?", '"lima."', 1.0),
+        ("capitals_strict", "What is the capital of India?", "Delhi", 1.0),
+        ("capitals_strict", "What is the capital of Peru?", "The capital of Peru is Lima.", 0.0),
+        ("capitals_strict", "What is the capital of Peru?", "Santiago", 0.0),
+        ("opposites_strict", 'What is the opposite of "hot"?', "Cold.", 1.0),
+        ("opposites_strict", 'What is the opposite of "hot"?', "The opposite of hot is cold.", 0.0),
+        ("opposites_strict", 'What is the opposite of "hot"?', "cold, warm, chilly", 0.0),  # a list of guesses
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "apple, fig, pear", 1.0),
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "apple fig pear.", 1.0),
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "pear, apple, fig", 0.0),
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "fig, apple, pear", 0.0667),
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "Sorted: apple, fig, pear", 0.0),
+        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", '{"name": "Ana Ruiz", "age": 41, "city": "Quito"}', 1.0),
+        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", '```json\n{"name": "Ana Ruiz", "age": "41", "city": "Lima"}\n```', 0.6),
+        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", 'Here: {"name": "Ana Ruiz", "age": 41, "city": "Quito"}', 0.0),
+        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", "{}", 0.0),
+    ],
+)  # fmt: skip
+def test_the_strict_judges_score_the_answer_alone_that_the_task_text_asks_for(judge, question, reply, score):
+    assert getattr(judges, judge)(asked(question, reply)) == score
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "capitals", "opposites", "alphabetical", "extract_json"])
+def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(task):
+    strict = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{task}_strict.toml")
+    own = ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{task}.toml"
+    original = load_task(own if own.exists() else ROOT / "examples" / f"{task}.toml")
+    assert strict.system_prompt is None and original.system_prompt is not None
+    assert strict.description == original.description
+    assert strict.inputs_file.resolve() == original.inputs_file.resolve()

@@ -4,7 +4,9 @@
         [--losses grpo] [--seeds 0] [--steps 20] [--home DIR] [--out NAME] [-- extra autorl run flags]
 
 Two kinds of task. The content tasks (`CONTENT_TASKS`, the default) are judged on what the answer says:
-the sum, the capital, the opposite, the words in order, the fields extracted, a won game; the form-only
+the sum, the capital, the opposite, the words in order, the fields extracted, a won game; the strict tasks
+(`STRICT_TASKS`) are five of them from their task text alone, without the hand-written system prompt and its
+worked example, judged on the answer alone that the text asks for (what a user's judge often is); the form-only
 tasks (`FORM_TASKS`: one word, capitals, no punctuation, exclamations) are judged on the answer's shape
 alone and are probes of reward hacking: training reaches their top score with answers that say nothing.
 
@@ -41,6 +43,15 @@ from autorl.backends.run_dir import read_history
 
 CONTENT_TASKS = ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
 """Tasks whose judge checks the content of the answer (the first two and the game are `examples/` tasks)."""
+STRICT_TASKS = (
+    "arithmetic_strict",
+    "capitals_strict",
+    "opposites_strict",
+    "alphabetical_strict",
+    "extract_json_strict",
+)
+"""The zero-data case: content tasks from their text alone (no system prompt, no worked example), each judged
+strictly on the answer alone that its text asks for."""
 FORM_TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 """Probes of reward hacking: their judges score the form of an answer only."""
 LOSSES = ("grpo", "dr_grpo", "gspo")
@@ -96,6 +107,9 @@ def one_run(
         "wall_s": round(time.monotonic() - started, 1),
         "rl_steps": len(history),  # `steps` less an SFT warm-up's (`-- --sft-file`), which counts as model steps
         "train_reward_first_last": [history[0]["reward"], history[-1]["reward"]],
+        # the system prompt's candidates and their mean scores on training inputs (the task text's is the base
+        # model's before bootstrapping), and which was kept
+        "system_prompt": record["stages"]["system_prompt"]["summary"].get("check"),
         "preflight": preflight_figures(record["stages"]["preflight"]["summary"]),
         "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history),
         "pipeline": pipeline_counts(home, record),

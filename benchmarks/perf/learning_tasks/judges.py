@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from examples.judges import answer, arithmetic, capitals, question
+from examples.judges import ACCEPTED, CAPITALS, COUNTRY, SUM, answer, arithmetic, capitals, question
 from examples.tictactoe import score as tictactoe
 
 __all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
@@ -166,3 +166,78 @@ def tool_call(messages: list[dict[str, Any]]) -> float:
         return 0.5
     texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
     return round(0.08 * sum(bool(part.search(texts)) for part in CALL_PARTS), 2)
+
+
+# The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
+# judged on what the text asks for, the answer alone; partial credit only for nearer misses of that same form.
+BARE = re.compile(r"^[\s\"'*`]*(.*?)[\s\"'*`.!]*$", re.DOTALL)
+"""An answer without the quotes, emphasis and final stop around it."""
+
+
+def bare(messages: list[dict[str, Any]]) -> str:
+    """The answer without the quotes, emphasis and final stop around it."""
+    found = BARE.match(answer(messages))
+    return found.group(1) if found else ""
+
+
+def arithmetic_strict(messages: list[dict[str, Any]]) -> float:
+    """The sum alone: 1 for a reply that is the asked sum and nothing else, 0.25 for a number alone one off,
+    0.1 two off; else 0 (a sentence with the sum in it too: the task asks for the sum)."""
+    asked = SUM.search(question(messages))
+    reply = bare(messages).replace(",", "")
+    if asked is None or not re.fullmatch(r"-?\d+(?:\.0+)?", reply):
+        return 0.0
+    off = abs(float(reply) - (int(asked.group(1)) + int(asked.group(2))))
+    return {0: 1.0, 1: 0.25, 2: 0.1}.get(int(off), 0.0) if off == int(off) else 0.0
+
+
+def capitals_strict(messages: list[dict[str, Any]]) -> float:
+    """The city alone: 1 for a reply that is the asked country's capital (or a spelling of `ACCEPTED`) and
+    nothing else, case aside; else 0."""
+    asked = COUNTRY.search(question(messages))
+    if asked is None or asked.group(1) not in CAPITALS:
+        return 0.0
+    right = CAPITALS[asked.group(1)]
+    return float(bare(messages).lower() in (right.lower(), *ACCEPTED.get(right, ())))
+
+
+def opposites_strict(messages: list[dict[str, Any]]) -> float:
+    """The word alone: 1 for a reply that is one opposite of the asked word (`OPPOSITES`), case aside; else 0."""
+    asked = QUOTED.search(question(messages))
+    if asked is None or asked.group(1).lower() not in OPPOSITES:
+        return 0.0
+    return float(bare(messages).lower() in OPPOSITES[asked.group(1).lower()])
+
+
+def alphabetical_strict(messages: list[dict[str, Any]]) -> float:
+    """The list alone: 1 for a reply that is the asked words in alphabetical order, separated by commas or
+    spaces and nothing else; 0.2 x the share of positions right for the asked words alone in another order;
+    else 0."""
+    asked = ORDER.search(question(messages))
+    if asked is None:
+        return 0.0
+    want = sorted(w.strip().lower() for w in asked.group(1).split(","))
+    words = [w for w in re.split(r"[\s,]+", bare(messages).lower()) if w]
+    if words == want:
+        return 1.0
+    if sorted(words) != want:
+        return 0.0
+    return round(0.2 * sum(a == b for a, b in zip(words, want, strict=True)) / len(want), 4)
+
+
+def extract_json_strict(messages: list[dict[str, Any]]) -> float:
+    """The JSON object alone (a code fence around it allowed): 0.3 for each of "name", "age" and "city" that
+    holds the text's value, and 1 when all three do; 0 for anything but one JSON object."""
+    text = question(messages).split(":", 1)[-1]
+    reply = re.sub(r"^```(?:json)?\s*|\s*```$", "", answer(messages))
+    try:
+        value = json.loads(reply)
+    except ValueError:
+        return 0.0
+    if not isinstance(value, dict):
+        return 0.0
+    right = 0
+    for key, pattern in EXTRACT.items():
+        found = pattern.search(text)
+        right += found is not None and str(value.get(key, "")).strip().lower() == found.group(1).lower()
+    return 1.0 if right == len(EXTRACT) else round(0.3 * right, 4)
