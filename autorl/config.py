@@ -97,6 +97,11 @@ class TrainConfig(BaseModel):
     included (as in TRL), averaged over all their tokens (by the loss's normaliser over every completion).
     0: no penalty (and no `kl` metric); the base-model pass then runs only on the steps that measure the
     sentinel's figures (`TrainerConfig.drift_every`)."""
+    tie_spread: float = Field(0.0, ge=0)
+    """A group whose rewards lie less than this apart (highest minus lowest) counts as tied and is not
+    trained, as a group of equal rewards is not: set it to the judge's noise floor, so that answers that
+    differ only by the judge's noise teach nothing (scaled by their tiny std they would count in full).
+    `autorl run` sets it to the judge audit's measured noise; 0: only equal rewards tie."""
     importance_sampling_correction: bool = False
     """Correct for tokens sampled by an older policy than the one being trained (truncated importance
     sampling, as TRL's and prime-rl's asynchronous trainers do): the ratio r and its clip are taken against

@@ -128,7 +128,8 @@ RUN_FLAGS = field_flags(
     {
         "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "system_prompt_check": {}, "audit_groups": {},
-        "learnability_groups": {}, "on_tied": {}, "model": {}, "judge": {}, "judge_explanations": {}, "generator": {},
+        "learnability_groups": {}, "on_tied": {}, "dynamic_sampling": {}, "model": {}, "judge": {}, "judge_explanations": {},
+        "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
         "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"},
         "price_per_hour": {"metavar": "USD"}, "budget_usd": {"metavar": "USD"}, "budget_tokens": {"metavar": "N"},

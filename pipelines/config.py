@@ -80,6 +80,11 @@ class RunConfig(BaseModel):
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
     """Inputs (groups) per training step."""
+    dynamic_sampling: int = Field(4, ge=1)
+    """Most groups a training step may draw, as a multiple of `groups_per_step`: while fewer than
+    `groups_per_step` of its groups differ in score beyond the judge's noise, it draws more training inputs
+    (`pipelines.sampling`), where the judge is a program or its audit found it reliable. Inputs that tie twice
+    in a row are set aside for a few steps. 1: a step draws `groups_per_step` inputs, tied or not."""
     max_steps_off_policy: int = Field(0, ge=0)
     """Train asynchronously (`autorl.PipelineTrainer`): the rollouts and their judging go on while a step trains,
     and a step may train on groups sampled up to this many policy versions (steps) before the one it updates;

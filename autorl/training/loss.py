@@ -53,19 +53,23 @@ LOSSES: dict[str, LossVariant] = {
 """The variants of `TrainConfig.loss`."""
 
 
-def tied(rewards: list[float]) -> bool:
-    """Whether a group's rewards carry no learning signal: fewer than 2, or all within `TIE_TOLERANCE`."""
-    return len(rewards) < 2 or max(rewards) - min(rewards) < TIE_TOLERANCE
+def tied(rewards: list[float], spread: float = 0.0) -> bool:
+    """Whether a group's rewards carry no learning signal: fewer than 2, or all within `TIE_TOLERANCE`, or
+    within `spread` of each other (the judge's noise: `TrainConfig.tie_spread`)."""
+    return len(rewards) < 2 or max(rewards) - min(rewards) < max(TIE_TOLERANCE, spread)
 
 
-def advantages(groups: list[list[float]], scale: ScaleRewards = "group") -> list[list[float] | None]:
+def advantages(
+    groups: list[list[float]], scale: ScaleRewards = "group", tie_spread: float = 0.0
+) -> list[list[float] | None]:
     """Per group of a step, its rewards minus the group's mean, divided as `TrainConfig.scale_rewards`
     says (group: by the group's population std; batch: by the population std of all the step's rewards;
-    none: not divided), a std plus `STD_FLOOR`; None for a group whose rewards tie (no learning signal)."""
+    none: not divided), a std plus `STD_FLOOR`; None for a group whose rewards tie (`tied`, within
+    `tie_spread`: no learning signal)."""
     batch_std = statistics.pstdev([r for rewards in groups for r in rewards]) + STD_FLOOR if scale == "batch" else 1.0
     result: list[list[float] | None] = []
     for rewards in groups:
-        if tied(rewards):
+        if tied(rewards, tie_spread):
             result.append(None)
             continue
         mean = statistics.fmean(rewards)

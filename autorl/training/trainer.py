@@ -149,7 +149,7 @@ class GRPOTrainer(PolicyForwards):
             [t.reward + p for t, p in zip(g.trajectories, ps, strict=True)]
             for g, ps in zip(groups, penalties, strict=True)
         ]
-        per_group = advantages(shaped, config.scale_rewards)
+        per_group = advantages(shaped, config.scale_rewards, config.tie_spread)
         sampled: list[Sequence] = []  # every rollout's policy tokens, tied groups included: the sentinel's
         for group, group_advantages in zip(groups, per_group, strict=True):
             # a trajectory's conversation, then its additional histories (ART's): each a sequence of its advantage

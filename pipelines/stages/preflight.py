@@ -39,7 +39,7 @@ from .. import evaluation
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
 from ..evaluation import SUCCESS
-from . import baseline, inputs, system_prompt, train
+from . import baseline, inputs, system_prompt, train, train_groups
 
 NAME = "preflight"
 UPSTREAM = ("inputs", "system_prompt", "baseline")
@@ -143,7 +143,7 @@ async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:
         saved = [path if path.exists() else None for path in saved]
     saved += [None] * (total - config.groups_per_step)
     base = await ctx.policy.serve_step(0)
-    return await train.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
+    return await train_groups.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
 
 
 def mostly_tied(signal: dict[str, Any]) -> bool:
@@ -163,7 +163,7 @@ async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal:
     sampled = {g.trajectories[0].metadata.get("input") for g in sample if g.trajectories}
     missing = [text for text in train_inputs if text not in sampled]
     base = await ctx.policy.serve_step(0)
-    more = await train.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
+    more = await train_groups.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
     action = drop_tied_inputs(train_inputs, [*sample, *more], config.groups_per_step)
     if action["kept"] < len(train_inputs):
         by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}

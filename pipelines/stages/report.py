@@ -19,6 +19,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
+from ..sampling import step_draws
 from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel
 
 NAME = "report"
@@ -285,7 +286,7 @@ def _time_section(ctx: StageContext) -> list[str]:
 
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
     train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
-    checks = preflight.load(ctx)
+    checks, steps = preflight.load(ctx), ctx.policy.run_dir / "steps"
     lines = [
         f"# autorl run `{ctx.run_dir.name}`",
         "",
@@ -326,11 +327,15 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "The band around the base model's validation line is the judge's noise floor: a validation line",
         "inside it is a gain the table above calls noise.",
         "",
-        "| step | reward | std | loss | groups trained | KL to base | base log-likelihood | step time (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "Inputs drawn: a step whose groups tie draws more inputs (dynamic sampling, `--dynamic-sampling`);",
+        "an input that tied twice in a row is set aside for a few steps.",
+        "",
+        "| step | reward | std | loss | groups trained | inputs drawn | KL to base | base log-likelihood | step time (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
         *[
             f"| {int(h['step'])} | {h['reward']:.3f} | {h['reward_std']:.3f} | {h['loss']:+.4f} | "
-            f"{int(h['groups_trained'])}/{int(h['groups'])} | {_number(_present(h.get('kl_to_base')), '.3f')} | "
+            f"{int(h['groups_trained'])}/{int(h['groups'])} | {step_draws(steps, int(h['step']))} | "
+            f"{_number(_present(h.get('kl_to_base')), '.3f')} | "
             f"{_number(_present(h.get('base_logprob')), '.3f')} | {h['step_time_s']:.1f} |"
             for h in history.to_dict("records")
         ],

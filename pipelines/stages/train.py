@@ -22,7 +22,6 @@ import json
 import shutil
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -36,13 +35,16 @@ from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import TrajectoryGroup
+from ruler.audit import reads_rubric
 
 from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
+from ..sampling import InputQueue
 from . import inputs, sft, system_prompt
-from .train_costs import GROUP_COST, STEP_COST, cost_metrics, group_cost, step_cost
+from .train_costs import STEP_COST, cost_metrics, group_cost, step_cost
+from .train_groups import sampled_groups
 from .train_sentinel import act_on_drift, adjusted_config, sentinel_actions
 
 NAME = "train"
@@ -83,10 +85,11 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         **({} if config.preflight == "off" or config.on_tied == "warn" else {"on_tied": config.on_tied}),
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
         **({"max_steps_off_policy": config.max_steps_off_policy} if config.max_steps_off_policy else {}),
+        "dynamic_sampling": config.dynamic_sampling,  # which inputs a step draws
     }
 
 
-KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap")
+KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap", "tie_spread")
 """`TrainConfig` fields added after runs were cached: in the train key only away from their defaults, so the runs
 cached before them keep their keys."""
 
@@ -154,6 +157,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
     if config.max_steps_off_policy:
         step = await train_pipelined(ctx, prompt, train_inputs, step, last, train_config)
+    noise, extend = judge_noise(ctx)
+    train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, noise)})
+    queue = InputQueue.rebuilt(train_inputs, work / "steps", first, step + 1, config.groups_per_step)
     while step < last:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
@@ -161,13 +167,12 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         started, calls_before = time.monotonic(), Counter(ctx.calls)
         reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
         step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
-        texts = step_inputs(train_inputs, step - first + 1, config.groups_per_step)
-        saved = [step_dir / f"group_{index:02d}.json" for index in range(len(texts))]
-        made_earlier = [cost for path in saved if path.exists() and (cost := group_cost(path))]
-        groups = await judged_groups(ctx, prompt, texts, saved, f"step {step}/{last}")
+        made_earlier = [cost for path in sorted(step_dir.glob("group_*.json")) if (cost := group_cost(path))]
+        desc, rl_step = f"step {step}/{last}", step - first + 1
+        groups, drawn = await sampled_groups(ctx, prompt, queue, rl_step, step_dir, desc, noise, extend)
         if not groups:
             ctx.console.print(
-                f"[yellow]step {step}: no group could be scored ({len(texts)} dropped: the judge failed on each, "
+                f"[yellow]step {step}: no group could be scored ({len(drawn)} dropped: the judge failed on each, "
                 "see the warnings above); this step trains nothing[/yellow]"
             )
         metrics = await ctx.policy.model.train(groups, config=train_config)  # the backend traces it: `autorl.update`
@@ -194,6 +199,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             else:  # trained on from the restored checkpoint, under the settings the rollback set
                 step, watch_from = restored, restored + sentinel.RISE_STEPS
                 train_config = adjusted_config(step_config(config), sentinel_actions(work))
+                train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, noise)})
+                queue = InputQueue.rebuilt(train_inputs, work / "steps", first, step + 1, config.groups_per_step)
         costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
     history = rl_history(read_history(work)[:last])
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
@@ -289,49 +296,23 @@ def training_inputs(ctx: RunArtifacts) -> list[str]:
     return preflight.kept_inputs(train_inputs, preflight.load(ctx).get("tied_action"))
 
 
+def judge_noise(ctx: RunArtifacts) -> tuple[float, bool]:
+    """The judge's noise floor as the judge audit measured it (0 for a program judge, or when the checks were
+    off), and whether a step may draw more inputs when its groups tie: where the judge is a program or the
+    audit found it reliable (more draws judged by noise find only noise)."""
+    from . import preflight  # it builds on this stage's groups
+
+    program = not reads_rubric(ctx.judge)
+    if ctx.config.preflight == "off":
+        return 0.0, program
+    audit = preflight.load(ctx)["audit"]
+    return (0.0 if program else audit["rejudge_gap"]), program or audit["verdict"] == "reliable"
+
+
 def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:
     """The training inputs of step `step`, one per group: the next `groups_per_step`, cycling."""
     start = (step - 1) * groups_per_step
     return [train_inputs[(start + index) % len(train_inputs)] for index in range(groups_per_step)]
-
-
-async def judged_groups(
-    ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
-) -> list[TrajectoryGroup]:
-    """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
-    `name`), each group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
-    of them); the groups the judge scored, in order.
-
-    A group with a path in `saved` is written there (atomically) once scored, with what it took in its
-    metadata (`GROUP_COST`), and read from there instead of answered again when the file exists: scored
-    before a crash, or by the preflight stage.
-    """
-    config = ctx.config
-    groups = []
-    for text, path in zip(texts, saved, strict=True):
-        if path is not None and path.exists():  # scored before: reuse
-            groups.append(TrajectoryGroup.model_validate_json(path.read_text()))
-        else:
-            answers = (ctx.policy.answer(prompt, text, config, name) for _ in range(config.group_size))
-            groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
-    started = time.monotonic()
-
-    async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
-        if "save" not in group.metadata:
-            return group
-        scored = await ctx.score(group)
-        if scored is not None:  # its cost goes with it, also where the preflight stage saves it later
-            attempts = int(scored.trajectories[0].metrics.get("ruler_attempts", 0)) if scored.trajectories else 0
-            scored.metadata[GROUP_COST] = {
-                "seconds": round(time.monotonic() - started, 2),  # its answers and its judging, from the start
-                "model_calls": {"policy": config.group_size, "judge": attempts},
-            }
-            if path := scored.metadata.pop("save"):
-                atomic_text(Path(path), scored.model_dump_json())
-        return scored
-
-    await ctx.policy.start()
-    return await ctx.gather_judged(groups, desc, score_and_save)
 
 
 def check_unscored_steps(history: list[dict], limit: int) -> None:

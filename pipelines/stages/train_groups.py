@@ -1,0 +1,95 @@
+"""A training step's judged groups: answered by the policy, judged, saved as they come (`judged_groups`), and
+drawn until enough of them differ in score (`sampled_groups`, dynamic sampling: `pipelines.sampling`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from autorl.atomic import atomic_text
+from autorl.training.loss import tied
+from autorl.trajectories import TrajectoryGroup
+
+from ..artifacts import canonical_json
+from ..context import StageContext
+from ..sampling import SAMPLING_FILE, InputQueue, step_record
+from .train_costs import GROUP_COST
+
+
+async def sampled_groups(
+    ctx: StageContext,
+    prompt: str,
+    queue: InputQueue,
+    rl_step: int,
+    step_dir: Path,
+    desc: str,
+    noise: float,
+    extend: bool,
+) -> tuple[list[TrajectoryGroup], list[str]]:
+    """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew: the next
+    `groups_per_step` of `queue`, then, while fewer than that many groups differ in score beyond the judge's
+    noise, more inputs up to `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with
+    it: `judge_noise`). Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
+    config = ctx.config
+    most = config.groups_per_step * (config.dynamic_sampling if extend else 1)
+    groups: list[TrajectoryGroup] = []
+    drawn: list[str] = []
+    wanted = config.groups_per_step
+    while wanted > 0 and (texts := queue.draw(wanted, rl_step, set(drawn))):
+        saved = [step_dir / f"group_{len(drawn) + index:02d}.json" for index in range(len(texts))]
+        drawn += texts
+        groups += await judged_groups(ctx, prompt, texts, saved, desc)
+        differing = sum(not tied([t.reward for t in g.trajectories], noise) for g in groups)
+        wanted = min(config.groups_per_step - differing, most - len(drawn))
+    tied_inputs = {
+        g.trajectories[0].metadata.get("input") for g in groups if tied([t.reward for t in g.trajectories], noise)
+    }
+    aside = queue.record(rl_step, drawn, tied_inputs)
+    record = step_record(queue, drawn, tied_inputs, len(drawn) * config.group_size, aside)
+    atomic_text(step_dir / SAMPLING_FILE, canonical_json(record))
+    if len(drawn) > config.groups_per_step or aside:
+        ctx.console.print(
+            f"{desc}: {len(tied_inputs)} of {len(drawn)} groups tied, so it drew {len(drawn) - config.groups_per_step} "
+            f"more inputs (dynamic sampling)" + (f"; {len(aside)} inputs set aside after tying twice" if aside else ""),
+            highlight=False,
+        )
+    return groups, drawn
+
+
+async def judged_groups(
+    ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
+) -> list[TrajectoryGroup]:
+    """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
+    `name`), each group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
+    of them); the groups the judge scored, in order.
+
+    A group with a path in `saved` is written there (atomically) once scored, with what it took in its
+    metadata (`GROUP_COST`), and read from there instead of answered again when the file exists: scored
+    before a crash, or by the preflight stage.
+    """
+    config = ctx.config
+    groups = []
+    for text, path in zip(texts, saved, strict=True):
+        if path is not None and path.exists():  # scored before: reuse
+            groups.append(TrajectoryGroup.model_validate_json(path.read_text()))
+        else:
+            answers = (ctx.policy.answer(prompt, text, config, name) for _ in range(config.group_size))
+            groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
+    started = time.monotonic()
+
+    async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
+        if "save" not in group.metadata:
+            return group
+        scored = await ctx.score(group)
+        if scored is not None:  # its cost goes with it, also where the preflight stage saves it later
+            attempts = int(scored.trajectories[0].metrics.get("ruler_attempts", 0)) if scored.trajectories else 0
+            scored.metadata[GROUP_COST] = {
+                "seconds": round(time.monotonic() - started, 2),  # its answers and its judging, from the start
+                "model_calls": {"policy": config.group_size, "judge": attempts},
+            }
+            if path := scored.metadata.pop("save"):
+                atomic_text(Path(path), scored.model_dump_json())
+        return scored
+
+    await ctx.policy.start()
+    return await ctx.gather_judged(groups, desc, score_and_save)

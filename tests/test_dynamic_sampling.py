@@ -1,0 +1,113 @@
+"""Dynamic sampling: a training step whose groups tie draws more inputs until enough differ in score (up to its
+budget), inputs that tie twice in a row are set aside and revisited, a resumed run draws what the killed one
+would have, and groups whose scores differ by less than the judge's noise count as tied. The train stage runs
+with a scripted policy and a stand-in trainer (tests/test_step_costs.py's); the judge is a real program."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+from rich.console import Console
+
+from autorl.tracking import Tracker
+from autorl.training.checkpoints import checkpoint_name
+from autorl.training.loss import advantages
+from pipelines.config import RunConfig
+from pipelines.context import StageContext
+from pipelines.costs import Meter
+from pipelines.sampling import REVISIT_AFTER, SAMPLING_FILE, InputQueue, step_draws
+from pipelines.stages import train
+from ruler import FunctionJudge
+from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts
+from tests.test_step_costs import StandInModel
+
+TIED = set(TRAIN[:2])
+"""Inputs whose answers are all the same (every group of them ties)."""
+
+
+class TyingPolicy(ScriptedPolicy):
+    """Answers the `TIED` inputs with "x" every time and the others with "a" and "bb" in turn."""
+
+    def __init__(self, run_dir):
+        super().__init__(run_dir, ["a", "bb"])
+        self.meter, self.model = Meter(), StandInModel(run_dir)
+
+    async def answer(self, prompt, text, config, name=None):
+        trajectory = await super().answer(prompt, text, config, name)
+        if text in TIED:
+            trajectory.messages_and_choices[-1]["content"] = "x"
+        return trajectory
+
+
+def train_stage(tmp_path, steps: int, policy: TyingPolicy | None = None) -> tuple[StageContext, Console]:
+    config = RunConfig(group_size=2, groups_per_step=2, steps=steps, preflight="off", dynamic_sampling=2)
+    keys, store = upstream_artifacts(tmp_path, config)
+    policy = policy or TyingPolicy(tmp_path / "train")
+    console = Console(record=True, width=300)
+    judge = FunctionJudge(lambda messages: len(messages[-1]["content"]) / 3)
+    tracker = Tracker([], tmp_path / "run", "run", "id")
+    ctx = StageContext(TASK, config, store, keys, policy, judge, tracker, tmp_path / "run", console)
+    asyncio.run(train.run(ctx))
+    return ctx, console
+
+
+def records(ctx: StageContext, steps: int) -> list[dict]:
+    return [
+        json.loads((ctx.policy.run_dir / "steps" / checkpoint_name(n) / SAMPLING_FILE).read_text())
+        for n in range(1, steps + 1)
+    ]
+
+
+def test_a_step_whose_groups_tie_draws_more_inputs_and_inputs_that_tie_twice_are_set_aside(tmp_path):
+    ctx, console = train_stage(tmp_path, steps=4)
+    drawn = [r["drawn"] for r in records(ctx, 4)]
+    assert drawn == [
+        TRAIN[0:4],  # the first two tied: two more inputs, the budget (2 x 2 groups)
+        TRAIN[4:6],
+        TRAIN[0:4],  # the first two tied again: set aside
+        TRAIN[4:6],  # then the cycle skips them
+    ]
+    step3 = records(ctx, 4)[2]
+    assert step3["tied"] == sorted(TIED) and step3["set_aside"] == sorted(TIED) and step3["answers"] == 8
+    said = " ".join(console.export_text().split())
+    assert "step 1/4: 2 of 4 groups tied, so it drew 2 more inputs (dynamic sampling)" in said
+    assert "step 3/4: 2 of 4 groups tied, so it drew 2 more inputs (dynamic sampling); 2 inputs set aside" in said
+    steps = ctx.policy.run_dir / "steps"  # the report's training table
+    assert [step_draws(steps, n) for n in (1, 2, 3, 4, 5)] == ["4", "2", "4, 2 set aside", "2", "-"]
+
+    # rebuilt from the records alone, the queue is where the run left it: the set-aside inputs come back later
+    queue = InputQueue.rebuilt(TRAIN, ctx.policy.run_dir / "steps", 1, 5, 2)
+    assert queue.aside_until == dict.fromkeys(TIED, 3 + 1 + REVISIT_AFTER)
+    assert queue.draw(2, 5) == TRAIN[2:4] and queue.draw(6, 3 + 1 + REVISIT_AFTER) == TRAIN[4:] + TRAIN[:4]
+
+
+def test_a_resumed_step_draws_what_the_killed_one_drew_and_reuses_its_scored_groups(tmp_path):
+    ctx, _ = train_stage(tmp_path, steps=3)
+    step3 = ctx.policy.run_dir / "steps" / checkpoint_name(3)
+    before = records(ctx, 3)
+    # killed after step 3's groups were scored, before its update: no checkpoint 3, no sampling record
+    shutil.rmtree(ctx.policy.run_dir / "checkpoints" / checkpoint_name(3))
+    (step3 / SAMPLING_FILE).unlink()
+    policy = TyingPolicy(ctx.policy.run_dir)
+    policy.model.step = 2
+    train_stage(tmp_path, steps=3, policy=policy)
+    assert records(ctx, 3) == before and policy.answered == []  # every group read back, none answered again
+
+
+def test_the_queue_draws_in_turn_and_never_draws_nothing_or_one_input_twice():
+    queue = InputQueue(TRAIN)
+    assert queue.draw(2, 1) == TRAIN[:2] and queue.draw(2, 2) == TRAIN[2:4]
+    queue.record(2, TRAIN[2:4], set(TRAIN[2:4]))
+    assert queue.record(3, TRAIN[2:4], set(TRAIN[2:4])) == TRAIN[2:4]  # the second tie in a row
+    queue.aside_until |= dict.fromkeys(TRAIN, 10)
+    assert queue.draw(2, 4) == TRAIN[4:6]  # every input set aside: drawn anyway
+    assert queue.draw(len(TRAIN) + 3, 4) == TRAIN  # never one input twice in a step
+
+
+def test_scores_that_differ_by_less_than_the_judge_s_noise_tie():
+    group = [0.00017, 0.00056, 0.0003]  # a RULER group judged as noise
+    assert advantages([group])[0] is not None  # scaled by its tiny std: full strength
+    assert advantages([group], tie_spread=0.05) == [None]
+    assert advantages([[0.0, 0.6]], tie_spread=0.05)[0] is not None
