@@ -63,12 +63,15 @@ def records(ctx: StageContext, steps: int) -> list[dict]:
 def test_a_step_whose_groups_tie_draws_more_inputs_and_inputs_that_tie_twice_are_set_aside(tmp_path):
     ctx, console = train_stage(tmp_path, steps=4)
     drawn = [r["drawn"] for r in records(ctx, 4)]
-    assert drawn == [
-        TRAIN[0:4],  # the first two tied: two more inputs, the budget (2 x 2 groups)
-        TRAIN[4:6],
-        TRAIN[0:4],  # the first two tied again: set aside
-        TRAIN[4:6],  # then the cycle skips them
-    ]
+    assert (
+        drawn
+        == [
+            TRAIN[0:4],  # the first two tied: two more inputs, the budget (2 x 2 groups)
+            TRAIN[4:6],
+            TRAIN[0:4],  # the first two tied again: set aside
+            TRAIN[4:6],  # then the cycle skips them
+        ]
+    )
     step3 = records(ctx, 4)[2]
     assert step3["tied"] == sorted(TIED) and step3["set_aside"] == sorted(TIED) and step3["answers"] == 8
     said = " ".join(console.export_text().split())
