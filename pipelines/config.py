@@ -85,6 +85,15 @@ class RunConfig(BaseModel):
     `groups_per_step` of its groups differ in score beyond the judge's noise, it draws more training inputs
     (`pipelines.sampling`), where the judge is a program or its audit found it reliable. Inputs that tie twice
     in a row are set aside for a few steps. 1: a step draws `groups_per_step` inputs, tied or not."""
+    validate_every: int = Field(5, ge=0)
+    """Every this many RL steps (and at the last), the newest checkpoint answers `validation_inputs` held-out
+    inputs, judged beside the base model's answers to them, and its mean is logged as `val/reward`: the best
+    checkpoint (`@best`, evaluated beside the latest, kept by `keep_checkpoints`' "best") is the validated one
+    with the highest. Only where the judge is a program or its audit found it reliable, and the run has more
+    steps than this. 0: no validation during training; the best is then the step with the highest training
+    reward."""
+    validation_inputs: int = Field(8, ge=1)
+    """Held-out inputs each validation during training answers (the first ones; `eval_samples` answers each)."""
     max_steps_off_policy: int = Field(0, ge=0)
     """Train asynchronously (`autorl.PipelineTrainer`): the rollouts and their judging go on while a step trains,
     and a step may train on groups sampled up to this many policy versions (steps) before the one it updates;
@@ -135,7 +144,7 @@ class RunConfig(BaseModel):
     reward rose (`--on-drift warn|stop|rollback`; a task file's sentinel table)."""
     keep_checkpoints: str = "all"
     """Which checkpoints training keeps: all (the default), or a comma-separated set of latest (the newest;
-    latest:N, the newest N), best (the highest training reward, as the evaluate stage and RUN@best pick it)
+    latest:N, the newest N), best (by `validate_every`'s validation reward, else the training reward, as the evaluate stage and RUN@best pick it)
     and every:N (each Nth step); the others are deleted after each step (ART's latest,best keeps two).
     The newest is always kept, so a killed run resumes. Not part of any cache key."""
     seed: int = 0

@@ -42,7 +42,9 @@ class TyingPolicy(ScriptedPolicy):
 
 
 def train_stage(tmp_path, steps: int, policy: TyingPolicy | None = None) -> tuple[StageContext, Console]:
-    config = RunConfig(group_size=2, groups_per_step=2, steps=steps, preflight="off", dynamic_sampling=2)
+    config = RunConfig(
+        group_size=2, groups_per_step=2, steps=steps, preflight="off", dynamic_sampling=2, validate_every=0
+    )
     keys, store = upstream_artifacts(tmp_path, config)
     policy = policy or TyingPolicy(tmp_path / "train")
     console = Console(record=True, width=300)

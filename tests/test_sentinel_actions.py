@@ -104,7 +104,9 @@ def rising_judge() -> FunctionJudge:
 
 def stage_context(tmp_path: Path, policy: TinyPolicy, **settings) -> StageContext:
     # no preflight artifact here: the stage trains every input (the sentinel acts with the checks off too)
-    config = RunConfig(group_size=4, groups_per_step=2, steps=7, **{"preflight": "off", **settings})
+    config = RunConfig(
+        group_size=4, groups_per_step=2, steps=7, **{"preflight": "off", "validate_every": 0, **settings}
+    )
     keys, store = upstream_artifacts(tmp_path, config)
     tracker = Tracker(False, tmp_path, "run", "id")
     console = Console(record=True, width=400)

@@ -63,7 +63,9 @@ class MeteredPolicy(ScriptedPolicy):
 def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    config = RunConfig(group_size=2, groups_per_step=1, steps=3, preflight="off", price_per_hour=36000)
+    config = RunConfig(
+        group_size=2, groups_per_step=1, steps=3, preflight="off", price_per_hour=36000, validate_every=0
+    )
     keys, store = upstream_artifacts(tmp_path, config)
     policy = MeteredPolicy(tmp_path / "train")
     judge = FunctionJudge(lambda messages: len(messages[-1]["content"]) / 3)

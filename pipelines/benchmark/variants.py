@@ -3,7 +3,7 @@ come from (`RunView`). `pipelines.benchmark.answers` has them answer the inputs.
 
 A variant is written as one of
     base                        the benchmarked run's base model, without a LoRA
-    RUN@latest, RUN@best        a run's newest checkpoint, or its best (highest mean training reward)
+    RUN@latest, RUN@best        a run's newest checkpoint, or its best (`train.best_step`: by validation during training)
     RUN@0005 (or RUN@5)         a run's checkpoint of step 5
     provider/model              any LiteLLM model (openai/gpt-4.1-mini; the key comes from the provider's variable)
     name@http://host:port/v1    model `name` on any OpenAI-compatible server (it is sent no key)

@@ -20,7 +20,7 @@ from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
 from ..sampling import step_draws
-from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel
+from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel, train_validation
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -98,6 +98,21 @@ def _validation_table(summary: dict) -> list[str]:
             "shortened to fit its context.",
         ]
     return lines
+
+
+def _best_line(ctx: StageContext, summary: dict) -> str:
+    """Which checkpoint is `best`, and by what (`train.best_step`)."""
+    config, validated = ctx.config, train_validation.validated_steps(ctx.policy.run_dir)
+    best = summary["variants"].get("best", summary["variants"].get("latest", {})).get("step", 0)
+    if validated:
+        return (
+            f"The best checkpoint is step {best}, by its validation reward during training (steps "
+            f"{', '.join(map(str, validated))}, on the first {config.validation_inputs} validation inputs, judged "
+            "beside the base answers: the table's figures include those inputs)."
+        )
+    return (
+        f"The best checkpoint is step {best}, by the mean training reward of its step (no validation during training)."
+    )
 
 
 def _preflight_section(checks: dict) -> list[str]:
@@ -311,6 +326,8 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "mean is over the inputs scored, with a 95% bootstrap confidence interval.",
         "",
         *_validation_table(summary),
+        "",
+        _best_line(ctx, summary),
         "",
         "Beside each gain: the judge's noise floor (how much its score of one answer moves when it is asked",
         "again), and how far the variant's answers lie from the base model's (their mean log-likelihood per",

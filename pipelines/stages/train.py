@@ -29,7 +29,7 @@ import pandas as pd
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
+from autorl.backends.run_dir import LOG_HISTORY_FILE, ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
@@ -46,9 +46,10 @@ from . import inputs, sft, system_prompt
 from .train_costs import STEP_COST, cost_metrics, group_cost, step_cost
 from .train_groups import sampled_groups
 from .train_sentinel import act_on_drift, adjusted_config, sentinel_actions
+from .train_validation import VAL_METRIC, due, validate
 
 NAME = "train"
-UPSTREAM = ("inputs", "system_prompt", "sft")
+UPSTREAM = ("inputs", "system_prompt", "sft", "baseline")  # validation judges beside the base answers
 
 
 def step_config(config: RunConfig) -> TrainConfig:
@@ -86,6 +87,8 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
         **({"max_steps_off_policy": config.max_steps_off_policy} if config.max_steps_off_policy else {}),
         "dynamic_sampling": config.dynamic_sampling,  # which inputs a step draws
+        # which checkpoint is the best (retention may keep only it)
+        **({"validate": [config.validate_every, config.validation_inputs]} if config.validate_every else {}),
     }
 
 
@@ -177,8 +180,14 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             )
         metrics = await ctx.policy.model.train(groups, config=train_config)  # the backend traces it: `autorl.update`
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
+        if due(config, rl_step, last - first + 1, extend) and (value := await validate(ctx, prompt, step)) is not None:
+            ctx.console.print(
+                f"step {step}: validation {value:.3f} on {config.validation_inputs} held-out inputs "
+                f"(best so far: step {best_step(ctx, step)})",
+                highlight=False,
+            )
         if config.keep_checkpoints != "all":
-            await ctx.policy.model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
+            await ctx.policy.model.delete_checkpoints(best_metric(config), keep=config.keep_checkpoints)
         cost = step_cost(time.monotonic() - started, ctx.calls - calls_before, made_earlier)
         cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
@@ -240,7 +249,7 @@ async def train_pipelined(
     async def after_step(step: int, groups: list[TrajectoryGroup], metrics: dict[str, float]) -> None:
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if config.keep_checkpoints != "all":
-            await model.delete_checkpoints(BEST_METRIC, keep=config.keep_checkpoints)
+            await model.delete_checkpoints(best_metric(config), keep=config.keep_checkpoints)
         cost = step_cost(time.monotonic() - mark[0], ctx.calls - mark[1], [])
         cost["spent"] = ctx.policy.meter.since(mark[2], ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
@@ -330,13 +339,22 @@ def check_unscored_steps(history: list[dict], limit: int) -> None:
         )
 
 
-BEST_METRIC = "train/reward"
-"""What the best checkpoint is best by: the mean training reward of its step (`delete_checkpoints`' name for it)."""
+def best_metric(config: RunConfig) -> str:
+    """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward where
+    training validates (`train_validation`), else the mean training reward of its step."""
+    return VAL_METRIC if config.validate_every else "train/reward"
 
 
-def best_step(ctx: RunArtifacts) -> int:
-    """The step (up to `last_step`) with the highest mean training reward; ties go to the later step."""
-    return best_by(read_history(ctx.policy.run_dir)[: last_step(ctx)], "reward")
+def best_step(ctx: RunArtifacts, last: int | None = None) -> int:
+    """The best step up to `last` (default `last_step`): the validated one with the highest validation reward
+    (its latest record), else, without validation, the one with the highest mean training reward; ties go to
+    the later step."""
+    work, last = ctx.policy.run_dir, last or last_step(ctx)
+    if ctx.config.validate_every:
+        logged = {r["step"]: r for r in read_history(work, LOG_HISTORY_FILE) if r.get("step", 0) <= last}
+        if (best := best_by(list(logged.values()), VAL_METRIC)) is not None:
+            return best
+    return best_by([r for r in read_history(work) if r.get("step", 0) <= last], "reward")
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
 from autorl.task import TaskSpec
-from autorl.trajectories import Trajectory
+from autorl.trajectories import Trajectory, TrajectoryGroup
+from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
-from pipelines.stages import inputs, system_prompt
+from pipelines.stages import baseline, inputs, system_prompt
 
 TASK = TaskSpec(description="Answer with one word", system_prompt="One word only.")
 TRAIN = [f"train question {i}?" for i in range(6)]
@@ -58,7 +59,7 @@ def upstream_artifacts(
     tmp_path: Path, config: RunConfig, task: TaskSpec = TASK, with_prompt: bool = True
 ) -> tuple[dict[str, str], ArtifactStore]:
     """The stage keys of a run of `task` under `config`, and a store holding its inputs (TRAIN, VAL) and, with
-    `with_prompt`, its system prompt (TASK's) artifacts."""
+    `with_prompt`, its system prompt (TASK's) and baseline (two judged base answers to each VAL input) artifacts."""
     keys = stage_keys(task, config)
     store = ArtifactStore(tmp_path / "artifacts")
     rows = [GeneratedInput(input=t, split="train") for t in TRAIN] + [GeneratedInput(input=t, split="val") for t in VAL]
@@ -68,4 +69,17 @@ def upstream_artifacts(
         return keys, store
     with store.write(system_prompt.NAME, keys[system_prompt.NAME], {}) as out:
         (out / system_prompt.FILE).write_text(json.dumps({"system_prompt": TASK.system_prompt, "fallback": None}))
+    groups = [
+        TrajectoryGroup(
+            Trajectory(
+                messages_and_choices=[{"role": "user", "content": text}, {"role": "assistant", "content": answer}],
+                reward=len(answer) / 10,
+                metadata={"input": text, "variant": baseline.VARIANT},
+            )
+            for answer in ("one", "two words")
+        )
+        for text in VAL
+    ]
+    with store.write(baseline.NAME, keys[baseline.NAME], {}) as out:
+        evaluation.save(out, groups)
     return keys, store
