@@ -24,7 +24,6 @@ PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)
 BOARD = re.compile(r"board:\s*([XO.]{9})(?![XO.])", re.IGNORECASE)
 """How an input states the starting board (`board: XO..X.O..`: nine cells, then no tenth; a board may end in
 `.`, after which a word boundary does not hold)."""
-CELL = re.compile(r"(?<!\d)([1-9])(?!\d)")
 WIN, DRAW, PER_LEGAL_MOVE, MOST_FOR_MOVES = 1.0, 0.5, 0.2, 0.4
 
 
@@ -84,8 +83,8 @@ def play(board: str, cell: int) -> str:
 
 def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
     """The cells (1-9) the agent chose, in order: the `cell` of each `play` call (0, an illegal move, for a call
-    the tool rejected or without a readable cell), or, without a call, the first cell number its last reply
-    names (none when it names none)."""
+    the tool rejected or without a readable cell). A cell named in prose is no move: the task asks for calls
+    of the tool, and "I play 1." would otherwise score a legal move on most boards."""
     rejected = {
         m.get("tool_call_id")
         for m in messages
@@ -106,11 +105,7 @@ def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
                 cells.append(int(cell))
             except (ValueError, TypeError, AttributeError):
                 cells.append(0)  # a call without a readable cell is an illegal move
-    if cells:
-        return cells
-    replies = [m for m in messages if m.get("role") == "assistant"]
-    found = CELL.search(str(replies[-1].get("content") or "")) if replies else None
-    return [int(found.group(1))] if found else []
+    return cells
 
 
 def score(messages: list[dict[str, Any]]) -> float:

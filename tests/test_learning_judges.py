@@ -200,7 +200,7 @@ def played(*cells: int | str, text: str = "") -> list[dict]:
     "messages, score",
     [
         (played(5), 1.0),  # the winning move through the tool
-        (played(text="I play 5."), 1.0),  # named in text, no call: the same move
+        (played(text="I play 5."), 0.0),  # named in prose, no call: no move (the task asks for calls)
         (played(2), 0.2),  # legal, then O takes 5 and wins
         (played(8, 2), 0.2),  # legal, O wins at 5 at once: the second call comes after the game ended
         (played(1), 0.0),  # taken cell
@@ -236,10 +236,20 @@ def test_the_play_tool_answers_with_the_opponent_s_move():
     assert opponent_cell(".........") == 4  # the centre first
 
 
+def move(question: str, cell: int) -> list[dict]:
+    """One `play` call of `cell` after `question`, which the tool accepted."""
+    call = {"id": "m1", "type": "function", "function": {"name": "play", "arguments": json.dumps({"cell": cell})}}
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "m1", "content": "accepted"},
+    ]
+
+
 def test_a_game_that_fills_the_board_is_a_draw():
     board = "XXOOXX.OO"  # X to move at 7 (cell index 6): no line, and the board is full
     assert winner(board[:6] + "X" + board[7:]) is None
-    assert tictactoe([{"role": "user", "content": f"Board: {board}"}, {"role": "assistant", "content": "7"}]) == 0.5
+    assert tictactoe(move(f"Board: {board}", 7)) == 0.5
 
 
 def test_every_game_of_the_inputs_file_is_scored_from_its_board():
@@ -248,8 +258,7 @@ def test_every_game_of_the_inputs_file_is_scored_from_its_board():
     for row in rows:
         board = row["input"].split("Board: ")[1][:9]
         cell = winning_cells(board, "X")[0] + 1
-        messages = [{"role": "user", "content": row["input"]}, {"role": "assistant", "content": str(cell)}]
-        assert tictactoe(messages) == 1.0, board
+        assert tictactoe(move(row["input"], cell)) == 1.0, board
 
 
 def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each_one_wins():
@@ -309,3 +318,40 @@ def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(t
     assert strict.system_prompt is None and original.system_prompt is not None
     assert strict.description == original.description
     assert strict.inputs_file.resolve() == original.inputs_file.resolve()
+
+
+CONTENT_INPUTS = {
+    "arithmetic": "examples/arithmetic.jsonl", "capitals": "examples/capitals.jsonl",
+    "opposites": "benchmarks/perf/learning_tasks/opposites.jsonl",
+    "alphabetical": "benchmarks/perf/learning_tasks/alphabetical.jsonl",
+    "extract_json": "benchmarks/perf/learning_tasks/extract_json.jsonl", "tictactoe": "examples/tictactoe.jsonl",
+}  # fmt: skip
+DEGENERATE = {
+    "the question copied": lambda question: question,
+    "a constant number": lambda question: "10",
+    "a constant city": lambda question: "Paris",
+    "a constant move": lambda question: "I play 1.",
+    "every capital listed": lambda question: ", ".join(judges.CAPITALS.values()),
+    "every opposite listed": lambda question: ", ".join(sorted(judges.VOCABULARY)),
+    "every number listed": lambda question: " ".join(map(str, range(41))),
+    "an empty object": lambda question: "{}",
+}
+"""Answers that say nothing about the input: a judge that scores one of them as well as the base model's own
+answers can be gamed by training."""
+
+
+@pytest.mark.parametrize("task", list(CONTENT_INPUTS))
+def test_no_degenerate_answer_scores_as_well_as_the_base_model_s_held_out_answers(task):
+    """Each content judge scores every degenerate answer, over the task's validation inputs, below the base
+    model's held-out mean (the lowest of the learning benchmark's recorded seeds, results/learning_content_*)."""
+    bases = [
+        json.loads(path.read_text())["runs"][0]["base"]["mean"]
+        for path in (ROOT / "benchmarks" / "perf" / "results").glob(f"learning_content_{task}_s[0-9].json")
+    ]
+    rows = [json.loads(line) for line in (ROOT / CONTENT_INPUTS[task]).read_text().splitlines()]
+    questions = [row["input"] for row in rows if row["split"] == "val"]
+    judge = getattr(judges, task)
+    assert bases and questions
+    for name, degenerate in DEGENERATE.items():
+        scores = [judge(asked(q, degenerate(q))) for q in questions]
+        assert sum(scores) / len(scores) < min(bases), (name, sum(scores) / len(scores), min(bases))

@@ -42,6 +42,8 @@ OPPOSITES = {
     "before": ("after",),
 }  # fmt: skip
 """The words of `opposites.jsonl` and the answers that count as their opposite."""
+VOCABULARY = set(OPPOSITES) | {word for words in OPPOSITES.values() for word in words}
+"""Every word of `OPPOSITES`: a reply naming several is a list of guesses."""
 QUOTED = re.compile(r'"([^"]+)"')
 ORDER = re.compile(r"alphabetical order:\s*(.+)$")
 EXTRACT = {
@@ -55,12 +57,15 @@ JSON_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
 
 def opposites(messages: list[dict[str, Any]]) -> float:
     """1 when the reply's first word is an opposite of the asked word (`OPPOSITES`), 0.5 when one comes later in
-    the reply (not the asked word's own sentence); else 0."""
+    the reply (not the asked word's own sentence); 0 for a list of guesses (more than one word of the table
+    besides the asked one) and else."""
     asked = QUOTED.search(question(messages))
     if asked is None or asked.group(1).lower() not in OPPOSITES:
         return 0.0
     right = OPPOSITES[asked.group(1).lower()]
     words = _WORD.findall(answer(messages).lower())
+    if len({w for w in words if w in VOCABULARY} - {asked.group(1).lower()}) > 1:
+        return 0.0
     if words and words[0] in right:
         return 1.0
     return 0.5 if any(word in right for word in words) else 0.0
@@ -69,21 +74,24 @@ def opposites(messages: list[dict[str, Any]]) -> float:
 def alphabetical(messages: list[dict[str, Any]]) -> float:
     """The asked words in alphabetical order: 1 when the reply lists exactly them in that order (separated by
     anything, nothing else beside), else half the share of positions in the reply's list of the asked words
-    that hold the right word (a copy of the question's order scores what it gets right by chance)."""
+    that hold the right word; 0 for the question's own order copied (right only by chance)."""
     asked = ORDER.search(question(messages))
     if asked is None:
         return 0.0
-    want = sorted(w.strip().lower() for w in asked.group(1).split(","))
+    given = [w.strip().lower() for w in asked.group(1).split(",")]
+    want = sorted(given)
     words = _WORD.findall(answer(messages).lower())
     if words == want:
         return 1.0
     listed = [w for w in words if w in want][: len(want)]
+    if listed == given:
+        return 0.0
     return round(0.5 * sum(a == b for a, b in zip(listed, want, strict=False)) / len(want), 4)
 
 
 def extract_json(messages: list[dict[str, Any]]) -> float:
-    """0.1 for a JSON object in the reply (the first `{...}`), plus 0.3 for each of "name", "age" and "city"
-    that holds the text's value (case-insensitive; the age as a number or a string)."""
+    """0.1 for a JSON object in the reply (the first `{...}`) with one of the keys "name", "age" and "city", plus
+    0.3 for each of them that holds the text's value (case-insensitive; the age as a number or a string)."""
     text = question(messages).split(":", 1)[-1]
     found = JSON_OBJECT.search(answer(messages))
     if found is None:
@@ -92,7 +100,7 @@ def extract_json(messages: list[dict[str, Any]]) -> float:
         value = json.loads(found.group(0))
     except ValueError:
         return 0.0
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or not set(value) & set(EXTRACT):
         return 0.0
     score = 0.1
     for key, pattern in EXTRACT.items():
