@@ -180,12 +180,9 @@ def test_the_docs_quote_no_stale_result():
     if stale.git(ROOT, "rev-parse", "--is-shallow-repository") != "false":
         pytest.skip("not a whole git checkout: nothing tells when a result was measured")
     results = ROOT / "benchmarks" / "perf" / "results"
-    quotes = stale.quoted("\n\n".join(page.read_text() for page in stale.doc_pages(ROOT)))
-    rows = [
-        stale.status(ROOT, name, MEASURES[name], results)
-        for name in sorted(quotes)
-        if (results / f"{name}.json").exists()
-    ]
+    names = [path.stem for path in results.glob("*.json")]
+    quotes = stale.quoted("\n\n".join(page.read_text() for page in stale.doc_pages(ROOT)), names)
+    rows = [stale.status(ROOT, name, MEASURES[name], results) for name in sorted(quotes)]
     bad = [
         f"{row.name} (measured at {row.sha[:9] if row.sha else row.basis}; since "
         f"{row.since[:9] if row.since else '?'}: {', '.join(row.changed[:3])}{' ...' if len(row.changed) > 3 else ''})"
@@ -196,3 +193,13 @@ def test_the_docs_quote_no_stale_result():
         "README.md or docs/ quote stale results (`python benchmarks/perf/stale.py --check`): re-measure them, or say "
         f'"{stale.NOT_CURRENT} <commit>: <what changed>" in the paragraphs that name them: ' + "; ".join(bad)
     )
+
+
+def test_a_family_of_results_named_by_a_pattern_is_quoted_by_each_of_its_files():
+    names = ["learning_content_capitals_s0", "learning_content_opposites_s2", "learning_ablation_capitals_gs4_s0", "x"]
+    text = (
+        "Each run (`results/learning_content_TASK_sSEED.json`)...\n\nAblations (`results/learning_ablation_capitals_*`)."
+        "\n\nA folder: `results/` and `results/x` alone are no quote."
+    )
+    assert stale.quoted(text, names) == set(names) - {"x"}
+    assert stale.quoted("Not re-measured since abc: `results/learning_content_TASK_sSEED.json`.", names) == set()

@@ -18,7 +18,8 @@ can be brought up to date without making its result stale), or changed in that w
 counts). Uncommitted edits are not looked at: commit, then check.
 
 The docs (README.md and `docs/`) quote a result when a paragraph (text between blank lines) names its file,
-`results/NAME.json`; a paragraph that also says "not re-measured since" marks its figures as not current, and
+`results/NAME.json`, or a family of files it belongs to (`results/learning_content_TASK_sSEED.json`,
+`results/learning_ablation_capitals_*`: `QUOTE`); a paragraph that also says "not re-measured since" marks its figures as not current, and
 is not a quote.
 """
 
@@ -321,13 +322,24 @@ def statuses(root: Path = ROOT, measures: dict[str, Measures] = MEASURES) -> lis
     return [status(root, p.stem, measures[p.stem], results) for p in sorted(results.glob("*.json"))]
 
 
-def quoted(readme: str) -> set[str]:
-    """The results the docs quote: named as `results/NAME.json` in a paragraph that does not say `NOT_CURRENT`."""
-    names: set[str] = set()
+QUOTE = re.compile(r"results/([A-Za-z0-9_*]+)(\.json)?")
+"""A result named in the docs: `results/NAME.json`, or a family of them, with placeholders in capitals
+(`results/learning_content_TASK_sSEED.json`) or a `*` (`results/learning_ablation_capitals_*`)."""
+
+
+def quoted(readme: str, names: list[str]) -> set[str]:
+    """The results of `names` the docs quote: named, or matched by a family's pattern (`QUOTE`), in a paragraph
+    that does not say `NOT_CURRENT`."""
+    found: set[str] = set()
     for paragraph in re.split(r"\n\s*\n", readme):
-        if NOT_CURRENT not in " ".join(paragraph.lower().split()):
-            names.update(re.findall(r"results/([A-Za-z0-9_]+)\.json", paragraph))
-    return names
+        if NOT_CURRENT in " ".join(paragraph.lower().split()):
+            continue
+        for quote, suffix in QUOTE.findall(paragraph):
+            if not suffix and "*" not in quote:
+                continue  # a folder or a word, not a result
+            pattern = re.sub(r"[A-Z]+", "[a-z0-9.]+", re.escape(quote).replace(r"\*", ".*"))
+            found.update(name for name in names if re.fullmatch(pattern, name))
+    return found
 
 
 def doc_pages(root: Path) -> list[Path]:
@@ -363,7 +375,7 @@ def main(argv: list[str] | None = None, root: Path = ROOT, measures: dict[str, M
     parser.add_argument("--check", action="store_true", help="exit 1 when the docs quote a stale result")
     args = parser.parse_args(argv)
     rows = statuses(root, measures)
-    quotes = quoted("\n\n".join(page.read_text() for page in doc_pages(root)))
+    quotes = quoted("\n\n".join(page.read_text() for page in doc_pages(root)), [row.name for row in rows])
     print_statuses(rows, quotes)
     bad = [row.name for row in rows if row.stale and row.name in quotes]
     if args.check and bad:
