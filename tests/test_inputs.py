@@ -352,3 +352,30 @@ def test_inputs_stage_summary_counts_junk(fake_server, tmp_path):
     ctx = stage_context(fake_server(scripted(batches)), tmp_path, num_inputs=4)
     summary = asyncio.run(stage.run(ctx))
     assert summary["rejected_junk"] == 6 and summary["inputs"] == 4
+
+
+def test_a_failed_generator_attempt_records_its_own_seconds_not_the_back_off_after_it(monkeypatch):
+    """The first request's connection is dropped (a retryable failure), the second answered: the failed
+    attempt's record holds the seconds it took, and the back-off before the retry is in neither record."""
+    from autorl.inputs import generator
+    from ruler.retry import RetryPolicy
+    from tests.helpers.chat_server import ChatCompletionServer, completion
+
+    monkeypatch.setattr(generator, "RETRY", RetryPolicy(max_attempts=2, initial_backoff_s=0.5, jitter=0))
+    seen = []
+
+    def answer(body: dict) -> dict:
+        seen.append(body)
+        if len(seen) == 1:
+            raise ConnectionResetError("dropped")  # the handler dies: the client sees the connection end
+        return completion(body, "Hello")
+
+    server = ChatCompletionServer(answer)
+    try:
+        client = Generator(f"fake@{server.base_url}")
+        assert [a.text for a in client.complete([{"role": "user", "content": "hi"}], None, n=1, seed=0)] == ["Hello"]
+    finally:
+        server.close()
+    failed, ok = client.calls
+    assert failed.outcome != "ok" and ok.outcome == "ok"
+    assert ok.started - (failed.started + failed.seconds) >= 0.5  # the back-off lies between the two records

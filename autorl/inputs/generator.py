@@ -78,14 +78,12 @@ class Generator:
                     **sampling, **extra,
                 )  # fmt: skip
                 usage = getattr(response, "usage", None)
-                break
             except Exception as exc:
                 outcome = failure_cause(exc)
                 if not is_retryable(exc) or attempt == RETRY.max_attempts:
                     raise InputGenerationError(f"generator call failed: {describe(exc)}") from None
                 logger.warning("generator call failed (%s); retrying", describe(exc))
-                time.sleep(RETRY.backoff_s(attempt))
-            finally:
+            finally:  # the attempt's own seconds: recorded before the back-off
                 self.calls.append(
                     CallRecord(
                         target.name,
@@ -96,6 +94,9 @@ class Generator:
                         started,
                     )
                 )
+            if outcome == OK:
+                break
+            time.sleep(RETRY.backoff_s(attempt))
         return [
             Answer(choice.message.content or "", choice.finish_reason in ("stop", "eos", None))
             for choice in response.choices
