@@ -281,8 +281,10 @@ def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each
     [
         ("arithmetic_strict", "What is 12 + 7?", "19", 1.0),
         ("arithmetic_strict", "What is 12 + 7?", "**19.**", 1.0),
-        ("arithmetic_strict", "What is 12 + 7?", "12 + 7 = 19", 0.0),  # the sum alone was asked for
-        ("arithmetic_strict", "What is 12 + 7?", "The sum is 19.", 0.0),
+        ("arithmetic_strict", "What is 12 + 7?", "12 + 7 = 19", 0.5),  # the right sum in a few more words
+        ("arithmetic_strict", "What is 12 + 7?", "The sum is 19.", 0.5),
+        ("arithmetic_strict", "What is 12 + 7?", "To add them we count on from twelve by seven steps to get 19.", 0.2),
+        ("arithmetic_strict", "What is 12 + 7?", "The sum is 20.", 0.0),
         ("arithmetic_strict", "What is 12 + 7?", "20", 0.25),  # a nearer miss of the same form
         ("arithmetic_strict", "What is 12 + 7?", "17", 0.1),
         ("arithmetic_strict", "What is 12 + 7?", "25", 0.0),
@@ -290,19 +292,20 @@ def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each
         ("capitals_strict", "What is the capital of Peru?", "Lima", 1.0),
         ("capitals_strict", "What is the capital of Peru?", '"lima."', 1.0),
         ("capitals_strict", "What is the capital of India?", "Delhi", 1.0),
-        ("capitals_strict", "What is the capital of Peru?", "The capital of Peru is Lima.", 0.0),
+        ("capitals_strict", "What is the capital of Peru?", "The capital of Peru is Lima.", 0.5),
+        ("capitals_strict", "What is the capital of Peru?", "Lima or Santiago", 0.0),  # a list of guesses
         ("capitals_strict", "What is the capital of Peru?", "Santiago", 0.0),
         ("opposites_strict", 'What is the opposite of "hot"?', "Cold.", 1.0),
-        ("opposites_strict", 'What is the opposite of "hot"?', "The opposite of hot is cold.", 0.0),
-        ("opposites_strict", 'What is the opposite of "hot"?', "cold, warm, chilly", 0.0),  # a list of guesses
+        ("opposites_strict", 'What is the opposite of "hot"?', "The opposite of hot is cold.", 0.5),
+        ("opposites_strict", 'What is the opposite of "hot"?', "cold, dark, short", 0.0),  # a list of guesses
         ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "apple, fig, pear", 1.0),
         ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "apple fig pear.", 1.0),
         ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "pear, apple, fig", 0.0),
         ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "fig, apple, pear", 0.0667),
-        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "Sorted: apple, fig, pear", 0.0),
+        ("alphabetical_strict", "Put these words in alphabetical order: pear, apple, fig", "Sorted: apple, fig, pear", 0.5),
         ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", '{"name": "Ana Ruiz", "age": 41, "city": "Quito"}', 1.0),
         ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", '```json\n{"name": "Ana Ruiz", "age": "41", "city": "Lima"}\n```', 0.6),
-        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", 'Here: {"name": "Ana Ruiz", "age": 41, "city": "Quito"}', 0.0),
+        ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", 'Here: {"name": "Ana Ruiz", "age": 41, "city": "Quito"}', 0.5),
         ("extract_json_strict", "Extract: Meet Ana Ruiz, 41, who lives in Quito.", "{}", 0.0),
     ],
 )  # fmt: skip

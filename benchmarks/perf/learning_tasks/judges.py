@@ -20,7 +20,18 @@ import json
 import re
 from typing import Any
 
-from examples.judges import ACCEPTED, CAPITALS, COUNTRY, SUM, answer, arithmetic, capitals, question
+from examples.judges import (
+    ACCEPTED,
+    CAPITALS,
+    COUNTRY,
+    LONG_ANSWER_SCORE,
+    NUMBER,
+    SUM,
+    answer,
+    arithmetic,
+    capitals,
+    question,
+)  # fmt: skip
 from examples.tictactoe import score as tictactoe
 
 __all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
@@ -177,9 +188,15 @@ def tool_call(messages: list[dict[str, Any]]) -> float:
 
 
 # The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
-# judged on what the text asks for, the answer alone; partial credit only for nearer misses of that same form.
+# judged on what the text asks for: full credit only for the answer alone; the right content inside more words
+# is a nearer miss of that form the shorter it is (`WITHIN_SHORT`, `WITHIN_LONG`), so that a base model that
+# answers in sentences has groups that differ, and training is pulled towards the asked form.
 BARE = re.compile(r"^[\s\"'*`]*(.*?)[\s\"'*`.!]*$", re.DOTALL)
 """An answer without the quotes, emphasis and final stop around it."""
+SHORT_WORDS = 8
+"""A reply of at most this many words that holds the right answer, beside it, is a near miss."""
+WITHIN_SHORT, WITHIN_LONG = 0.5, 0.2
+"""The credit for the right answer inside a short reply, and inside a longer one."""
 
 
 def bare(messages: list[dict[str, Any]]) -> str:
@@ -188,64 +205,89 @@ def bare(messages: list[dict[str, Any]]) -> str:
     return found.group(1) if found else ""
 
 
-def arithmetic_strict(messages: list[dict[str, Any]]) -> float:
-    """The sum alone: 1 for a reply that is the asked sum and nothing else, 0.25 for a number alone one off,
-    0.1 two off; else 0 (a sentence with the sum in it too: the task asks for the sum)."""
-    asked = SUM.search(question(messages))
-    reply = bare(messages).replace(",", "")
-    if asked is None or not re.fullmatch(r"-?\d+(?:\.0+)?", reply):
+def within(messages: list[dict[str, Any]], holds_it: bool) -> float:
+    """The credit of a reply that is not the answer alone: `WITHIN_SHORT` or `WITHIN_LONG` when it `holds_it`
+    (the right answer, inside other words), by its length; else 0."""
+    if not holds_it:
         return 0.0
-    off = abs(float(reply) - (int(asked.group(1)) + int(asked.group(2))))
-    return {0: 1.0, 1: 0.25, 2: 0.1}.get(int(off), 0.0) if off == int(off) else 0.0
+    return WITHIN_SHORT if len(_WORD.findall(answer(messages))) <= SHORT_WORDS else WITHIN_LONG
+
+
+def arithmetic_strict(messages: list[dict[str, Any]]) -> float:
+    """The sum alone: 1 for a reply that is the asked sum and nothing else; a number alone one off 0.25, two off
+    0.1; the right sum as the last number of a longer reply `within`'s credit; else 0."""
+    asked = SUM.search(question(messages))
+    if asked is None:
+        return 0.0
+    right = int(asked.group(1)) + int(asked.group(2))
+    reply = bare(messages).replace(",", "")
+    if re.fullmatch(r"-?\d+(?:\.0+)?", reply):
+        return {0: 1.0, 1: 0.25, 2: 0.1}.get(abs(int(float(reply)) - right), 0.0)
+    numbers = NUMBER.findall(reply)
+    return within(messages, bool(numbers) and float(numbers[-1]) == right)
 
 
 def capitals_strict(messages: list[dict[str, Any]]) -> float:
     """The city alone: 1 for a reply that is the asked country's capital (or a spelling of `ACCEPTED`) and
-    nothing else, case aside; else 0."""
+    nothing else, case aside; the capital named in a longer reply with no other capital `within`'s credit;
+    else 0."""
     asked = COUNTRY.search(question(messages))
     if asked is None or asked.group(1) not in CAPITALS:
         return 0.0
-    right = CAPITALS[asked.group(1)]
-    return float(bare(messages).lower() in (right.lower(), *ACCEPTED.get(right, ())))
+    names = (CAPITALS[asked.group(1)].lower(), *ACCEPTED.get(CAPITALS[asked.group(1)], ()))
+    if bare(messages).lower() in names:
+        return 1.0
+    return within(messages, capitals(messages) >= LONG_ANSWER_SCORE)  # named, and no other capital
 
 
 def opposites_strict(messages: list[dict[str, Any]]) -> float:
-    """The word alone: 1 for a reply that is one opposite of the asked word (`OPPOSITES`), case aside; else 0."""
+    """The word alone: 1 for a reply that is one opposite of the asked word (`OPPOSITES`), case aside; an
+    opposite named in a longer reply that lists no other guesses `within`'s credit; else 0."""
     asked = QUOTED.search(question(messages))
     if asked is None or asked.group(1).lower() not in OPPOSITES:
         return 0.0
-    return float(bare(messages).lower() in OPPOSITES[asked.group(1).lower()])
+    if bare(messages).lower() in OPPOSITES[asked.group(1).lower()]:
+        return 1.0
+    return within(messages, opposites(messages) > 0)
 
 
 def alphabetical_strict(messages: list[dict[str, Any]]) -> float:
     """The list alone: 1 for a reply that is the asked words in alphabetical order, separated by commas or
-    spaces and nothing else; 0.2 x the share of positions right for the asked words alone in another order;
-    else 0."""
+    spaces and nothing else; 0.2 x the share of positions right for the asked words alone in another order (0
+    for the question's order copied); the sorted list inside a longer reply `within`'s credit; else 0."""
     asked = ORDER.search(question(messages))
     if asked is None:
         return 0.0
-    want = sorted(w.strip().lower() for w in asked.group(1).split(","))
+    given = [w.strip().lower() for w in asked.group(1).split(",")]
+    want = sorted(given)
     words = [w for w in re.split(r"[\s,]+", bare(messages).lower()) if w]
     if words == want:
         return 1.0
-    if sorted(words) != want:
-        return 0.0
-    return round(0.2 * sum(a == b for a, b in zip(words, want, strict=True)) / len(want), 4)
+    if sorted(words) == want:
+        return (
+            0.0 if words == given else round(0.2 * sum(a == b for a, b in zip(words, want, strict=True)) / len(want), 4)
+        )
+    found = _WORD.findall(answer(messages).lower())
+    return within(messages, any(found[i : i + len(want)] == want for i in range(len(found))))
 
 
 def extract_json_strict(messages: list[dict[str, Any]]) -> float:
     """The JSON object alone (a code fence around it allowed): 0.3 for each of "name", "age" and "city" that
-    holds the text's value, and 1 when all three do; 0 for anything but one JSON object."""
-    text = question(messages).split(":", 1)[-1]
+    holds the text's value, and 1 when all three do; an object inside prose scores half that; 0 for no object."""
     reply = re.sub(r"^```(?:json)?\s*|\s*```$", "", answer(messages))
     try:
-        value = json.loads(reply)
+        value, factor = json.loads(reply), 1.0
     except ValueError:
-        return 0.0
+        found = JSON_OBJECT.search(reply)
+        try:
+            value, factor = (json.loads(found.group(0)) if found else None), 0.5
+        except ValueError:
+            return 0.0
     if not isinstance(value, dict):
         return 0.0
+    text = question(messages).split(":", 1)[-1]
     right = 0
     for key, pattern in EXTRACT.items():
         found = pattern.search(text)
         right += found is not None and str(value.get(key, "")).strip().lower() == found.group(1).lower()
-    return 1.0 if right == len(EXTRACT) else round(0.3 * right, 4)
+    return round(factor * (1.0 if right == len(EXTRACT) else 0.3 * right), 4)
