@@ -40,6 +40,19 @@ _EXPORTS = {
     "gather_trajectory_groups": "gather",
     "trajectory_group_batches": "gather",
     "retry": "utils.retry",
+    **{
+        name: "capture.scopes"
+        for name in (
+            "auto_trajectory",
+            "capture_auto_trajectory",
+            "capture_yielded_trajectory",
+            "current_trajectory",
+            "no_capture",
+            "trajectory",
+            "trajectory_group",
+            "yield_trajectory",
+        )
+    },
 }
 __all__ = sorted(_EXPORTS)
 _SUBMODULES = {
@@ -56,22 +69,7 @@ _SUBMODULES = {
 }
 """Reachable as attributes (`art.langgraph.wrap_rollout`, `art.dev.InternalModelConfig`), as in ART; imported on
 first use."""
-_CAPTURE = (
-    "autorl does not record a rollout's OpenAI calls by itself; append each `completion.choices[0]` to the "
-    "trajectory's `messages_and_choices` (or wrap a LangGraph agent with `autorl.langgraph.wrap_rollout`)"
-)
 _REFUSED = {
-    **{
-        name: _CAPTURE
-        for name in (
-            "capture_auto_trajectory",
-            "auto_trajectory",
-            "current_trajectory",
-            "trajectory",
-            "trajectory_group",
-            "no_capture",
-        )
-    },
     "TinkerBackend": "see `autorl.tinker`: autorl has no Tinker backend; use LocalBackend, ClusterBackend or RemoteBackend",
     "SkyPilotBackend": "see `autorl.skypilot`: autorl has no SkyPilot backend; run `autorl serve` there and use RemoteBackend",
 }

@@ -41,6 +41,11 @@ class NoModelCallError(AutoRLError):
     its model, so there is nothing to train on."""
 
 
+class NoTrajectoryError(AutoRLError, RuntimeError):
+    """A trajectory was asked for where there is none: `current_trajectory(require=True)` outside a capture
+    scope, or a `capture_yielded_trajectory` whose coroutine handed none over (a `RuntimeError`, as ART's)."""
+
+
 QUOTED_CHARS = 40
 """How much of a value an error message quotes (a 5 MB name is not echoed back whole)."""
 

@@ -158,8 +158,6 @@ def test_ruler_scores_a_single_conversation_and_logs_its_explanation_as_art_does
         (lambda: art.tinker.TinkerBackend, "autorl.tinker.TinkerBackend: autorl has no Tinker backend"),
         (lambda: art.skypilot.SkyPilotBackend, "autorl.skypilot.SkyPilotBackend: autorl has no SkyPilot backend"),
         (lambda: art.mcp.generate_scenarios, "autorl.mcp.generate_scenarios: autorl has no MCP•RL scenario"),
-        (lambda: art.capture_auto_trajectory, "autorl.capture_auto_trajectory: autorl does not record"),
-        (lambda: art.Trajectory().__enter__(), "ART's capture scope"),
     ],
 )
 def test_an_art_name_autorl_does_not_have_is_one_line_saying_what_to_use(get, says):
