@@ -32,6 +32,11 @@ class ServerDiedError(FatalError):
     """The policy's vLLM server died more often than `ServerConfig.max_restarts` allows."""
 
 
+LocalServingUnavailableError = ServerDiedError
+"""ART's name for the fatal error of a policy server that is gone (training stops instead of counting the rollouts
+that could not reach it as failures)."""
+
+
 class MissingExtraError(AutoRLError):
     """A feature needs packages of an optional extra that are not installed; the message names the extra."""
 
