@@ -2,7 +2,7 @@
 (sync and async, streamed and not; its own httpx2 and the httpx client of `model.openai_client()`), LangChain's
 `ChatOpenAI` and LiteLLM record into `autorl.trajectory(...)` the trajectory an agent would have built by hand;
 nested scopes, `no_capture`, `additional_histories`, `trajectory_group`, ART's 2025 names and
-`yield_trajectory`."""
+`yield_trajectory`; a model of `autorl serve` captured through its proxy, and the captured group trained."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from openai import AsyncOpenAI, OpenAI
 from openai.types.chat.chat_completion import Choice
 
 import autorl as art
+from autorl.backends.remote.client import RemoteBackend
 from autorl.errors import NoTrajectoryError
 from tests.helpers.chat_server import ChatCompletionServer, completion
+from tests.helpers.remote import TOKEN, trainable
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1,  "b": 2}'}}
@@ -227,19 +229,54 @@ def test_yield_trajectory_hands_a_trajectory_to_capture_yielded_trajectory():
         asyncio.run(art.capture_yielded_trajectory(rollout(False)))
 
 
-def test_langchain_chat_openai_and_litellm_calls_are_captured(server):
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
+def test_a_langgraph_react_agent_litellm_and_langchain_are_captured(server):
+    """LangGraph's ReAct agent on LangChain's `ChatOpenAI` (no autorl code in it): its tool call, the tool's
+    result it sends back (arguments written out again by LangChain) and its answer make one conversation; a
+    LiteLLM call beside it, another."""
+    from langchain_core.tools import tool  # heavy optional libraries: imported by this test alone
     from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download
     import litellm
 
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
     async def rollout() -> None:
-        chat = ChatOpenAI(model="m", base_url=server.base_url, api_key="k")
-        reply = await chat.ainvoke(question("from langchain"))
-        assert reply.content.startswith("3 it is")
+        agent = create_react_agent(ChatOpenAI(model="m", base_url=server.base_url, api_key="k"), [add])
+        state = await agent.ainvoke({"messages": [{"role": "user", "content": "1+2?"}]})
+        assert state["messages"][-1].content.startswith("3 it is")
         await litellm.acompletion(model="openai/m", api_base=server.base_url, api_key="k", messages=question("litellm"))
 
     captured = asyncio.run(art.trajectory(rollout()))
-    assert [m["content"] for m in captured.messages()][1:] == ["from langchain", "3 it is (from langchain)"]
+    assert [m["role"] for m in captured.messages()] == ["user", "assistant", "tool", "assistant"]
+    assert [type(m).__name__ for m in captured.messages_and_choices] == ["dict", "Choice", "dict", "Choice"]
+    assert captured.messages()[2]["content"] == "3" and captured.messages()[3]["content"] == "3 it is (3)"
+    assert [t["function"]["name"] for t in captured.tools] == ["add"]
     assert [m["content"] for m in captured.additional_histories[0].messages()][1:] == ["litellm", "3 it is (litellm)"]
-    assert isinstance(captured.messages_and_choices[-1], Choice)
+
+
+def test_rollouts_through_autorl_serve_are_captured_and_train(served, chat, tiny_model):
+    """A model of `autorl serve` (the real app; the tiny model trained for real, a scripted endpoint for vLLM):
+    its client's calls, through the server's /v1 proxy, are captured and the group they make trains a step."""
+    backend, model = RemoteBackend(served.url, api_key=TOKEN), trainable(tiny_model)
+
+    async def rollout(reward: float) -> None:
+        messages = [{"role": "user", "content": f"hi {reward}"}]
+        reply = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=messages)
+        art.current_trajectory(require=True).reward = reward + len(reply.choices[0].message.content)
+
+    async def program():
+        await model.register(backend)
+        group = await art.trajectory_group(art.trajectory(rollout(r)) for r in (0.0, 1.0))
+        return group, await backend.train(model, [group], learning_rate=1e-6)
+
+    group, result = asyncio.run(program())
+    backend.close()
+    assert [t.messages()[0]["content"] for t in group] == ["hi 0.0", "hi 1.0"]
+    assert [t.messages_and_choices[-1].message.content for t in group] == ["hello", "hello"]
+    assert result.step == 1 and result.metrics["trained_tokens"] > 0
