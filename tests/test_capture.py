@@ -7,6 +7,7 @@ nested scopes, `no_capture`, `additional_histories`, `trajectory_group`, ART's 2
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import httpx
@@ -17,8 +18,9 @@ from openai.types.chat.chat_completion import Choice
 
 import autorl as art
 from autorl.backends.remote.client import RemoteBackend
+from autorl.capture.completions import recorded_choice
 from autorl.errors import NoTrajectoryError
-from tests.helpers.chat_server import ChatCompletionServer, completion
+from tests.helpers.chat_server import ChatCompletionServer, chunks, completion
 from tests.helpers.remote import TOKEN, trainable
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
@@ -160,6 +162,15 @@ def test_a_message_the_agent_sent_back_differently_starts_another_history(server
     assert captured.messages_and_choices[2] == first and len(captured.messages_and_choices) == 5
     assert len(captured.additional_histories) == 1
     assert captured.additional_histories[0].messages_and_choices[2] == edited  # context, not trained
+
+
+def test_a_stream_cut_before_its_end_is_recorded_as_read_and_one_with_an_error_is_not():
+    reply = completion({"model": "m"}, "3 it is")
+    events = [f"data: {json.dumps(event)}\n\n".encode() for event in chunks(reply)]
+    cut = recorded_choice(b"".join(events[:3]), streamed=True)  # the role and two pieces, no finish reason
+    assert (cut.message.content, cut.finish_reason) == ("3 it is"[:6], "length")
+    assert recorded_choice(b"".join(events), streamed=True).finish_reason == "stop"
+    assert recorded_choice(events[0] + b'data: {"error": {"message": "out of memory"}}\n\n', streamed=True) is None
 
 
 def test_an_error_answer_and_other_requests_are_not_recorded(server):

@@ -10,11 +10,13 @@ import os
 from pathlib import Path
 
 import httpx
+import pytest
 from openai.types.chat.chat_completion import Choice
 
 import autorl as art
 from autorl.backends.remote.client import RemoteBackend
-from autorl.capture.gateway import ROLLOUT_HEADER, CaptureGateway
+from autorl.capture.gateway import ROLLOUT_HEADER, CaptureGateway, post_reward
+from autorl.errors import AutoRLError
 from autorl.serving.auth import bearer
 from tests.helpers.remote import TOKEN, trainable
 
@@ -54,7 +56,10 @@ def test_a_shell_agent_and_a_node_agent_are_captured_through_the_gateway_and_tra
     assert result.step == 1 and result.metrics["trained_tokens"] > 0
 
 
-def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat):
+def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(AutoRLError, match="post_reward: '' is no capture gateway rollout address"):
+        post_reward(1.0)
     model = art.Model(name="m", inference_base_url=chat.base_url)
 
     async def program() -> list[int]:
@@ -74,8 +79,12 @@ def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat):
                     (await client.post(f"/rollouts/{rollout.id}/v1/chat/completions", content=b"{" * 5000, headers=key)).status_code,
                     (await client.post("/v1/chat/completions", json=ask, headers={**key, ROLLOUT_HEADER: rollout.id})).status_code,
                 ]  # fmt: skip
+            await asyncio.to_thread(post_reward, 2.5, {"tries": 1}, base_url=rollout.base_url, api_key=gateway.key)
+            with pytest.raises(AutoRLError, match="the gateway answered 401"):
+                await asyncio.to_thread(post_reward, 1.0, base_url=rollout.base_url, api_key="not-the-key")
             recorded = gateway.finish(rollout.id)
         assert [m["content"] for m in recorded.messages()] == ["hi", "hello"]  # only the last, authorised call
+        assert (recorded.reward, recorded.metrics["tries"]) == (2.5, 1.0)
         return statuses
 
     assert asyncio.run(program()) == [401, 401, 404, 404, 404, 400, 400, 413, 200]

@@ -9,7 +9,7 @@ OpenAI base URL, recording each chat completion into the trajectory of the rollo
 Routes (every one needs the gateway's key, `Authorization: Bearer <key>`): `POST /rollouts/<id>/v1/chat/completions`
 (or `POST /v1/chat/completions` with the header `X-Autorl-Rollout: <id>`), passed on to the model under its current
 inference name and recorded (`Trajectory.add_completion`: a stream too, sent back whole once it is complete);
-`POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}`. Nothing else is served. The gateway binds
+`POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}` (from Python: `post_reward`). Nothing else is served. The gateway binds
 127.0.0.1 unless told otherwise, its key is made per gateway and never written, ids are random, a body is at most
 `max_body_bytes`, and a rollout not finished is dropped past `max_rollouts` (the oldest first).
 """
@@ -17,10 +17,12 @@ inference name and recorded (`Trajectory.add_completion`: a stream too, sent bac
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
@@ -154,6 +156,26 @@ class CaptureGateway:
         trajectory.reward = posted.reward
         trajectory.metrics.update(posted.metrics)
         return JSONResponse({"reward": trajectory.reward})
+
+
+def post_reward(
+    reward: float, metrics: dict[str, float] | None = None, *, base_url: str | None = None, api_key: str | None = None
+) -> None:
+    """Ends a rollout from the agent's side (a Python agent in its own process): posts its reward and metrics to
+    the gateway rollout whose address it was given, by default the `OPENAI_BASE_URL` and `OPENAI_API_KEY` of
+    `GatewayRollout.env()`; a refusal is one `AutoRLError` line."""
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL", "")
+    api_key = api_key or os.environ.get("OPENAI_API_KEY", "")
+    if not base_url.rstrip("/").endswith("/v1") or "/rollouts/" not in base_url:
+        raise AutoRLError(f"post_reward: {base_url!r} is no capture gateway rollout address (.../rollouts/<id>/v1)")
+    answer = httpx.post(
+        f"{base_url.rstrip('/').removesuffix('/v1')}/reward",
+        json={"reward": reward, "metrics": metrics or {}},
+        headers=bearer(api_key),
+        timeout=30,
+    )
+    if not answer.is_success:
+        raise AutoRLError(f"post_reward: the gateway answered {answer.status_code}: {answer.text[:200]}")
 
 
 class Reward(BaseModel):
