@@ -62,11 +62,13 @@ def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat, monk
         post_reward(1.0)
     model = art.Model(name="m", inference_base_url=chat.base_url)
 
+    ask = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+
     async def program() -> list[int]:
         async with CaptureGateway(model, max_body_bytes=4096) as gateway:
             rollout = gateway.rollout()
             assert gateway.url.startswith("http://127.0.0.1:")
-            key, ask = bearer(gateway.key), {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+            key = bearer(gateway.key)
             async with httpx.AsyncClient(base_url=gateway.url) as client:
                 statuses = [
                     (await client.post(f"/rollouts/{rollout.id}/v1/chat/completions", json=ask)).status_code,
@@ -88,4 +90,17 @@ def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat, monk
         return statuses
 
     assert asyncio.run(program()) == [401, 401, 404, 404, 404, 400, 400, 413, 200]
+
+    async def model_gone() -> int:
+        async with CaptureGateway(art.Model(name="gone", inference_base_url="http://127.0.0.1:9/v1")) as gateway:
+            rollout = gateway.rollout()
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(
+                    f"{rollout.base_url}/chat/completions", json=ask, headers=bearer(gateway.key)
+                )
+            assert "the model 'gone' did not answer" in answer.json()["error"]
+            assert gateway.finish(rollout.id).messages_and_choices == []
+            return answer.status_code
+
+    assert asyncio.run(model_gone()) == 502
     assert chat.requests == [{"model": "m", "messages": [{"role": "user", "content": "hi"}]}]  # its own name

@@ -135,8 +135,12 @@ class CaptureGateway:
             return JSONResponse({"error": "not a chat completion request (JSON with `messages`)"}, status_code=400)
         body["model"] = self.model.get_inference_name()
         headers = bearer(self.model.inference_api_key or "none")
-        async with self.model.http_client() as client:
-            answer = await client.post(f"{self.model.require_endpoint()}/chat/completions", json=body, headers=headers)
+        try:
+            async with self.model.http_client() as client:
+                url = f"{self.model.require_endpoint()}/chat/completions"
+                answer = await client.post(url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return JSONResponse({"error": f"the model {self.model.name!r} did not answer: {exc!r}"[:400]}, 502)
         trajectory = self._rollouts.get(request.path_params.get("rollout") or request.headers[ROLLOUT_HEADER])
         choice = recorded_choice(answer.content, streamed=bool(body.get("stream"))) if answer.is_success else None
         if trajectory is not None and choice is not None:
