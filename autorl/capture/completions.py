@@ -37,8 +37,9 @@ def recorded_choice(body: bytes, streamed: bool) -> Choice | None:
 
 def _streamed_choice(body: bytes) -> dict[str, Any] | None:
     """The first choice of a stream of `chat.completion.chunk` events, put together as a completion's choice:
-    its text, tool calls (their argument fragments joined), logprobs and finish reason. A stream the agent left
-    before the server finished it is recorded with what was read, as cut by length (`finish_reason` "length")."""
+    its text, tool calls (their argument fragments joined), logprobs and finish reason. A stream that ended before
+    the server finished it (the agent closed it early, the connection broke) is recorded with what arrived, as cut
+    by length (`finish_reason` "length"); one with an error event is not recorded."""
     message: dict[str, Any] = {"role": "assistant", "content": None}
     calls: dict[int, dict[str, Any]] = {}
     logprobs: list[dict[str, Any]] | None = None
