@@ -8,10 +8,11 @@ OpenAI base URL, recording each chat completion into the trajectory of the rollo
 
 Routes (every one needs the gateway's key, `Authorization: Bearer <key>`): `POST /rollouts/<id>/v1/chat/completions`
 (or `POST /v1/chat/completions` with the header `X-Autorl-Rollout: <id>`), passed on to the model under its current
-inference name and recorded (`Trajectory.add_completion`: a stream too, sent back whole once it is complete);
-`POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}` (from Python: `post_reward`). Nothing else is served. The gateway binds
-127.0.0.1 unless told otherwise, its key is made per gateway and never written, ids are random, a body is at most
-`max_body_bytes`, and a rollout not finished is dropped past `max_rollouts` (the oldest first).
+inference name, its answer relayed as it arrives (a stream chunk by chunk) and recorded once complete
+(`Trajectory.add_completion`); `POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}` (from Python:
+`post_reward`). Nothing else is served. The gateway binds 127.0.0.1 unless told otherwise, its key is made per
+gateway and never written, ids are random, a body is at most `max_body_bytes`, and a rollout not finished is
+dropped past `max_rollouts` (the oldest first).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import AutoRLError
@@ -134,19 +136,35 @@ class CaptureGateway:
         if body is None:
             return JSONResponse({"error": "not a chat completion request (JSON with `messages`)"}, status_code=400)
         body["model"] = self.model.get_inference_name()
-        headers = bearer(self.model.inference_api_key or "none")
+        rollout = request.path_params.get("rollout") or request.headers[ROLLOUT_HEADER]
+        client = self.model.http_client()
+        url, headers = (
+            f"{self.model.require_endpoint()}/chat/completions",
+            bearer(self.model.inference_api_key or "none"),
+        )
         try:
-            async with self.model.http_client() as client:
-                url = f"{self.model.require_endpoint()}/chat/completions"
-                answer = await client.post(url, json=body, headers=headers)
+            answer = await client.send(client.build_request("POST", url, json=body, headers=headers), stream=True)
         except httpx.HTTPError as exc:
+            await client.aclose()
             return JSONResponse({"error": f"the model {self.model.name!r} did not answer: {exc!r}"[:400]}, 502)
-        trajectory = self._rollouts.get(request.path_params.get("rollout") or request.headers[ROLLOUT_HEADER])
-        choice = recorded_choice(answer.content, streamed=bool(body.get("stream"))) if answer.is_success else None
-        if trajectory is not None and choice is not None:
-            trajectory.add_completion(body["messages"], body.get("tools"), choice)
+
+        async def relay() -> AsyncIterator[bytes]:
+            """The answer's bytes as they arrive (a stream reaches the agent token by token); recorded at its end."""
+            received = bytearray()
+            try:
+                async for chunk in answer.aiter_bytes():
+                    received += chunk
+                    yield chunk
+            finally:
+                await answer.aclose()
+                await client.aclose()
+            trajectory = self._rollouts.get(rollout)
+            choice = recorded_choice(bytes(received), streamed=bool(body.get("stream"))) if answer.is_success else None
+            if trajectory is not None and choice is not None:
+                trajectory.add_completion(body["messages"], body.get("tools"), choice)
+
         media = answer.headers.get("content-type", "application/json")
-        return Response(answer.content, status_code=answer.status_code, media_type=media)
+        return StreamingResponse(relay(), status_code=answer.status_code, media_type=media)
 
     async def _reward(self, request: Request) -> Response:
         raw = await self._body(request)
