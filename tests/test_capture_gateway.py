@@ -1,12 +1,16 @@
 """The capture gateway (`autorl.capture.gateway`): agents that are not Python, a shell script with curl and a Node
 script, have their calls recorded through a rollout's address and passed on to a model of `autorl serve` (the real
 app, the tiny model trained for real, a scripted endpoint for vLLM); the group they make trains a step. And the
-gateway refuses what it should: no key, an unknown rollout, another path, a bad reward, a body over its limit."""
+gateway refuses what it should: no key, an unknown rollout, another path, a bad reward, a body over its limit; a
+stream reaches the agent as it arrives."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -18,6 +22,7 @@ from autorl.backends.remote.client import RemoteBackend
 from autorl.capture.gateway import ROLLOUT_HEADER, CaptureGateway, post_reward
 from autorl.errors import AutoRLError
 from autorl.serving.auth import bearer
+from tests.helpers.chat_server import chunks, completion
 from tests.helpers.remote import TOKEN, trainable
 
 AGENTS = Path(__file__).parent / "capture_agents"
@@ -104,3 +109,50 @@ def test_the_gateway_answers_only_its_key_its_rollouts_and_its_routes(chat, monk
 
     assert asyncio.run(model_gone()) == 502
     assert chat.requests == [{"model": "m", "messages": [{"role": "user", "content": "hi"}]}]  # its own name
+
+
+def test_a_stream_reaches_the_agent_through_the_gateway_as_it_arrives():
+    """The model sends its first event and waits: the agent reads that event before the model goes on, and the
+    whole stream is recorded once it ends."""
+    release = threading.Event()
+    events = chunks(completion({"model": "m"}, "hello there"))
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for index, event in enumerate(events):
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+                if index == 0:
+                    release.wait(30)
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    model_server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=model_server.serve_forever, daemon=True).start()
+    model = art.Model(name="m", inference_base_url=f"http://127.0.0.1:{model_server.server_port}/v1")
+
+    async def program() -> tuple[str, art.Trajectory]:
+        async with CaptureGateway(model) as gateway, httpx.AsyncClient() as client:
+            rollout = gateway.rollout()
+            ask = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            url = f"{rollout.base_url}/chat/completions"
+            async with client.stream("POST", url, json=ask, headers=bearer(gateway.key)) as answer:
+                lines = answer.aiter_lines()
+                first = await asyncio.wait_for(anext(lines), 10)  # before the model sent the rest
+                release.set()
+                _ = [line async for line in lines]
+            return first, gateway.finish(rollout.id)
+
+    try:
+        first, recorded = asyncio.run(program())
+    finally:
+        release.set()
+        model_server.shutdown()
+    assert json.loads(first.removeprefix("data: "))["choices"][0]["delta"] == {"role": "assistant"}
+    assert recorded.messages_and_choices[-1].message.content == "hello there"
