@@ -17,6 +17,16 @@ from ruler.endpoint import register_embedded as _register_embedded
 
 _EXPORTS = {
     "AutoRLError": "errors",
+    "LocalServingUnavailableError": "errors",
+    "LocalTrainResult": "types",
+    "LoRAConfig": "dev",
+    "MetricDefinition": "pipeline_config",
+    "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": "pipeline_config",
+    "PIPELINE_RL_METRIC_DEFINITIONS": "pipeline_config",
+    "PIPELINE_RL_SCORE_METRICS": "pipeline_config",
+    "PipelineAutotuneConfig": "pipeline_config",
+    "PipelineRuntimeConfig": "pipeline_config",
+    "ServerlessTrainResult": "types",
     "Backend": "backends.base",
     "ClusterBackend": "backends.cluster.backend",
     "ClusterConfig": "backends.cluster.config",
@@ -40,6 +50,19 @@ _EXPORTS = {
     "gather_trajectory_groups": "gather",
     "trajectory_group_batches": "gather",
     "retry": "utils.retry",
+    **{
+        name: "capture.scopes"
+        for name in (
+            "auto_trajectory",
+            "capture_auto_trajectory",
+            "capture_yielded_trajectory",
+            "current_trajectory",
+            "no_capture",
+            "trajectory",
+            "trajectory_group",
+            "yield_trajectory",
+        )
+    },
 }
 __all__ = sorted(_EXPORTS)
 _SUBMODULES = {
@@ -47,6 +70,7 @@ _SUBMODULES = {
     "langgraph",
     "local",
     "mcp",
+    "megatron",
     "pipeline_trainer",
     "rewards",
     "skypilot",
@@ -56,23 +80,19 @@ _SUBMODULES = {
 }
 """Reachable as attributes (`art.langgraph.wrap_rollout`, `art.dev.InternalModelConfig`), as in ART; imported on
 first use."""
-_CAPTURE = (
-    "autorl does not record a rollout's OpenAI calls by itself; append each `completion.choices[0]` to the "
-    "trajectory's `messages_and_choices` (or wrap a LangGraph agent with `autorl.langgraph.wrap_rollout`)"
-)
+_TINKER = "see `autorl.tinker`: autorl has no Tinker backend; use LocalBackend, ClusterBackend or RemoteBackend"
 _REFUSED = {
-    **{
-        name: _CAPTURE
-        for name in (
-            "capture_auto_trajectory",
-            "auto_trajectory",
-            "current_trajectory",
-            "trajectory",
-            "trajectory_group",
-            "no_capture",
-        )
-    },
-    "TinkerBackend": "see `autorl.tinker`: autorl has no Tinker backend; use LocalBackend, ClusterBackend or RemoteBackend",
+    **dict.fromkeys(("TinkerBackend", "TinkerNativeBackend"), _TINKER),
+    **dict.fromkeys(
+        (
+            "MegatronRuntimeConfig",
+            "MegatronTopologyConfig",
+            "get_megatron_runtime_config",
+            "init_megatron_runtime_config",
+        ),
+        "see `autorl.megatron`: autorl has no Megatron trainer; LocalBackend trains a LoRA on one machine, "
+        "ClusterBackend data-parallel on Ray",
+    ),
     "SkyPilotBackend": "see `autorl.skypilot`: autorl has no SkyPilot backend; run `autorl serve` there and use RemoteBackend",
 }
 """ART's names autorl does not have, each with what to use instead (`NotInAutoRLError`, never AttributeError)."""

@@ -32,6 +32,11 @@ class ServerDiedError(FatalError):
     """The policy's vLLM server died more often than `ServerConfig.max_restarts` allows."""
 
 
+LocalServingUnavailableError = ServerDiedError
+"""ART's name for the fatal error of a policy server that is gone (training stops instead of counting the rollouts
+that could not reach it as failures)."""
+
+
 class MissingExtraError(AutoRLError):
     """A feature needs packages of an optional extra that are not installed; the message names the extra."""
 
@@ -39,6 +44,11 @@ class MissingExtraError(AutoRLError):
 class NoModelCallError(AutoRLError):
     """A wrapped rollout (`autorl.agents.langgraph.wrap_rollout`) made no chat completion through a chat model of
     its model, so there is nothing to train on."""
+
+
+class NoTrajectoryError(AutoRLError, RuntimeError):
+    """A trajectory was asked for where there is none: `current_trajectory(require=True)` outside a capture
+    scope, or a `capture_yielded_trajectory` whose coroutine handed none over (a `RuntimeError`, as ART's)."""
 
 
 QUOTED_CHARS = 40

@@ -41,6 +41,7 @@ from . import tracing
 from .atomic import atomic_text
 from .config import TrainConfig
 from .errors import AutoRLError
+from .pipeline_config import PipelineAutotuneConfig, PipelineRuntimeConfig, runtime_settings
 from .pipeline_gate import PolicyGate
 from .pipeline_state import STATE_FILE, PipelineState
 from .trajectories import Trajectory, TrajectoryGroup
@@ -101,6 +102,8 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         max_batch_size: int | None = None,
         max_steps_off_policy: int = 4,
         queue_maxsize: int | None = None,
+        pipeline: PipelineRuntimeConfig | None = None,
+        autotune: PipelineAutotuneConfig | None = None,
         learning_rate: float | None = None,
         loss_fn: str | None = None,
         loss_fn_config: dict[str, Any] | None = None,
@@ -130,6 +133,8 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
             the current one's); older groups are dropped and counted (`discarded/*/stale_groups`).
         queue_maxsize: finished groups waiting to be trained, at most (default: max_batch_size x
             max(1, max_steps_off_policy)); a full queue holds the rollout workers back.
+        pipeline: ART's 2026 object of the five sizes above; given, it replaces them. autotune: ART's autotuner
+            settings; only mode "off" (autorl has no autotuner).
         learning_rate, loss_fn ("cispo", ART's default, or "ppo"), loss_fn_config (`TrainConfig` fields),
             normalize_advantages, kl_penalty_coef: each step's settings as `backend.train` takes them, over
             `train_config` (autorl's `TrainConfig`: every other setting, such as the importance sampling cap).
@@ -147,6 +152,10 @@ class PipelineTrainer(Generic[ScenarioT, ConfigT]):
         """
         from .dev import train_keywords
 
+        sizes = (num_rollout_workers, min_batch_size, max_batch_size, max_steps_off_policy, queue_maxsize)
+        num_rollout_workers, min_batch_size, max_batch_size, max_steps_off_policy, queue_maxsize = runtime_settings(
+            pipeline, autotune, sizes
+        )
         if num_rollout_workers < 1 or min_batch_size < 1 or max_steps_off_policy < 0 or eval_every_n_steps < 0:
             raise AutoRLError(
                 "PipelineTrainer: num_rollout_workers and min_batch_size must be >= 1, max_steps_off_policy and "

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import Token
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +20,36 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ruler.messages import as_message
 
-from .errors import FatalError, NotInAutoRLError
+from .capture import recorder
+from .errors import FatalError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MessageOrChoice = dict[str, Any] | Choice
+
+
+def message_key(item: MessageOrChoice) -> tuple[Any, ...]:
+    """What a message says, as an agent or framework sends it back: role, text (parts joined, ends stripped, None
+    as empty), tool calls (id, name, arguments as parsed JSON: a framework may write them out again) and the id
+    of the call a tool result answers. Fields that say nothing (null, `refusal`, `annotations`) are left out."""
+    message = as_message(item)
+    content = message.get("content") or ""
+    if isinstance(content, list):  # content parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    calls = tuple(
+        (call.get("id"), call.get("function", {}).get("name"), _parsed(call.get("function", {}).get("arguments")))
+        for call in message.get("tool_calls") or []
+    )
+    return message.get("role"), content.strip(), calls, message.get("tool_call_id")
+
+
+def _parsed(arguments: Any) -> Any:
+    """Tool call arguments as their JSON value (a canonical string), or as they are where they are not JSON."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except (TypeError, ValueError):
+        return arguments
 
 
 def _revived(cls: type, items: Any) -> Any:
@@ -84,6 +110,7 @@ class Trajectory(BaseModel):
     """When the trajectory was made (not saved): `finish()` measures the rollout's duration from it."""
 
     _revive_choices = field_validator("messages_and_choices", mode="before")(_revived)
+    _scope_tokens: list[Token] = PrivateAttr(default_factory=list)
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
@@ -93,11 +120,35 @@ class Trajectory(BaseModel):
         self.logs.append(message)
 
     def __enter__(self) -> Trajectory:
-        """ART's capture scope (`with art.Trajectory() as t:` recording the OpenAI calls inside): not in autorl."""
-        raise NotInAutoRLError(
-            "`with Trajectory() as t:` (ART's capture scope): autorl does not record OpenAI calls by itself; append "
-            "each `completion.choices[0]` to `messages_and_choices`"
-        )
+        """ART's capture scope: every chat completion made through httpx inside `with Trajectory() as t:` is
+        recorded into `t` (`add_completion`); the innermost of nested scopes records. On exit, `finish()`."""
+        self._scope_tokens.append(recorder.push(self))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        recorder.pop(self, self._scope_tokens.pop())
+        self.finish()
+
+    def add_completion(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, choice: Choice
+    ) -> None:
+        """Records one chat completion, as ART's capture does: the request's `messages` and `tools` and the
+        `choice` that came back join the first of this trajectory's conversations (itself, then
+        `additional_histories`) that the messages continue with the same tools: the messages it lacks, then the
+        choice. Messages that continue none start a new entry of `additional_histories` (a sub-agent, a context
+        started afresh). An assistant message the agent sent back continues the recorded choice it came from
+        when both say the same (text, or tool calls with the same ids, names and arguments)."""
+        keys = [message_key(m) for m in messages]
+        for history in [self, *self.additional_histories]:
+            known = [message_key(m) for m in history.messages_and_choices]
+            if keys[: len(known)] == known and (history.tools == tools or not known):
+                break
+        else:
+            history = History(messages_and_choices=[])
+            self.additional_histories.append(history)
+        history.messages_and_choices.extend(messages[len(history.messages_and_choices) :])
+        history.messages_and_choices.append(choice)
+        history.tools = tools
 
     def finish(self) -> Trajectory:
         """Record the rollout's duration since `start_time` as `metrics["duration"]` (seconds); returns itself, as

@@ -18,8 +18,8 @@ from .config import TrainConfig
 from .errors import AutoRLError
 
 __all__ = [
-    "Choice", "LocalTrainResult", "Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools",
-    "TrainConfig", "TrainResult", "TrainSFTConfig",
+    "Choice", "LocalTrainResult", "Message", "MessageOrChoice", "Messages", "MessagesAndChoices",
+    "ServerlessTrainResult", "Tools", "TrainConfig", "TrainResult", "TrainSFTConfig",
 ]  # fmt: skip
 
 Message = ChatCompletionMessageParam
@@ -51,6 +51,9 @@ class TrainResult:
 
 LocalTrainResult = TrainResult
 """ART's name for `LocalBackend.train`'s result; autorl's backends all return a `TrainResult`."""
+ServerlessTrainResult = TrainResult
+"""ART's name for `ServerlessBackend.train`'s result: autorl's `ServerlessBackend` (a `RemoteBackend`) returns a
+`TrainResult`, whose `checkpoint_path` (with `mirror=`) stands for ART's W&B `artifact_name`."""
 
 
 class TrainSFTConfig(BaseModel):

@@ -158,8 +158,6 @@ def test_ruler_scores_a_single_conversation_and_logs_its_explanation_as_art_does
         (lambda: art.tinker.TinkerBackend, "autorl.tinker.TinkerBackend: autorl has no Tinker backend"),
         (lambda: art.skypilot.SkyPilotBackend, "autorl.skypilot.SkyPilotBackend: autorl has no SkyPilot backend"),
         (lambda: art.mcp.generate_scenarios, "autorl.mcp.generate_scenarios: autorl has no MCP•RL scenario"),
-        (lambda: art.capture_auto_trajectory, "autorl.capture_auto_trajectory: autorl does not record"),
-        (lambda: art.Trajectory().__enter__(), "ART's capture scope"),
     ],
 )
 def test_an_art_name_autorl_does_not_have_is_one_line_saying_what_to_use(get, says):
@@ -173,3 +171,55 @@ def test_importing_a_refused_name_is_the_same_line():
         from autorl.mcp import generate_scenarios  # noqa: F401
     with pytest.raises(AttributeError):  # a name ART does not have either stays an AttributeError
         art.mcp.no_such_name  # noqa: B018
+
+
+ART_ALL = [
+    "dev", "current_trajectory", "no_capture", "gather_trajectories", "gather_trajectory_groups",
+    "trajectory_group_batches", "Backend", "LocalTrainResult", "LoRAConfig", "LocalServingUnavailableError",
+    "MegatronRuntimeConfig", "MegatronTopologyConfig", "MetricDefinition", "PipelineAutotuneConfig",
+    "PipelineRuntimeConfig", "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS", "PIPELINE_RL_METRIC_DEFINITIONS",
+    "PIPELINE_RL_SCORE_METRICS", "get_megatron_runtime_config", "init_megatron_runtime_config", "ServerlessBackend",
+    "ServerlessTrainResult", "Messages", "MessagesAndChoices", "Tools", "Model", "TrainableModel", "retry",
+    "TrainSFTConfig", "TrainConfig", "TrainResult", "Trajectory", "TrajectoryGroup", "trajectory", "trajectory_group",
+    "capture_yielded_trajectory", "yield_trajectory",
+    "auto_trajectory", "capture_auto_trajectory", "LocalBackend", "TinkerBackend",  # in ART's __all__ of 2025
+]  # fmt: skip
+"""`__all__` of ART's `src/art/__init__.py` (2026), and the names its 2025 `__all__` had besides."""
+REFUSED = {"MegatronRuntimeConfig", "MegatronTopologyConfig", "get_megatron_runtime_config", "init_megatron_runtime_config", "TinkerBackend"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ART_ALL)
+def test_every_name_of_art_s_all_is_answered_or_refused_in_one_line(name):
+    if name not in REFUSED:
+        assert getattr(art, name) is not None
+        return
+    with pytest.raises(NotInAutoRLError, match=f"^autorl.{name}: see `autorl.(megatron|tinker)`: ") as raised:
+        getattr(art, name)
+    assert "\n" not in str(raised.value)
+
+
+def test_art_s_2026_config_names_map_onto_autorl_s_settings():
+    from autorl.errors import FatalError, ServerDiedError
+    from autorl.pipeline_trainer import PipelineTrainer
+
+    model = art.TrainableModel(name="agent", lora_config=art.LoRAConfig(rank=4, alpha=8, dropout=0.1))
+    assert (model.trainer.lora_rank, model.trainer.lora_alpha, model.trainer.lora_dropout) == (4, 8, 0.1)
+    assert art.LocalTrainResult is art.ServerlessTrainResult is art.TrainResult
+    assert art.LocalServingUnavailableError is ServerDiedError and issubclass(ServerDiedError, FatalError)
+
+    def trainer(**kwargs) -> PipelineTrainer:
+        return PipelineTrainer(model, None, None, [], None, num_rollout_workers=9, **kwargs)
+
+    sizes = art.PipelineRuntimeConfig(num_rollout_workers=3, min_batch_size=2, max_batch_size=5, max_steps_off_policy=0)
+    made = trainer(pipeline=sizes, autotune=art.PipelineAutotuneConfig(window_steps=4))  # ART's fields, mode off
+    assert (made.num_rollout_workers, made.min_batch_size, made.max_batch_size, made.claim_limit) == (3, 2, 5, 5)
+    assert trainer().num_rollout_workers == 9
+    with pytest.raises(UnsupportedArgumentError, match="autotune mode 'online': autorl has no autotuner"):
+        trainer(autotune=art.PipelineAutotuneConfig(mode="online"))
+    with pytest.raises(ValueError, match="max_batch_size must be >= min_batch_size"):
+        art.PipelineRuntimeConfig(min_batch_size=4, max_batch_size=2)
+    assert art.PIPELINE_RL_SCORE_METRICS == () and "staleness/mean" in art.PIPELINE_RL_DASHBOARD_DEFAULT_METRICS
+    with pytest.raises(NotInAutoRLError, match=r"autorl\.megatron\.MegatronBackend: autorl has no Megatron trainer"):
+        art.megatron.MegatronBackend  # noqa: B018
+    with pytest.raises(NotInAutoRLError, match=r"autorl\.TinkerNativeBackend: see `autorl\.tinker`"):
+        art.TinkerNativeBackend  # noqa: B018

@@ -4,7 +4,8 @@ served under their own name; RULER's plumbing is checked on it too). Each progra
 and resumes where the programs before it stopped, as a user's next program would; each test asserts relative to
 the step, records and checkpoints it found (or sets up what it asserts on), so the tests pass in any order. The
 last two are written as ART's 2026 docs write programs: SFT warm-up, `backend.train(...)` and its `TrainResult`,
-explicit logs. A tool-using agent and a LangGraph agent train the same model on that server too."""
+explicit logs. A tool-using agent and a LangGraph agent train the same model on that server too, and so does an
+agent without trajectory code, captured by ART's capture scopes (2026 and 2025 names)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # a program imports LiteLLM: no price-map download
-from art_programs import dataset_loop, guess_the_number, ruler_judged, sft_warmup, yes_no_maybe
+from art_programs import captured_agent, dataset_loop, guess_the_number, ruler_judged, sft_warmup, yes_no_maybe
 
 import autorl as art
 import ruler
@@ -244,3 +245,30 @@ def art_model():
     from autorl.model import TrainableModel
 
     return TrainableModel(name="agent", project="art-programs", base_model="embedded:smollm2-135m")
+
+
+@pytest.mark.timeout(
+    900
+)  # the server start, two steps of a group of three two-turn rollouts: 488 s at load 8 on 2 cores
+def test_an_agent_without_trajectory_code_is_captured_and_trains_with_art_s_2026_and_2025_names(session):
+    """The OpenAI-SDK agent of `captured_agent` (a tool, two turns, the second streamed with logprobs) against
+    the embedded model on vLLM: each captured trajectory holds both turns as `Choice`s, the streamed one with
+    the sampled tokens' ids and logprobs; a step trains on them, under each spelling of ART's capture scopes."""
+    from openai.types.chat.chat_completion import Choice
+
+    from autorl.training.sequences import TOKEN_ID_PREFIX
+
+    start = session.step()
+    _, group, result = session.run(captured_agent.main(session.backend))
+    assert not group.exceptions and len(group) == 3 and result.step == start + 1
+    for trajectory in group:
+        choices = [c for c in trajectory.messages_and_choices if isinstance(c, Choice)]
+        assert len(choices) == 2 and trajectory.tools == captured_agent.TOOLS
+        assert trajectory.additional_histories == [] and trajectory.metrics["duration"] > 0
+        assert choices[-1].logprobs.content and all(t.token.startswith(TOKEN_ID_PREFIX) for t in choices[-1].logprobs.content)  # fmt: skip
+        roles = [m["role"] for m in trajectory.messages()]
+        assert roles[:3] == ["system", "user", "assistant"] and roles[-1] == "assistant" and len(roles) >= 5
+    assert result.metrics["trained_tokens"] > 0
+    _, groups, metrics = session.run(captured_agent.main_2025(session.backend))
+    assert metrics["step"] == start + 2 and metrics["trained_tokens"] > 0
+    assert all(len([c for c in t.messages_and_choices if isinstance(c, Choice)]) == 2 for t in groups[0])

@@ -182,6 +182,7 @@ def test_a_group_older_than_the_bound_is_dropped_and_counted_and_a_tied_one_too(
     assert records[-1]["train/discarded/cum/zero_variance_groups"] == 1
     assert sum(r["train/discarded/step/stale_groups"] for r in records) == 1
     assert all(r["train/staleness/max"] <= 1 for r in records)  # what was trained stayed within the bound
+    assert {f"train/{d.key}" for d in art.PIPELINE_RL_METRIC_DEFINITIONS} <= records[-1].keys()  # each one logged
 
 
 def test_more_workers_than_steps_can_use_sample_nothing_only_to_drop_it(model):

@@ -35,9 +35,52 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> Non
         pass
 
 
+def send_events(handler: BaseHTTPRequestHandler, events: list[dict]) -> None:
+    """Answer with `events` as a stream of server-sent events, then `[DONE]` (the connection closes after it)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    for event in events:
+        handler.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        handler.wfile.flush()
+    handler.wfile.write(b"data: [DONE]\n\n")
+
+
+def chunks(reply: dict) -> list[dict]:
+    """A chat completion as the `chat.completion.chunk`s a server streams for it: the role, the text (a chunk per
+    logprob entry when there are logprobs, whose tokens are then the text's pieces; else 3 characters a chunk),
+    each tool call in two fragments (the first with its id and name), then the finish reason."""
+    events = []
+    for choice in reply["choices"]:
+        message, index = choice["message"], choice["index"]
+        entries = (choice.get("logprobs") or {}).get("content")
+        text = message.get("content") or ""
+        pieces = [({"content": e["token"]}, {"content": [e]}) for e in entries] if entries else [
+            ({"content": text[i : i + 3]}, None) for i in range(0, len(text), 3)
+        ]  # fmt: skip
+        deltas = [({"role": "assistant"}, None), *pieces]
+        for number, call in enumerate(message.get("tool_calls") or []):
+            arguments = call["function"]["arguments"]
+            first = {"index": number, "id": call["id"], "type": "function"}
+            first["function"] = {"name": call["function"]["name"], "arguments": arguments[:2]}
+            deltas += [({"tool_calls": [first]}, None)]
+            deltas += [({"tool_calls": [{"index": number, "function": {"arguments": arguments[2:]}}]}, None)]
+        for delta, logprobs in deltas:
+            part = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+            events.append(
+                {"id": reply["id"], "object": "chat.completion.chunk", "model": reply["model"], "choices": [part]}
+            )
+        part = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}
+        events.append(
+            {"id": reply["id"], "object": "chat.completion.chunk", "model": reply["model"], "choices": [part]}
+        )
+    return [{**event, "created": 0} for event in events]
+
+
 class ChatCompletionServer:
-    """`POST /v1/chat/completions` answered with `answer(request body)`, a chat completion as JSON; every
-    request body is kept in `requests`, its headers in `headers`, its path in `paths`."""
+    """`POST /v1/chat/completions` answered with `answer(request body)`, a chat completion as JSON, or streamed
+    as its chunks where the request asks for a stream; every request body is kept in `requests`, its headers in
+    `headers`, its path in `paths`."""
 
     def __init__(self, answer: Callable[[dict], dict]):
         self.requests: list[dict] = []
@@ -48,7 +91,11 @@ class ChatCompletionServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 server.paths.append(self.path)
-                send_json(self, 200, answer(read_request(self, server)))
+                body = read_request(self, server)
+                if body.get("stream"):
+                    send_events(self, chunks(answer(body)))
+                else:
+                    send_json(self, 200, answer(body))
 
             def log_message(self, *args) -> None:
                 pass

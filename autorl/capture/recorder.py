@@ -1,0 +1,198 @@
+"""The capture scopes' stack and the httpx hooks that record into its innermost trajectory.
+
+A scope is a `Trajectory` pushed on a context variable, so it follows the rollout's own task (and the tasks and
+threads it starts with a copy of its context) and concurrent rollouts never see each other's scope. The first
+scope entered patches `send` of httpx's `Client` and `AsyncClient` (both `httpx` and `httpx2`, which the OpenAI
+SDK uses); the patched send passes every request on unchanged and, while a scope is active, reads a chat
+completion's request and response: an answer is recorded once read, a stream once the agent has read it to its
+end or closed it (the stream's bytes reach the agent as they arrive; a copy is kept beside them). A request made
+while another is being sent (a transport that sends through a client of its own) is not recorded twice.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .completions import chat_request, recorded_choice
+
+try:  # the OpenAI SDK's own httpx (3.x); absent with older SDKs
+    import httpx2
+except ImportError:  # pragma: no cover - depends on the installed OpenAI SDK
+    httpx2 = None
+
+if TYPE_CHECKING:
+    from ..trajectories import Trajectory
+
+log = logging.getLogger("autorl")
+HTTPX_MODULES: tuple[ModuleType, ...] = tuple(m for m in (httpx, httpx2) if m is not None)
+"""The httpx packages whose clients a scope records (patched once, on the first scope entered)."""
+_PATCHED = "_autorl_capture"
+
+_scopes: contextvars.ContextVar[tuple[Trajectory, ...]] = contextvars.ContextVar("autorl_capture", default=())
+_sending: contextvars.ContextVar[bool] = contextvars.ContextVar("autorl_capture_sending", default=False)
+_lock = threading.Lock()
+
+
+def current() -> Trajectory | None:
+    """The innermost active scope's trajectory, or None."""
+    scopes = _scopes.get()
+    return scopes[-1] if scopes else None
+
+
+def push(trajectory: Trajectory) -> contextvars.Token:
+    """Makes `trajectory` the innermost scope (patching httpx on first use); `pop` ends it."""
+    install()
+    return _scopes.set((*_scopes.get(), trajectory))
+
+
+def pop(trajectory: Trajectory, token: contextvars.Token) -> None:
+    """Ends the scope `push` began; scopes end innermost first."""
+    if current() is not trajectory:
+        raise RuntimeError("capture scopes must end innermost first")
+    _scopes.reset(token)
+
+
+def hide() -> contextvars.Token:
+    """No scope is active until `_scopes.reset(token)` (`no_capture`); new scopes may still begin inside."""
+    return _scopes.set(())
+
+
+def unhide(token: contextvars.Token) -> None:
+    _scopes.reset(token)
+
+
+@dataclass
+class _Call:
+    """One chat completion being recorded: its scope, request, and the response bytes read so far."""
+
+    trajectory: Trajectory
+    request: dict[str, Any]
+    headers: Any = None
+    body: bytearray = field(default_factory=bytearray)
+    done: bool = False
+
+    def finish(self, module: ModuleType, status: int, body: bytes | None = None) -> None:
+        """Records the completion into its trajectory (once; nothing for an error status or no choice)."""
+        if self.done:
+            return
+        self.done = True
+        if not 200 <= status < 300:
+            return
+        if body is None:  # a stream's raw bytes: decoded as its Content-Encoding says
+            body = module.Response(status, headers=self.headers, content=bytes(self.body)).content
+        choice = recorded_choice(body, streamed=bool(self.request.get("stream")))
+        if choice is None:
+            log.debug("a chat completion inside a capture scope had no choice to record")
+            return
+        with _lock:
+            self.trajectory.add_completion(self.request["messages"], self.request.get("tools"), choice)
+
+
+def _begin(module: ModuleType, request: Any) -> _Call | None:
+    """The call to record for `request`, or None (no scope, another request, or a request inside a send)."""
+    trajectory = current()
+    if trajectory is None or _sending.get():
+        return None
+    try:
+        content = request.content
+    except module.RequestNotRead:  # a streamed upload: not a chat completion the SDKs send
+        return None
+    body = chat_request(request.method, request.url.path, content)
+    return None if body is None else _Call(trajectory, body)
+
+
+def _sync_tee(module: ModuleType) -> type:
+    class SyncTee(module.SyncByteStream):
+        """A response stream read through: each chunk reaches the reader and the call's copy."""
+
+        def __init__(self, inner: Any, call: _Call, status: int):
+            self.inner, self.call, self.status = inner, call, status
+
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self.inner:
+                self.call.body.extend(chunk)
+                yield chunk
+            self.call.finish(module, self.status)
+
+        def close(self) -> None:
+            self.inner.close()
+            self.call.finish(module, self.status)
+
+    return SyncTee
+
+
+def _async_tee(module: ModuleType) -> type:
+    class AsyncTee(module.AsyncByteStream):
+        """The async `SyncTee`."""
+
+        def __init__(self, inner: Any, call: _Call, status: int):
+            self.inner, self.call, self.status = inner, call, status
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self.inner:
+                self.call.body.extend(chunk)
+                yield chunk
+            self.call.finish(module, self.status)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+            self.call.finish(module, self.status)
+
+    return AsyncTee
+
+
+def _received(module: ModuleType, call: _Call, response: Any, stream: bool, tee: type) -> None:
+    """Starts recording `response`: now if it was read (`stream=False`), else as its stream is read."""
+    if not stream:
+        call.finish(module, response.status_code, response.content)
+        return
+    call.headers = response.headers
+    response.stream = tee(response.stream, call, response.status_code)
+
+
+def _patch(module: ModuleType) -> None:
+    sync_send, async_send = module.Client.send, module.AsyncClient.send
+    sync_tee, async_tee = _sync_tee(module), _async_tee(module)
+
+    def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        call = _begin(module, request)
+        token = _sending.set(True)
+        try:
+            response = sync_send(self, request, **kwargs)
+        finally:
+            _sending.reset(token)
+        if call is not None:
+            _received(module, call, response, kwargs.get("stream", False), sync_tee)
+        return response
+
+    async def asend(self: Any, request: Any, **kwargs: Any) -> Any:
+        call = _begin(module, request)
+        token = _sending.set(True)
+        try:
+            response = await async_send(self, request, **kwargs)
+        finally:
+            _sending.reset(token)
+        if call is not None:
+            _received(module, call, response, kwargs.get("stream", False), async_tee)
+        return response
+
+    setattr(send, _PATCHED, True)
+    setattr(asend, _PATCHED, True)
+    module.Client.send = send
+    module.AsyncClient.send = asend
+
+
+def install() -> None:
+    """Patches the clients of every httpx package once (idempotent, thread-safe)."""
+    with _lock:
+        for module in HTTPX_MODULES:
+            if not getattr(module.Client.send, _PATCHED, False):
+                _patch(module)
