@@ -2,6 +2,7 @@
 
 import errno
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -416,3 +417,15 @@ def test_a_start_in_the_background_hands_back_its_result_or_error_on_a_daemon_th
             await in_daemon_thread(fail)
 
     asyncio.run(main())
+
+
+def test_the_sign_flip_test_of_a_paired_gain_is_exact_and_passes_an_unchanged_model_rarely():
+    from pipelines.stats import sign_flip_p
+
+    assert sign_flip_p([1.0] * 5) == 1 / 32  # only the observed signs reach the observed mean
+    assert sign_flip_p([0.5, -0.5] * 4) > 0.5 and sign_flip_p([]) == 1.0
+    assert sign_flip_p([0.2] * 20) == 1 / 100_001  # sampled above 16 differences: never 0
+    # an unchanged model: per-input differences symmetric around 0 pass at p < 0.01 at most 1% of the time
+    rng = np.random.default_rng(1)
+    passes = [sign_flip_p(list(rng.normal(0, 0.4, 16))) < 0.01 for _ in range(400)]
+    assert sum(passes) <= 0.01 * len(passes) + 3  # 4 of 400 is 1%; a few more for the sample's own spread

@@ -40,6 +40,7 @@ from pathlib import Path
 from _common import EXAMPLES, LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
 
 from autorl.backends.run_dir import read_history
+from pipelines.stats import mean_ci, sign_flip_p
 
 CONTENT_TASKS = ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
 """Tasks whose judge checks the content of the answer (the first two and the game are `examples/` tasks)."""
@@ -103,6 +104,7 @@ def one_run(
         "base": _figure(variants["base"]),
         "trained": _figure(variants["latest"]),
         "gain": round(variants["latest"]["mean"] - variants["base"]["mean"], 4),
+        "paired": paired_gain(home, record),
         "train_s": None if train["cached"] else train["seconds"],  # a cached rerun has not timed it
         "wall_s": round(time.monotonic() - started, 1),
         "rl_steps": len(history),  # `steps` less an SFT warm-up's (`-- --sft-file`), which counts as model steps
@@ -160,6 +162,19 @@ def sentinel_figures(evaluated: dict, history: list[dict]) -> dict:
     }
 
 
+def paired_gain(home: Path, record: dict) -> dict:
+    """The latest checkpoint's gain over the base model input by input (each input's mean over its answers,
+    inputs both scored): its mean, 95% bootstrap CI, and the one-sided p-value of the paired sign-flip test
+    (`pipelines.stats.sign_flip_p`), over the evaluate stage's scores."""
+    import pandas as pd
+
+    scores = pd.read_parquet(home / "artifacts" / "evaluate" / record["keys"]["evaluate"] / "scores.parquet")
+    means = scores.pivot_table(index="input", columns="variant", values="reward", aggfunc="mean")
+    differences = list((means["latest"] - means["base"]).dropna())
+    gain, low, high = mean_ci(differences)
+    return {"gain": round(gain, 4), "ci": [round(low, 4), round(high, 4)], "p": sign_flip_p(differences)}
+
+
 def trained_answers(home: Path, record: dict, count: int = 6) -> list[str]:
     """A few of the trained model's validation answers (the evaluate stage's latest), as they were written."""
     import pandas as pd
@@ -173,7 +188,7 @@ def _figure(variant: dict) -> dict:
 
 
 def print_table(runs: list[dict]) -> None:
-    header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "judge", "signal",
+    header = ("task", "loss", "seed", "base [95% CI]", "trained [95% CI]", "gain", "CI clear", "paired p", "judge", "signal",
               "KL to base", "base ll vs base", "steps", "train s")  # fmt: skip
     rows = [header] + [
         (
@@ -184,6 +199,7 @@ def print_table(runs: list[dict]) -> None:
             _cell(r["trained"]),
             f"{r['gain']:+.3f}",
             "yes" if r["trained"]["ci_low"] > r["base"]["ci_high"] else "no",
+            f"{r['paired']['p']:.4f}" if "paired" in r else "-",
             "off" if r["preflight"].get("off") else r["preflight"]["audit"]["verdict"],
             "off"
             if r["preflight"].get("off")
