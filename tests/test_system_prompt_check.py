@@ -143,7 +143,7 @@ def test_without_a_reliable_judge_the_task_text_is_the_prompt_and_the_report_say
         assert {prompt for _, prompt in ctx.policy.answered} == {TASK.description}
 
 
-def test_worked_examples_are_each_group_s_best_answer_that_succeeded_and_is_short():
+def test_worked_examples_are_each_group_s_best_answer_that_scored_and_is_short():
     def group(question: str, scored: dict[str, float]) -> TrajectoryGroup:
         return TrajectoryGroup(
             Trajectory(
@@ -154,9 +154,11 @@ def test_worked_examples_are_each_group_s_best_answer_that_succeeded_and_is_shor
         )
 
     groups = [
-        group("q1", {"low": 0.2, "lower": 0.1}),  # nothing succeeded
+        group("q1", {"low": 0.2, "lower": 0.1}),  # a partial answer: shown when it is among the best
+        group("q0", {"none": 0.0}),  # nothing scored
         group("q2", {"fine": 0.6, "better": 0.9}),
         group("q3", {"x" * (system_prompt.MAX_EXAMPLE_CHARS + 1): 1.0, "ok": 0.5}),
         group("q4", {"best": 1.0}),
     ]
     assert system_prompt.worked_examples(groups) == [("q4", "best"), ("q2", "better"), ("q3", "ok")]
+    assert system_prompt.worked_examples(groups[:2]) == [("q1", "low")]

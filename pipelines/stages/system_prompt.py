@@ -5,8 +5,8 @@ The candidates: the task text itself; the prompt the generator writes from the t
 checks of `autorl.inputs.checks.system_prompt_problem`: the artifact then records why as `fallback`); and
 the task text followed by up to `MAX_EXAMPLES` worked examples bootstrapped from the policy itself — its
 answers (`group_size` each) to `BOOTSTRAP_INPUTS` training inputs, judged, the best answer of each input
-kept where it scored at least `evaluation.SUCCESS` (DSPy's BootstrapFewShot idea, with the run's judge as
-the metric; a validation input never becomes an example).
+kept where it scored above 0, best first (DSPy's BootstrapFewShot idea, with the run's judge as the metric;
+a validation input never becomes an example).
 
 Each candidate is then scored on `system_prompt_check` other training inputs (`eval_samples` answers under
 each candidate, each input's answers judged together with the system prompt left out, so the judge sees the
@@ -31,7 +31,6 @@ from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler.audit import audit_judge, reads_rubric
 
-from ..evaluation import SUCCESS
 from ..stats import mean_ci
 from . import inputs
 
@@ -116,7 +115,7 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
         prompts[EXAMPLES] = with_examples(description, examples)
     if len(prompts) == 1:
         return unchecked | {"why": "no candidate besides the task text (the generated prompt was unusable, and no "
-                            f"base answer to {len(pool)} training inputs scored {SUCCESS} or more)"}  # fmt: skip
+                            f"base answer to {len(pool)} training inputs scored above 0)"}  # fmt: skip
     names = [name for name in prompts for _ in range(config.eval_samples)]
     judged = await _judged(ctx, prompts, [names] * len(scored_on), scored_on, "system prompt check")
     if not sampled and (why := await _unreliable(ctx, judged)):
@@ -175,8 +174,9 @@ async def _unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str |
 
 def worked_examples(groups: list[TrajectoryGroup]) -> list[tuple[str, str]]:
     """Up to `MAX_EXAMPLES` (input, answer) pairs from judged groups of answers: each group's best answer of
-    those that scored at least `SUCCESS` and are short enough to show, best first (earlier groups first on a
-    tie)."""
+    those that scored above 0 and are short enough to show, best first (earlier groups first on a tie). Not
+    only successes: where the base model rarely succeeds, its best partial answers are what it has to show,
+    and the comparison keeps the candidate only where the judge finds it better than the task text."""
     best = []
     for group in groups:
         shown = []
@@ -185,7 +185,7 @@ def worked_examples(groups: list[TrajectoryGroup]) -> list[tuple[str, str]]:
             question = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
             last = messages[-1] if messages else {}
             reply = str(last.get("content") or "").strip() if last.get("role") == "assistant" else ""
-            if trajectory.reward >= SUCCESS and reply and len(reply) <= MAX_EXAMPLE_CHARS:
+            if trajectory.reward > 0 and reply and len(reply) <= MAX_EXAMPLE_CHARS:
                 shown.append((trajectory.reward, question, reply))
         if shown:
             best.append(max(shown, key=lambda item: item[0]))
