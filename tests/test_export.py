@@ -20,6 +20,7 @@ from pipelines.export import export
 from pipelines.run_lock import finished_run
 from tests.helpers.benchmark_runs import PROMPT, VAL
 from tests.helpers.cli import error_line
+from tests.helpers.disk import fill, tmpfs
 from tests.helpers.lora import lora_run
 from tests.helpers.tiny import CHATML
 
@@ -184,3 +185,19 @@ def test_the_modelfile_gives_ollama_the_system_prompt_chat_format_and_stop():
     assert 'SYSTEM """Say " " "hi" " """"' in text
     assert "<|im_start|>{{ .Role }}" in text and 'PARAMETER stop "<|im_end|>"' in text
     assert "TEMPLATE" not in modelfile("m.gguf", "[INST] {{ messages }}", "p", []).split("#")[0]
+
+
+def test_a_disk_too_small_is_one_line_before_writing_and_a_full_one_midway_leaves_nothing(home, tiny_model, tmp_path):
+    weights = (tiny_model / "model.safetensors").stat().st_size
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        filler = fill(disk, leave=weights // 2)
+        line = error_line(invoke(home, "r", "--out", str(disk / "agent")))
+        assert line.startswith("error: the export needs about") and f"{disk} has" in line
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        filler.unlink()
+        filler = fill(disk, leave=weights + 8192)  # the weights fit, the tokenizer and card do not
+        line = error_line(invoke(home, "r", "--out", str(disk / "agent")))
+        assert line.startswith(f"error: disk full while writing {disk / 'agent'}; nothing was half-written")
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        filler.unlink()
+        assert invoke(home, "r", "--out", str(disk / "agent")).exit_code == 0  # space freed: the same command
