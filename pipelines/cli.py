@@ -17,7 +17,7 @@ from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
 
 from .benchmark.config import BenchmarkConfig
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
-from .cli_export import export_command
+from .cli_export import chat_command, export_command
 from .cli_options import command_signature, field_flags, given_values
 from .config import DEFAULT_HOME, RunConfig
 
@@ -300,6 +300,7 @@ serve_command.__signature__ = command_signature(  # type: ignore[attr-defined]
 app.command("serve")(serve_command)
 
 app.command("export")(export_command)
+app.command("chat")(chat_command)
 
 if __name__ == "__main__":
     app()

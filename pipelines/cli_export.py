@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
-from .cli_base import USER_ERRORS, HomeOption, err, fail
+from .chat import chat
+from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async
 from .config import DEFAULT_HOME
 from .export import DEFAULT_QUANT, FORMATS, export, parse_quants
 
@@ -52,3 +54,29 @@ def export_command(
         highlight=False,
         markup=False,
     )
+
+
+def chat_command(
+    target: Annotated[str, typer.Argument(metavar="RUN[@WHICH]", help=TARGET_HELP)],
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per answer; default: the run's.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.0, help="Sampling temperature; default: the run's.")
+    ] = None,
+    home: HomeOption = DEFAULT_HOME,
+) -> None:
+    """Talk to a trained agent in the terminal: the run's system prompt and tools, its checkpoint served by the
+    run's own vLLM server (started for the chat), each answer streamed. /reset starts over, /quit (or Ctrl-D) ends."""
+    out = Console(soft_wrap=True, highlight=False)
+
+    def write(text: str) -> None:
+        out.print(text, end="", markup=False)
+
+    def note(line: str) -> None:
+        err.print(line, highlight=False, markup=False)
+
+    try:
+        run_async(chat(home, target, {"max_tokens": max_tokens, "temperature": temperature}, write, note))
+    except USER_ERRORS as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        exit_interrupted("chat ended")

@@ -26,7 +26,7 @@ from autorl.serving.merge import LoraMerger
 
 from .model_card import base_identity, model_card
 from .run_lock import finished_run
-from .run_view import CHECKPOINT_FORMS, RunView
+from .run_view import RunView, split_target
 
 FORMATS = ("hf", "peft", "gguf")
 DEFAULT_QUANT = "q8_0"
@@ -46,14 +46,6 @@ class Exported:
     run: str
     step: int
     files: list[str]
-
-
-def split_target(target: str) -> tuple[str, str]:
-    """RUN[@which] as (run name, which): `latest` when no checkpoint is named."""
-    name, _, which = target.partition("@")
-    if not name:
-        raise AutoRLError(f"{target!r} names no run; give RUN or RUN@({CHECKPOINT_FORMS})")
-    return name, which or "latest"
 
 
 def parse_quants(text: str, fmt: str) -> list[str]:

@@ -24,6 +24,14 @@ CHECKPOINT_FORMS = "latest, best or a step"
 """What may follow `RUN@`."""
 
 
+def split_target(target: str) -> tuple[str, str]:
+    """RUN[@which] as (run name, which): `latest` when no checkpoint is named."""
+    name, _, which = target.partition("@")
+    if not name:
+        raise AutoRLError(f"{target!r} names no run; give RUN or RUN@({CHECKPOINT_FORMS})")
+    return name, which or "latest"
+
+
 class RunView:
     """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
 

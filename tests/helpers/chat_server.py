@@ -40,6 +40,7 @@ class ChatCompletionServer:
     request body is kept in `requests`, its headers in `headers`, its path in `paths`."""
 
     def __init__(self, answer: Callable[[dict], dict]):
+        self.answer = answer
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
@@ -48,7 +49,7 @@ class ChatCompletionServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 server.paths.append(self.path)
-                send_json(self, 200, answer(read_request(self, server)))
+                server.respond(self, read_request(self, server))
 
             def log_message(self, *args) -> None:
                 pass
@@ -56,6 +57,9 @@ class ChatCompletionServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def respond(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
+        send_json(handler, 200, self.answer(body))
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -100,3 +104,23 @@ class FakeOpenAIServer(ChatCompletionServer):
 
     def input_requests(self) -> list[dict]:
         return [r for r in self.requests if not is_prompt_request(r)]
+
+
+class StreamingChatServer(ChatCompletionServer):
+    """`POST /v1/chat/completions` with `stream: true`, answered as server-sent events: one chunk per delta of
+    `deltas(request body)` (`{"content": ...}` or `{"tool_calls": [...]}`), then `[DONE]`."""
+
+    def __init__(self, deltas: Callable[[dict], list[dict]]):
+        self.deltas = deltas
+        super().__init__(lambda body: {})
+
+    def respond(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        parts = self.deltas(body)
+        for number, delta in enumerate(parts):
+            choice = {"index": 0, "delta": delta, "finish_reason": "stop" if number == len(parts) - 1 else None}
+            chunk = {"id": "s", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+            handler.wfile.write(f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n".encode())
+        handler.wfile.write(b"data: [DONE]\n\n")

@@ -1,0 +1,103 @@
+"""`autorl export` of a checkpoint of the embedded model, checked against real readers: the merged model's greedy
+answers under transformers equal the checkpoint's as the run's own vLLM server serves it; the GGUF files, read
+back by transformers' GGUF loader (the `gguf` package's reader under it, an implementation apart from the
+writer), answer as the merged model (f16) or nearly (q8_0: the first token of >= 90% of the inputs)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import gguf
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from pipelines.export import export
+from pipelines.run_view import RunView
+from tests.helpers.benchmark_runs import PROMPT, VAL
+from tests.helpers.lora import lora_run
+
+pytestmark = pytest.mark.slow
+MORE = ["Name a colour.", "What is 10 - 3?", "Say hello.", "What is the capital of Italy?", "Count to three.",
+        "Is water wet?", "What is 3 x 3?"]  # fmt: skip
+"""Inputs besides the run's validation ones for the quantized type's first-token agreement."""
+TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """A finished run of the embedded model whose checkpoints are random LoRAs small enough to keep it speaking."""
+    home = tmp_path_factory.mktemp("home")
+    lora_run(home, DEFAULT_BASE_MODEL, resolve_base_model(DEFAULT_BASE_MODEL), scale=0.05)
+    return home
+
+
+def prompt_ids(tokenizer, text: str) -> torch.Tensor:
+    messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": text}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)[
+        "input_ids"
+    ]
+
+
+def greedy(model, tokenizer, text: str) -> str:
+    ids = prompt_ids(tokenizer, text)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+async def served_answers(home: Path, step: int) -> list[str]:
+    """The checkpoint's greedy answers from the run's own policy server (vLLM), as `autorl benchmark` asks it."""
+    policy = RunView(home, "r", Counter()).policy
+    try:
+        name = await policy.serve_step(step)
+        client = policy.model.openai_client()
+        answers = []
+        for text in VAL:
+            response = await client.chat.completions.create(
+                model=name,
+                messages=[{"role": "system", "content": PROMPT}, {"role": "user", "content": text}],
+                temperature=0,
+                max_tokens=TOKENS,
+            )
+            answers.append(response.choices[0].message.content or "")
+        return answers
+    finally:
+        await policy.aclose()
+
+
+@pytest.mark.timeout(600)
+def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path):
+    out = export(home, "r@2", "hf", tmp_path / "agent").out
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    exported = [greedy(model, tokenizer, text) for text in VAL]
+    base = AutoModelForCausalLM.from_pretrained(resolve_base_model(DEFAULT_BASE_MODEL))
+    assert exported != [greedy(base, tokenizer, text) for text in VAL]  # the LoRA changed the answers
+    assert asyncio.run(served_answers(home, 2)) == exported
+
+
+@pytest.mark.timeout(600)
+def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
+    merged_dir = export(home, "r@1", "hf", tmp_path / "hf").out
+    done = export(home, "r@1", "gguf", tmp_path / "gguf", ["f16", "q8_0"])
+    assert {"model-f16.gguf", "model-q8_0.gguf", "Modelfile", "README.md"} <= set(done.files)
+    reader = gguf.GGUFReader(done.out / "model-q8_0.gguf")
+    template = (merged_dir / "chat_template.jinja").read_text()
+    assert reader.fields[gguf.Keys.Tokenizer.CHAT_TEMPLATE].contents() == template  # autorl's, with tools
+    assert len(reader.fields[gguf.Keys.Tokenizer.LIST].contents()) == 49152
+    assert "ollama create r -f Modelfile" in (done.out / "README.md").read_text()
+    assert (done.out / "Modelfile").read_text().startswith("FROM ./model-f16.gguf\n")
+
+    merged, tokenizer = AutoModelForCausalLM.from_pretrained(merged_dir), AutoTokenizer.from_pretrained(merged_dir)
+    f16 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-f16.gguf", dtype=torch.float32)
+    assert [greedy(f16, tokenizer, t) for t in VAL] == [greedy(merged, tokenizer, t) for t in VAL]
+    del f16
+    q8 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-q8_0.gguf", dtype=torch.float32)
+    texts = [*VAL, *MORE]
+    with torch.no_grad():
+        first = [(m(prompt_ids(tokenizer, t)).logits[0, -1].argmax().item() for m in (merged, q8)) for t in texts]
+    agree = sum(a == b for a, b in map(tuple, first))
+    assert agree >= 0.9 * len(texts), f"{agree} of {len(texts)} first tokens agree"
