@@ -6,6 +6,7 @@ from, and the autorl version and commit that made it."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -20,6 +21,7 @@ from autorl.training.checkpoints import checkpoint_name
 
 from .run_view import RunView
 from .runs import judge_verdict
+from .stages import inputs
 from .stages.report import sentinel_section, validation_table
 from .stages.train import rl_history
 from .stages.train_sentinel import sentinel_actions
@@ -80,7 +82,7 @@ def model_card(run: RunView, step: int, fmt: str, usage: list[str]) -> str:
         "",
         f"# {run.name}@{checkpoint_name(step)}",
         "",
-        f"An agent trained with reinforcement learning by [autorl](https://github.com/autorl/autorl) {autorl_version()}:",
+        f"An agent trained with reinforcement learning by autorl {autorl_version()}:",
         f"checkpoint {step} of run `{run.name}`, GRPO on a LoRA of `{base}`"
         + (
             f" (license: {license_id})."
@@ -110,7 +112,7 @@ def model_card(run: RunView, step: int, fmt: str, usage: list[str]) -> str:
         *_cost(record),
         "## Where the training inputs came from",
         "",
-        _inputs_line(run, stages.get("inputs", {}).get("summary", {})),
+        _inputs_line(run),
         "",
     ]
     return "\n".join(lines)
@@ -130,27 +132,35 @@ def _base_note(base_model: str, fmt: str) -> list[str]:
 
 
 def _training(run: RunView, step: int, stages: dict[str, Any]) -> list[str]:
+    """The judge and its audit, the settings (the LoRA's as its checkpoint has them), the curve up to `step`."""
     config = run.config
     history = rl_history(read_history(run.policy.run_dir))[:step]
+    lora = json.loads((run.checkpoint_dir(step) / "adapter_config.json").read_text())
+    verdict = judge_verdict(run.record)
+    audit = "not made (the checks before training did not run)" if verdict == "-" else f"**{verdict}**"
     lines = [
         "## Training",
         "",
-        f"- judge: `{config.judge}`; its audit before training: **{judge_verdict(run.record)}**"
+        f"- judge: `{config.judge}`; its audit before training: {audit}"
         + _audit_line(stages.get("preflight", {}).get("summary", {})),
         f"- steps: {step} (of {config.steps} asked), {config.groups_per_step} groups of {config.group_size} answers each",
         f"- loss: {config.train.loss}, learning rate {config.train.learning_rate:g}, KL coefficient {config.train.kl_beta:g}",
-        f"- LoRA: rank {config.trainer.lora_rank}, alpha {config.trainer.lora_alpha}, on {', '.join(config.trainer.target_modules)}",
+        f"- LoRA: rank {lora['r']}, alpha {lora['lora_alpha']}, on {', '.join(sorted(lora['target_modules']))}",
         f"- seed: {config.seed}",
         "",
     ]
     if history:
         lines += ["| step | reward | loss |", "|---|---|---|"]
         lines += [
-            f"| {h['step']} | {h.get('reward', float('nan')):.3f} | {h.get('loss', float('nan')):+.4f} |"
-            for h in history
+            f"| {h['step']} | {_figure(h.get('reward'), '.3f')} | {_figure(h.get('loss'), '+.4f')} |" for h in history
         ]
         lines.append("")
     return lines
+
+
+def _figure(value: Any, spec: str) -> str:
+    """A history figure, `-` where a step has none."""
+    return format(value, spec) if isinstance(value, int | float) and value == value else "-"
 
 
 def _audit_line(summary: dict[str, Any]) -> str:
@@ -192,8 +202,8 @@ def _cost(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def _inputs_line(run: RunView, summary: dict[str, Any]) -> str:
-    counts = f"{summary.get('train', '?')} train and {summary.get('val', '?')} validation inputs"
+def _inputs_line(run: RunView) -> str:
+    counts = f"{len(run.train_inputs())} train and {len(inputs.load(run, 'val'))} validation inputs"
     if run.config.inputs_file is not None:
         return f"{counts}, from the file `{run.config.inputs_file.name}`."
     return f"{counts}, generated from the task by `{run.config.generator}` (seed {run.config.seed}), deduplicated."

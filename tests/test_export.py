@@ -88,7 +88,6 @@ def test_the_model_card_carries_the_runs_evidence(home, tmp_path):
     record_path = home / "runs" / "r" / "run.json"
     record = json.loads(record_path.read_text())
     record["stages"] = {
-        "inputs": {"summary": {"train": 1, "val": 3}},
         "preflight": {"summary": {"audit": {"verdict": "reliable", "line": "judge reliable: rank agreement 0.9"}}},
         "evaluate": {
             "summary": {
@@ -118,6 +117,7 @@ def test_the_model_card_carries_the_runs_evidence(home, tmp_path):
         "It never fired",  # the sentinel
         "120 s, 8233 tokens, $0.0100",
         "1 train and 3 validation inputs, generated from the task by `embedded`",
+        "- LoRA: rank 4, alpha 8, on down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj",
         "autorl",
     ):
         assert evidence in body, evidence

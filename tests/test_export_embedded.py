@@ -6,6 +6,7 @@ writer), answer as the merged model (f16) or nearly (q8_0: the first token of >=
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,7 @@ TOKENS = 16
 def home(tmp_path_factory) -> Path:
     """A finished run of the embedded model whose checkpoints are random LoRAs small enough to keep it speaking."""
     home = tmp_path_factory.mktemp("home")
-    lora_run(home, DEFAULT_BASE_MODEL, resolve_base_model(DEFAULT_BASE_MODEL), scale=0.05)
+    lora_run(home, DEFAULT_BASE_MODEL, resolve_base_model(DEFAULT_BASE_MODEL), scale=0.2)
     return home
 
 
@@ -75,12 +76,15 @@ def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
     exported = [greedy(model, tokenizer, text) for text in VAL]
     base = AutoModelForCausalLM.from_pretrained(resolve_base_model(DEFAULT_BASE_MODEL))
-    assert exported != [greedy(base, tokenizer, text) for text in VAL]  # the LoRA changed the answers
+    ids = prompt_ids(tokenizer, VAL[0])
+    with torch.no_grad():  # the LoRA is in the export
+        assert (model(ids).logits - base(ids).logits).abs().max() > 0.1
     assert asyncio.run(served_answers(home, 2)) == exported
 
 
 @pytest.mark.timeout(600)
 def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
+    started = time.monotonic()
     merged_dir = export(home, "r@1", "hf", tmp_path / "hf").out
     done = export(home, "r@1", "gguf", tmp_path / "gguf", ["f16", "q8_0"])
     assert {"model-f16.gguf", "model-q8_0.gguf", "Modelfile", "README.md"} <= set(done.files)
@@ -92,7 +96,9 @@ def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
     assert (done.out / "Modelfile").read_text().startswith("FROM ./model-f16.gguf\n")
 
     merged, tokenizer = AutoModelForCausalLM.from_pretrained(merged_dir), AutoTokenizer.from_pretrained(merged_dir)
+    print(f"exported at {time.monotonic() - started:.0f} s", flush=True)
     f16 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-f16.gguf", dtype=torch.float32)
+    print(f"f16 loaded at {time.monotonic() - started:.0f} s", flush=True)
     assert [greedy(f16, tokenizer, t) for t in VAL] == [greedy(merged, tokenizer, t) for t in VAL]
     del f16
     q8 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-q8_0.gguf", dtype=torch.float32)
