@@ -1,12 +1,14 @@
 """`autorl export` of a checkpoint of the embedded model, checked against real readers: the merged model's greedy
 answers under transformers equal the checkpoint's as the run's own vLLM server serves it; the GGUF files, read
 back by transformers' GGUF loader (the `gguf` package's reader under it, an implementation apart from the
-writer), answer as the merged model (f16) or nearly (q8_0: the first token of >= 90% of the inputs)."""
+writer), answer as the merged model (f16) or nearly (q8_0: the first token of >= 90% of the inputs); `autorl chat`
+streams the checkpoint's answer."""
 
 from __future__ import annotations
 
 import asyncio
-import time
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from pipelines.chat import QUIT, RESET
 from pipelines.export import export
 from pipelines.run_view import RunView
 from tests.helpers.benchmark_runs import PROMPT, VAL
@@ -50,6 +53,11 @@ def greedy(model, tokenizer, text: str) -> str:
     return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
+def first_token(model, tokenizer, text: str) -> int:
+    with torch.no_grad():
+        return int(model(prompt_ids(tokenizer, text)).logits[0, -1].argmax())
+
+
 async def served_answers(home: Path, step: int) -> list[str]:
     """The checkpoint's greedy answers from the run's own policy server (vLLM), as `autorl benchmark` asks it."""
     policy = RunView(home, "r", Counter()).policy
@@ -70,7 +78,7 @@ async def served_answers(home: Path, step: int) -> list[str]:
         await policy.aclose()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # 408 s with the machine's load average at 7 on 2 cores, most of it the server's start
 def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path):
     out = export(home, "r@2", "hf", tmp_path / "agent").out
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
@@ -82,9 +90,8 @@ def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path)
     assert asyncio.run(served_answers(home, 2)) == exported
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1000)  # 545 s with the machine's load average at 7 on 2 cores
 def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
-    started = time.monotonic()
     merged_dir = export(home, "r@1", "hf", tmp_path / "hf").out
     done = export(home, "r@1", "gguf", tmp_path / "gguf", ["f16", "q8_0"])
     assert {"model-f16.gguf", "model-q8_0.gguf", "Modelfile", "README.md"} <= set(done.files)
@@ -96,14 +103,24 @@ def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
     assert (done.out / "Modelfile").read_text().startswith("FROM ./model-f16.gguf\n")
 
     merged, tokenizer = AutoModelForCausalLM.from_pretrained(merged_dir), AutoTokenizer.from_pretrained(merged_dir)
-    print(f"exported at {time.monotonic() - started:.0f} s", flush=True)
     f16 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-f16.gguf", dtype=torch.float32)
-    print(f"f16 loaded at {time.monotonic() - started:.0f} s", flush=True)
     assert [greedy(f16, tokenizer, t) for t in VAL] == [greedy(merged, tokenizer, t) for t in VAL]
     del f16
     q8 = AutoModelForCausalLM.from_pretrained(done.out, gguf_file="model-q8_0.gguf", dtype=torch.float32)
     texts = [*VAL, *MORE]
-    with torch.no_grad():
-        first = [(m(prompt_ids(tokenizer, t)).logits[0, -1].argmax().item() for m in (merged, q8)) for t in texts]
-    agree = sum(a == b for a, b in map(tuple, first))
+    agree = sum(first_token(merged, tokenizer, text) == first_token(q8, tokenizer, text) for text in texts)
     assert agree >= 0.9 * len(texts), f"{agree} of {len(texts)} first tokens agree"
+
+
+@pytest.mark.timeout(900)  # a vLLM server's start, as in the test above
+def test_chat_streams_the_checkpoints_answer_and_stops_its_server(home, tmp_path):
+    out = export(home, "r@2", "hf", tmp_path / "agent").out
+    expected = greedy(AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out), VAL[0])
+    chat = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "chat", "r@2", "--home", str(home), "--temperature", "0",
+         "--max-tokens", str(TOKENS)],
+        input=f"{VAL[0]}\n{RESET}\n{VAL[0]}\n{QUIT}\nnever sent\n", capture_output=True, text=True, timeout=800,
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr[-3000:]
+    assert chat.stdout == f"{expected}\n(conversation reset)\n{expected}\n"  # the same answer after /reset
+    assert "chatting with r@0002; /reset starts over" in chat.stderr
