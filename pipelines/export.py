@@ -82,48 +82,45 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             )
         base_gguf = embedded_gguf(embedded)
     base_dir = resolve_base_model(run.config.model)
+    base_name, _ = base_identity(run.config.model)
+    gguf_files = [f"model-{quant}.gguf" for quant in quants]
+    system_prompt = run.system_prompt()
+    usage = {"hf": _hf_usage(out), "peft": _peft_usage(out, base_name), "gguf": _gguf_usage(run.name, gguf_files)}
+    card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
     with finished_run(home, name, run.keys["train"]):
         checkpoint = run.checkpoint_dir(step)
         _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
         with atomic_dir(out) as tmp:
             if fmt == "hf":
                 hf.write_merged(base_dir, checkpoint, tmp)
-                usage = _hf_usage(out)
             elif fmt == "peft":
-                base_name, _ = base_identity(run.config.model)
                 hf.write_adapter(base_dir, checkpoint, tmp, base_name)
-                usage = _peft_usage(out, base_name)
             else:
-                usage = _write_gguf(run, base_dir, base_gguf, checkpoint, tmp, quants)
-            (tmp / SYSTEM_PROMPT).write_text(run.system_prompt() + "\n", encoding="utf-8")
-            (tmp / CARD).write_text(model_card(run, step, fmt, usage), encoding="utf-8")
+                weights = LoraMerger(base_dir).merged(checkpoint)
+                template = hf.chat_template(base_dir)
+                for quant, file in zip(quants, gguf_files, strict=True):
+                    write_gguf(base_gguf, weights, template, tmp / file, quant)
+                ollama = modelfile(gguf_files[0], template, system_prompt, hf.stop_tokens(base_dir))
+                (tmp / MODELFILE).write_text(ollama, encoding="utf-8")
+            (tmp / SYSTEM_PROMPT).write_text(system_prompt + "\n", encoding="utf-8")
+            (tmp / CARD).write_text(card, encoding="utf-8")
             files = sorted(p.name for p in tmp.iterdir())
     return Exported(out, name, step, files)
 
 
-def _write_gguf(
-    run: RunView, base_dir: Path, base_gguf: Path, checkpoint: Path, out: Path, quants: list[str]
-) -> list[str]:
-    """One GGUF file per type and a Modelfile for the first; the card's how-to-run lines."""
-    weights = LoraMerger(base_dir).merged(checkpoint)
-    template = hf.chat_template(base_dir)
-    names = [f"model-{quant}.gguf" for quant in quants]
-    for quant, file in zip(quants, names, strict=True):
-        write_gguf(base_gguf, weights, template, out / file, quant)
-    (out / MODELFILE).write_text(modelfile(names[0], template, run.system_prompt(), hf.stop_tokens(base_dir)))
+def _gguf_usage(name: str, files: list[str]) -> list[str]:
     return [
         "With llama.cpp (its chat template is in the file):",
         "",
         "```sh",
-        f'llama-cli -m {names[0]} -cnv -sys "$(cat {SYSTEM_PROMPT})"',
+        f'llama-cli -m {files[0]} -cnv -sys "$(cat {SYSTEM_PROMPT})"',
         "```",
         "",
-        f"With Ollama (the Modelfile carries the system prompt, the chat format and the stop token; FROM names "
-        f"{names[0]}):",
+        f"With Ollama (the Modelfile carries the system prompt, the chat format and the stop token; FROM names {files[0]}):",
         "",
         "```sh",
-        f"ollama create {run.name} -f {MODELFILE}",
-        f"ollama run {run.name}",
+        f"ollama create {name} -f {MODELFILE}",
+        f"ollama run {name}",
         "```",
     ]
 

@@ -14,6 +14,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
+from autorl.export import hf
 from autorl.export.ollama import modelfile
 from pipelines.cli import app
 from pipelines.export import export
@@ -167,14 +168,15 @@ def test_a_run_still_training_is_refused(home, tmp_path):
 
 
 def test_a_failure_midway_leaves_nothing_under_out(home, tmp_path, monkeypatch):
-    import pipelines.export
+    write_merged = hf.write_merged
 
-    def card_fails(*args, **kwargs):
-        raise KeyboardInterrupt  # Ctrl-C after the weights were written
+    def interrupted(*args):
+        write_merged(*args)
+        raise KeyboardInterrupt  # Ctrl-C once the weights are written
 
-    monkeypatch.setattr(pipelines.export, "model_card", card_fails)
+    monkeypatch.setattr(hf, "write_merged", interrupted)
     out = tmp_path / "agent"
-    line = error_line(CliRunner().invoke(app, ["export", "r", "--out", str(out), "--home", str(home)]))
+    line = error_line(invoke(home, "r", "--out", str(out)))
     assert line == f"error: interrupted; nothing was written to {out}"
     assert not out.exists() and not list(tmp_path.glob(".agent*"))
 
