@@ -90,7 +90,7 @@ def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path)
     assert asyncio.run(served_answers(home, 2)) == exported
 
 
-@pytest.mark.timeout(1000)  # 545 s with the machine's load average at 7 on 2 cores
+@pytest.mark.timeout(1500)  # 545 s and 973 s on 2 cores shared with other test runs (load average 7 and more)
 def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
     merged_dir = export(home, "r@1", "hf", tmp_path / "hf").out
     done = export(home, "r@1", "gguf", tmp_path / "gguf", ["f16", "q8_0"])
