@@ -5,9 +5,7 @@ succeeds once space is freed. Mounting needs root (CI runs as root); elsewhere t
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,25 +16,8 @@ from autorl.atomic import atomic_file, atomic_text
 from autorl.errors import DiskFullError
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.training.trainer import OPTIMIZER_FILE, GRPOTrainer
+from tests.helpers.disk import fill, tmpfs
 from tests.helpers.tiny import choice
-
-
-def mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode == 0
-
-
-@contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` at `path`, unmounted afterwards; the test is skipped where mounting needs root."""
-    if not mount_tmpfs(path, size):
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 @pytest.fixture
@@ -44,14 +25,6 @@ def small_disk(tmp_path) -> Iterator[Path]:
     """A 2 MiB tmpfs."""
     with tmpfs(tmp_path / "disk", "2m") as disk:
         yield disk
-
-
-def fill(disk: Path, leave: int) -> Path:
-    """Fill `disk` up to `leave` free bytes with one file; removing it frees the space."""
-    stat = os.statvfs(disk)
-    filler = disk / "filler"
-    filler.write_bytes(b"\0" * max(stat.f_bavail * stat.f_frsize - leave, 0))
-    return filler
 
 
 def test_a_file_that_does_not_fit_is_one_line_and_the_old_one_stays(small_disk):

@@ -26,7 +26,7 @@ def test_the_site_builds_strict(tmp_path):
         timeout=110,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (tmp_path / "site" / "cli" / "index.html").read_text().count("Usage: autorl") >= 7  # autorl + 6 commands
+    assert (tmp_path / "site" / "cli" / "index.html").read_text().count("Usage: autorl") >= 9  # autorl + 8 commands
     assert "TrainableModel" in (tmp_path / "site" / "api" / "autorl" / "index.html").read_text()
 
 

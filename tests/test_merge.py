@@ -6,26 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from autorl.errors import AutoRLError
 from autorl.serving.merge import MERGED_FILE, merged_state_dict, write_merged
 from autorl.serving.worker_merge import MergedLoraExtension
-
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def random_lora(base_dir, out_dir, **lora_kwargs):
-    """A LoRA whose A and B are both random (PEFT's default B = 0 would make the merge a no-op)."""
-    torch.manual_seed(1)
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base_dir),
-        LoraConfig(target_modules=TARGETS, init_lora_weights=False, task_type="CAUSAL_LM", **lora_kwargs),
-    )
-    model.save_pretrained(out_dir)
-    return out_dir
+from tests.helpers.lora import random_lora
 
 
 @pytest.mark.parametrize(

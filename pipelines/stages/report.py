@@ -80,7 +80,7 @@ def reward_curve(history: pd.DataFrame, summary: dict, floor: float | None) -> p
     return fig
 
 
-def _validation_table(summary: dict) -> list[str]:
+def validation_table(summary: dict) -> list[str]:
     """The variants' figures with the inputs each rests on, a coverage warning, and what the judge had to do."""
     total = summary["val_inputs"]
     lines = ["| variant | step | mean reward | 95% CI | inputs scored |", "|---|---|---|---|---|"]
@@ -221,7 +221,7 @@ def _system_prompt_check(check: dict | None, task: TaskSpec) -> list[str]:
     return [f"{line[0].upper()}{line[1:]}."]
 
 
-def _sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
+def sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
     """What the reward-hacking sentinel did during training (`--on-drift`): each action with its warning, a
     rollback's restored checkpoint, dropped steps and new settings; or that it never fired."""
     lines = ["## The reward-hacking sentinel", ""]
@@ -325,7 +325,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "Each validation input's answers from every variant were judged together (head to head); the",
         "mean is over the inputs scored, with a 95% bootstrap confidence interval.",
         "",
-        *_validation_table(summary),
+        *validation_table(summary),
         "",
         _best_line(ctx, summary),
         "",
@@ -357,7 +357,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
-    lines += ["", *_sentinel_section(train_sentinel.sentinel_actions(ctx.policy.run_dir), ctx.config)]
+    lines += ["", *sentinel_section(train_sentinel.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]

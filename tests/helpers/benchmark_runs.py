@@ -16,10 +16,15 @@ PROMPT = "Answer with the number only."
 
 
 def make_run(
-    home: Path, name: str = "r", rewards: tuple[float, ...] = (0.6, 0.4), train: tuple[str, ...] = ("Train me.",)
+    home: Path,
+    name: str = "r",
+    rewards: tuple[float, ...] = (0.6, 0.4),
+    train: tuple[str, ...] = ("Train me.",),
+    model: str | None = None,
 ) -> None:
     """A finished run as the pipeline records it: run.json with stage keys, the inputs (`train`, then `VAL`)
-    and system prompt artifacts, and one checkpoint (LoRA file + metrics) and history line per training reward."""
+    and system prompt artifacts, and one checkpoint (LoRA file + metrics) and history line per training reward;
+    its base model is `model` (default: the embedded one)."""
     keys = {"inputs": f"inputs-{name}", "system_prompt": f"prompt-{name}", "train": f"train-{name}"}
     store = ArtifactStore(home / "artifacts")
     with store.write("inputs", keys["inputs"], {}) as out:
@@ -45,7 +50,7 @@ def make_run(
             history.write(json.dumps({"step": step, "reward": reward}) + "\n")
     run_dir = home / "runs" / name
     run_dir.mkdir(parents=True)
-    config = RunConfig(steps=max(len(rewards), 1), name=name, wandb=False)
+    config = RunConfig(steps=max(len(rewards), 1), name=name, wandb=False, **({"model": model} if model else {}))
     record = {
         "name": name,
         "task": {"description": "Arithmetic.", "rubric": ""},

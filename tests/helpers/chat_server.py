@@ -83,6 +83,7 @@ class ChatCompletionServer:
     `headers`, its path in `paths`."""
 
     def __init__(self, answer: Callable[[dict], dict]):
+        self.answer = answer
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
@@ -91,11 +92,7 @@ class ChatCompletionServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 server.paths.append(self.path)
-                body = read_request(self, server)
-                if body.get("stream"):
-                    send_events(self, chunks(answer(body)))
-                else:
-                    send_json(self, 200, answer(body))
+                server.respond(self, read_request(self, server))
 
             def log_message(self, *args) -> None:
                 pass
@@ -103,6 +100,13 @@ class ChatCompletionServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def respond(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
+        """The answer as JSON, or as the chunks of a stream where the request asks for one."""
+        if body.get("stream"):
+            send_events(handler, chunks(self.answer(body)))
+        else:
+            send_json(handler, 200, self.answer(body))
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -147,3 +151,26 @@ class FakeOpenAIServer(ChatCompletionServer):
 
     def input_requests(self) -> list[dict]:
         return [r for r in self.requests if not is_prompt_request(r)]
+
+
+class StreamingChatServer(ChatCompletionServer):
+    """`POST /v1/chat/completions` with `stream: true`, answered as server-sent events: one chunk per delta of
+    `deltas(request body)` (`{"content": ...}` or `{"tool_calls": [...]}`), then `[DONE]`."""
+
+    def __init__(self, deltas: Callable[[dict], list[dict]]):
+        self.deltas = deltas
+        super().__init__(lambda body: {})
+
+    def respond(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
+        parts = self.deltas(body)
+        chunk = {"id": "s", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+        send_events(
+            handler,
+            [
+                {
+                    **chunk,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if n == len(parts) - 1 else None}],
+                }
+                for n, delta in enumerate(parts)
+            ],
+        )

@@ -1,0 +1,142 @@
+"""`autorl chat RUN[@latest|@best|@STEP]`: talk to a trained agent in the terminal, as it answered in training: the
+run's system prompt and tools, its checkpoint on the run's own policy server (started for the chat, stopped at its
+end), answers streamed as they are written. `/reset` starts the conversation over, `/quit` (or end of input) ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from autorl.agents.rollout import RolloutConfig
+from autorl.agents.tools import Toolbox
+from autorl.training.checkpoints import checkpoint_name
+
+from .run_view import RunView, split_target
+
+RESET, QUIT = "/reset", "/quit"
+HELP = f"{RESET} starts over, {QUIT} (or Ctrl-D) ends"
+Write = Callable[[str], None]
+"""Where the chat's text goes (the terminal: written and flushed at once)."""
+
+
+@dataclass
+class Conversation:
+    """One conversation with a served checkpoint: its messages so far, the tools it may call."""
+
+    client: AsyncOpenAI
+    model: str
+    """The checkpoint's served name."""
+    system_prompt: str
+    sampling: RolloutConfig
+    toolbox: Toolbox | None = None
+    max_turns: int = 1
+    """Model turns per user message (tool calls and their results in between)."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system_prompt}]
+
+    async def say(self, text: str, write: Write) -> None:
+        """Add the user's `text`; stream the agent's answer to `write`, running the tools it calls (each call and
+        its result shown) for up to `max_turns` model turns."""
+        self.messages.append({"role": "user", "content": text})
+        for _ in range(self.max_turns):
+            calls = await self._turn(write)
+            if not calls or self.toolbox is None:
+                break
+            for call in calls:
+                result = await self.toolbox.call(call["function"]["name"], call["function"]["arguments"])
+                write(f"\n[{call['function']['name']}({call['function']['arguments']}) -> {result.text[:300]}]\n")
+                self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.text})
+        write("\n")
+
+    async def _turn(self, write: Write) -> list[dict[str, Any]]:
+        """One streamed model turn, added to the messages; the tool calls it made."""
+        tools = self.toolbox.openai_tools() if self.toolbox is not None else None
+        stream = await self.client.chat.completions.create(
+            model=self.model,
+            messages=self.messages,
+            max_tokens=self.sampling.max_tokens,
+            temperature=self.sampling.temperature,
+            stream=True,
+            **({"tools": tools} if tools else {}),
+        )
+        content: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        async for chunk in stream:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is None:
+                continue
+            if delta.content:
+                write(delta.content)
+                content.append(delta.content)
+            for part in delta.tool_calls or []:  # streamed in pieces: id and name once, arguments in parts
+                call = calls.setdefault(
+                    part.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                call["id"] = part.id or call["id"]
+                if part.function is not None:
+                    call["function"]["name"] += part.function.name or ""
+                    call["function"]["arguments"] += part.function.arguments or ""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+        if calls:
+            message["tool_calls"] = [calls[index] for index in sorted(calls)]
+        self.messages.append(message)
+        return message.get("tool_calls", [])
+
+
+async def repl(conversation: Conversation, read: Callable[[], Awaitable[str | None]], write: Write) -> None:
+    """Read the user's lines until `/quit` or the end of input (None), answering each; `/reset` starts over."""
+    while (line := await read()) is not None:
+        text = line.strip()
+        if text == QUIT:
+            break
+        if text == RESET:
+            conversation.reset()
+            write("(conversation reset)\n")
+        elif text:
+            await conversation.say(text, write)
+
+
+async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, note: Write) -> None:
+    """Chat with checkpoint `target` of a run in `home` on stdin and `write`; `note`: what the user is told
+    (the server's start, the commands). `sampling`: max_tokens and temperature over the run's own."""
+    name, which = split_target(target)
+    run = RunView(home, name, Counter())
+    step = run.checkpoint_step(which)
+    policy = run.policy
+    try:
+        note(f"starting {name}@{checkpoint_name(step)} on the run's server (about a minute on CPU) ...")
+        served = await policy.serve_step(step)
+        conversation = Conversation(
+            policy.model.openai_client(),
+            served,
+            run.system_prompt(),
+            run.config.rollout.model_copy(update={k: v for k, v in sampling.items() if v is not None}),
+            await policy.toolbox(),
+            run.task.max_turns if run.task.has_tools() else 1,
+        )
+        note(f"chatting with {name}@{checkpoint_name(step)}; {HELP}")
+        await repl(conversation, _stdin_line, write)
+    finally:
+        await policy.aclose()
+
+
+async def _stdin_line() -> str | None:
+    """The next line of standard input, None at its end (Ctrl-D)."""
+    if sys.stdin.isatty():
+        sys.stdout.write("you> ")
+        sys.stdout.flush()
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line or None

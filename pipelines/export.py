@@ -1,0 +1,175 @@
+"""`autorl export RUN[@latest|@best|@STEP]`: a run's checkpoint as a merged Hugging Face model (`hf`), a PEFT
+adapter (`peft`) or GGUF files with an Ollama Modelfile (`gguf`), each with a model card (`pipelines.model_card`).
+
+A user's mistake (an unknown run or step, an `--out` that exists, a run still training, too little disk) is one
+error line before anything is written; the export is made in a temporary directory beside `--out` and renamed
+onto it whole, so a failure (a full disk, Ctrl-C) leaves nothing under `--out`.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors import safe_open
+
+from autorl.atomic import atomic_dir
+from autorl.errors import AutoRLError, DiskFullError
+from autorl.export import hf
+from autorl.export.gguf_file import QUANTS, write_gguf
+from autorl.export.ollama import modelfile
+from autorl.serving.embedded import embedded_gguf, embedded_model, resolve_base_model
+from autorl.serving.merge import LoraMerger
+
+from .model_card import base_identity, model_card
+from .run_lock import finished_run
+from .run_view import RunView, split_target
+
+FORMATS = ("hf", "peft", "gguf")
+DEFAULT_QUANT = "q8_0"
+GGUF_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q4_0": 18 / 32}
+"""What a weight takes in each GGUF type (blocks of 32 with their scales): the disk an export needs."""
+MODELFILE = "Modelfile"
+CARD = "README.md"
+SYSTEM_PROMPT = "system_prompt.txt"
+"""The run's system prompt, beside every export: the agent answers best with the one it was trained with."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `export` wrote."""
+
+    out: Path
+    run: str
+    step: int
+    files: list[str]
+
+
+def parse_quants(text: str, fmt: str) -> list[str]:
+    """The GGUF types of `--quant` (comma-separated), each once; only the gguf format takes them."""
+    quants = list(dict.fromkeys(q.strip() for q in text.split(",") if q.strip()))
+    if fmt != "gguf":
+        raise AutoRLError(f"--quant is for --format gguf; --format {fmt} keeps the base weights' dtype")
+    if not quants or any(q not in QUANTS for q in quants):
+        raise AutoRLError(f"--quant {text!r}: use one or more of {', '.join(QUANTS)} (comma-separated)")
+    return quants
+
+
+def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | None = None) -> Exported:
+    """Export checkpoint `target` (RUN[@latest|@best|@STEP]) of a run in `home` as `fmt` into the new directory
+    `out` (GGUF: one file per type of `quants`, default `DEFAULT_QUANT`)."""
+    if fmt not in FORMATS:
+        raise AutoRLError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    quants = quants or [DEFAULT_QUANT]
+    out = Path(out).expanduser()
+    if out.exists() or out.is_symlink():
+        raise AutoRLError(f"--out {out} exists; give a path that does not (an export never overwrites)")
+    if not out.parent.is_dir():
+        raise AutoRLError(f"--out {out}: its directory {out.parent} does not exist")
+    name, which = split_target(target)
+    run = RunView(home, name, Counter())
+    step = run.checkpoint_step(which)
+    base_gguf = None
+    if fmt == "gguf":
+        if (embedded := embedded_model(run.config.model)) is None:
+            raise AutoRLError(
+                f"GGUF export takes its tokenizer and metadata from the base model's own GGUF, which the embedded "
+                f"models have and {run.config.model} has not: export --format hf and convert that directory with "
+                "llama.cpp's convert_hf_to_gguf.py"
+            )
+        base_gguf = embedded_gguf(embedded)
+    base_dir = resolve_base_model(run.config.model)
+    base_name, _ = base_identity(run.config.model)
+    gguf_files = [f"model-{quant}.gguf" for quant in quants]
+    system_prompt = run.system_prompt()
+    usage = {"hf": _hf_usage(out), "peft": _peft_usage(out, base_name), "gguf": _gguf_usage(run.name, gguf_files)}
+    card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
+    with finished_run(home, name, run.keys["train"]):
+        checkpoint = run.checkpoint_dir(step)
+        _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
+        with atomic_dir(out) as tmp:
+            if fmt == "hf":
+                hf.write_merged(base_dir, checkpoint, tmp)
+            elif fmt == "peft":
+                hf.write_adapter(base_dir, checkpoint, tmp, base_name)
+            else:
+                weights = LoraMerger(base_dir).merged(checkpoint)
+                template = hf.chat_template(base_dir)
+                for quant, file in zip(quants, gguf_files, strict=True):
+                    write_gguf(base_gguf, weights, template, tmp / file, quant)
+                ollama = modelfile(gguf_files[0], template, system_prompt, hf.stop_tokens(base_dir))
+                (tmp / MODELFILE).write_text(ollama, encoding="utf-8")
+            (tmp / SYSTEM_PROMPT).write_text(system_prompt + "\n", encoding="utf-8")
+            (tmp / CARD).write_text(card, encoding="utf-8")
+            files = sorted(p.name for p in tmp.iterdir())
+    return Exported(out, name, step, files)
+
+
+def _gguf_usage(name: str, files: list[str]) -> list[str]:
+    return [
+        "With llama.cpp (its chat template is in the file):",
+        "",
+        "```sh",
+        f'llama-cli -m {files[0]} -cnv -sys "$(cat {SYSTEM_PROMPT})"',
+        "```",
+        "",
+        f"With Ollama (the Modelfile carries the system prompt, the chat format and the stop token; FROM names {files[0]}):",
+        "",
+        "```sh",
+        f"ollama create {name} -f {MODELFILE}",
+        f"ollama run {name}",
+        "```",
+    ]
+
+
+def _hf_usage(out: Path) -> list[str]:
+    return [
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{out.name}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{out.name}")  # its chat template is the one it was trained with',
+        "```",
+        "",
+        f"Or serve it: `vllm serve {out.name}`; publish it: `huggingface-cli upload USER/{out.name} {out.name}`.",
+    ]
+
+
+def _peft_usage(out: Path, base_name: str) -> list[str]:
+    return [
+        "```python",
+        "from peft import PeftModel",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("{base_name}"), "{out.name}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{out.name}")',
+        "```",
+    ]
+
+
+def _bytes_needed(base_dir: Path, checkpoint: Path, fmt: str, quants: list[str]) -> int:
+    """About what the export writes: the base weights' size (merged), the adapter's, or per GGUF type."""
+    if fmt == "peft":
+        return sum(p.stat().st_size for p in checkpoint.iterdir() if p.is_file())
+    files = sorted(base_dir.glob("*.safetensors"))
+    if fmt == "hf":
+        return sum(p.stat().st_size for p in files)
+    weights = 0
+    for file in files:
+        with safe_open(file, "pt") as f:
+            for key in f.keys():  # noqa: SIM118 (a safetensors file is not iterable)
+                shape = f.get_slice(key).get_shape()
+                weights += math.prod(shape)
+    return int(sum(weights * GGUF_BYTES_PER_WEIGHT[q] for q in quants))
+
+
+def _check_space(directory: Path, needed: int) -> None:
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise DiskFullError(
+            f"the export needs about {needed / 2**30:.1f} GiB and {directory} has {free / 2**30:.1f} GiB free; "
+            "free space there or give another --out"
+        )

@@ -1,0 +1,87 @@
+"""`autorl chat`'s conversation over a real OpenAI client and HTTP stream (a scripted server at the edge): answers
+streamed as they arrive, tool calls put together from their pieces and run by the task's real toolbox, `/reset`
+and `/quit`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from openai import AsyncOpenAI
+
+from autorl.agents.rollout import RolloutConfig
+from pipelines.chat import Conversation, repl
+from tests.helpers.agents import with_toolbox
+from tests.helpers.chat_server import StreamingChatServer
+
+PROMPT = "Convert units with the tool."
+
+
+def tool_call_then_answer(body: dict) -> list[dict]:
+    """First a `convert` call streamed in pieces, then, once its result is in the messages, an answer."""
+    if body["messages"][-1]["role"] == "tool":
+        return [{"role": "assistant", "content": "That is "}, {"content": f"{body['messages'][-1]['content']} km."}]
+    first = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "convert", "arguments": '{"value": 2'},
+    }
+    rest = {"index": 0, "function": {"arguments": ', "from_unit": "mi", "to_unit": "km"}'}}
+    return [{"role": "assistant", "tool_calls": [first]}, {"tool_calls": [rest]}]
+
+
+@pytest.fixture
+def server():
+    server = StreamingChatServer(tool_call_then_answer)
+    yield server
+    server.close()
+
+
+def test_a_tool_call_streamed_in_pieces_is_run_and_the_answer_streams_after_it(server):
+    written: list[str] = []
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        conversation = Conversation(client, "r@0002", PROMPT, RolloutConfig(max_tokens=32), toolbox, max_turns=3)
+        await conversation.say("How far is 2 miles?", written.append)
+        return conversation.messages
+
+    messages = asyncio.run(with_toolbox(body))
+    call = messages[2]["tool_calls"][0]
+    assert call["id"] == "call_1" and call["function"]["name"] == "convert"
+    assert json.loads(call["function"]["arguments"]) == {"value": 2, "from_unit": "mi", "to_unit": "km"}
+    result = messages[3]["content"]
+    assert messages[3]["role"] == "tool" and result == "2 mi = 3.21869 km"  # the real tool ran
+    assert messages[4] == {"role": "assistant", "content": f"That is {result} km."}
+    assert written[-3:] == ["That is ", f"{result} km.", "\n"]  # streamed, piece by piece
+    assert any(text.startswith("\n[convert(") and result in text for text in written)
+    first = server.requests[0]
+    assert first["stream"] is True and first["model"] == "r@0002" and first["max_tokens"] == 32
+    assert [t["function"]["name"] for t in first["tools"]] == ["convert"]
+    assert first["messages"][0] == {"role": "system", "content": PROMPT}
+
+
+def test_reset_starts_over_and_quit_ends():
+    server = StreamingChatServer(lambda body: [{"role": "assistant", "content": f"#{len(body['messages'])}"}])
+    lines = iter(["hi", "again", "/reset", "", "hi", "/quit", "never read"])
+    written: list[str] = []
+
+    async def read():
+        return next(lines, None)
+
+    async def body():
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        conversation = Conversation(client, "r@0001", PROMPT, RolloutConfig())
+        await repl(conversation, read, written.append)
+        return conversation
+
+    try:
+        conversation = asyncio.run(body())
+    finally:
+        server.close()
+    assert "".join(written) == "#2\n#4\n(conversation reset)\n#2\n"  # messages sent: system + user (+ earlier turns)
+    assert next(lines) == "never read"
+    assert [m["role"] for m in conversation.messages] == ["system", "user", "assistant"]
+    assert server.requests[0].get("tools") is None
