@@ -86,6 +86,7 @@ def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_pa
         logged = [(e.step, e.value) for e in events.Scalars(f"train/cost/{metric}")]
         assert logged == [(n, pytest.approx(value(s))) for n, s in zip((1, 2, 3), spent, strict=True)]
     assert [e.value for e in events.Scalars("train/cost/seconds")] == pytest.approx([s["seconds"] for s in spent])
+    assert [e.value for e in events.Scalars("train/inputs_drawn")] == [1, 1, 1]  # no group tied: none drawn more
 
     # run.json: the train entry lists each step's cost, and they add up to the stage's
     record = {"name": "r", "status": "done", "task": {"description": "t"}, "stages": {"train": {"cached": False}}}

@@ -192,7 +192,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
         atomic_text(step_dir / STEP_COST, canonical_json(cost))
         step_span.end({"autorl.reward": metrics["reward"], "autorl.usd": cost["spent"]["usd"]["total"]})
-        ctx.tracker.log({**metrics, **cost_metrics(cost["spent"])}, step)
+        ctx.tracker.log(
+            {**metrics, **cost_metrics(cost["spent"]), "inputs_drawn": len(drawn)}, step
+        )  # dynamic sampling
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         ctx.console.print(
             f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
