@@ -112,7 +112,7 @@ def test_an_unusable_generated_prompt_is_no_candidate_and_the_artifact_says_why(
     summary, ctx = run_stage(tmp_path, monkeypatch, HELPFUL, FunctionJudge(says_paris), 4, "too short (3 characters)")
     assert summary["fallback"] == "too short (3 characters)" and set(summary["check"]["scores"]) == {"task", "examples"}
     assert json.loads((ctx.artifact(system_prompt.NAME) / system_prompt.FILE).read_text())["fallback"].startswith("too")
-    assert "generated prompt unusable (too short (3 characters)); using the task text" in ctx.console.export_text()
+    assert "generated prompt unusable (too short (3 characters)); it is no candidate" in ctx.console.export_text()
 
 
 def test_a_generated_prompt_that_does_better_is_kept(tmp_path, monkeypatch):

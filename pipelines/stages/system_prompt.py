@@ -82,7 +82,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         with waiting(f"writing the system prompt with {config.generator}"):
             written = await asyncio.to_thread(generate_system_prompt, task, config.generator, config.seed)
         if written.fallback:
-            ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); using the task text")
+            ctx.console.print(f"system_prompt: generated prompt unusable ({written.fallback}); it is no candidate")
         check = await choose(ctx, None if written.fallback else written.text)
     calls = len(written.calls)
     ctx.calls["generator"] += calls
@@ -120,20 +120,20 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
     judged = await _judged(ctx, prompts, [names] * len(scored_on), scored_on, "system prompt check")
     if not sampled and (why := await _unreliable(ctx, judged)):
         return unchecked | {"why": why}
-    per_input = [
+    rewards = [  # per input scored, each candidate's rewards
         {n: [t.reward for t in g.trajectories if t.metadata["system_prompt"] == n] for n in prompts} for g in judged
     ]
-    per_input = [means for means in per_input if all(means.values())]
-    if len(per_input) < 2:
+    rewards = [by_prompt for by_prompt in rewards if all(by_prompt.values())]
+    if len(rewards) < 2:
         return unchecked | {"why": "the judge scored too few of the answers"}
-    scores = {n: round(statistics.fmean(r for means in per_input for r in means[n]), 4) for n in prompts}
+    scores = {n: round(statistics.fmean(r for by_prompt in rewards for r in by_prompt[n]), 4) for n in prompts}
     gains = {}
-    for name in prompts.keys() - {TASK}:
-        gain, low, high = mean_ci([statistics.fmean(m[name]) - statistics.fmean(m[TASK]) for m in per_input])
+    for name in [n for n in prompts if n != TASK]:
+        gain, low, high = mean_ci([statistics.fmean(r[name]) - statistics.fmean(r[TASK]) for r in rewards])
         gains[name] = [round(gain, 4), round(low, 4), round(high, 4)]
     better = [name for name, (_, low, _) in gains.items() if low > 0]
     return {
-        "checked": True, "inputs": len(per_input), "judge": "reliable" if reads_rubric(ctx.judge) else "program",
+        "checked": True, "inputs": len(rewards), "judge": "reliable" if reads_rubric(ctx.judge) else "program",
         "scores": scores, "gains": gains, "examples": len(examples),
         "kept": max(better, key=lambda name: gains[name][0]) if better else TASK, "prompts": prompts,
     }  # fmt: skip
