@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -265,18 +267,50 @@ def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -
     """A task file is code a user may not have written: its `[cluster] ray` or its `backend` may name a machine
     other than this one (which would receive the run: its model, data and tools, and for `backend` the
     AUTORL_TOKEN) only when the command line names the same address (`--ray`, `--backend`). "local", "auto"
-    and loopback addresses need no flag."""
+    and loopback addresses (`on_this_machine`) need no flag."""
     if not isinstance(from_task, str) or from_task in LOCAL_RAY or from_task == from_command_line:
         return
-    address = urlsplit(from_task).netloc if "//" in from_task else from_task
-    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
-    if host == "localhost" or host == "::1" or host.startswith("127."):
+    if on_this_machine(from_task):
         return
     where, what = OFF_MACHINE[key]
     raise AutoRLError(
         f"the task's {where} sends the run to {what} at {from_task!r}, off this machine; a task file cannot do "
         f"that alone: pass --{key} {from_task} too if you mean it"
     )
+
+
+NETLOC = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+"""What a loopback address's host and port may be written with: no userinfo ('@'), no escapes or spaces that
+one URL parser reads differently from another."""
+
+
+def on_this_machine(address: str) -> bool:
+    """Whether `address` (`host:port`, or a URL such as `http://host:port/...` or `ray://host:port`) names this
+    machine by loopback: its host is a loopback IP (`127.0.0.0/8`, `::1`), or `localhost` when every address it
+    resolves to is one. Any other name is off the machine even when it resolves to loopback now
+    (`127.0.0.1.nip.io`): its owner may answer differently when the run connects."""
+    try:
+        parts = urlsplit(address if "//" in address else f"//{address}")
+        host, _ = parts.hostname, parts.port  # .port raises ValueError for a port that is not one
+    except ValueError:
+        return False
+    if host is None or not NETLOC.fullmatch(parts.netloc):
+        return False
+    if host == "localhost":
+        try:
+            resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except OSError:
+            return False
+        return bool(resolved) and all(is_loopback_ip(ip) for ip in resolved)
+    return is_loopback_ip(host)
+
+
+def is_loopback_ip(text: str) -> bool:
+    """Whether `text` is an IP address literal of the loopback range."""
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
 
 
 TASK_TABLES: dict[str, type[BaseModel]] = {
