@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, TextIO
 
 REDACTED = "<redacted>"
 """What a secret's value is replaced with."""
@@ -164,11 +164,39 @@ def _redacted_header(header: str) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that replaces URL credentials in each record's message (its arguments merged in)."""
+    """A logging filter that redacts each record's message (its arguments merged in), and the traceback and
+    stack it carries (formatted here, so every handler's formatter prints the redacted text)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         cleaned = redact_text(message)
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
         return True
+
+
+class RedactingStream:
+    """A text stream that writes what it is given to `stream` with `redact_text` applied, and is `stream`
+    for everything else (`isatty`, `encoding`, `fileno`): the `autorl` command puts it over sys.stdout and
+    sys.stderr, so every line it prints (errors, tables, progress, log records and their tracebacks,
+    uvicorn's) passes through redaction."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact_text(text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

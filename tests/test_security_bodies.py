@@ -38,7 +38,9 @@ def train(harness: Harness, body: bytes, gzipped: bool = True):
 def test_security_a_hundred_thousand_empty_groups_are_refused_as_they_are_parsed(harness, tiny_model):
     served = harness()
     assert call("POST", f"{served.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
-    body = b'{"step_id":"abcdefgh","groups":[' + b",".join([b'{"trajectories":[]}'] * 100_000) + b"]}"  # 2 MB, the harness's body limit
+    body = (
+        b'{"step_id":"abcdefgh","groups":[' + b",".join([b'{"trajectories":[]}'] * 100_000) + b"]}"
+    )  # 2 MB, the harness's body limit
     tracemalloc.start()
     try:
         answer = train(served, body)  # about 5 KB sent
