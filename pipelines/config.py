@@ -25,15 +25,17 @@ from autorl.tracking import PACKAGES
 from .sentinel import SentinelConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate", "report")
-RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-"""A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
+RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+"""A run name: a directory name under `runs/`, never a path (no '/', no leading '.' or '-': not a flag)."""
 
 
 def check_run_name(name: str) -> str:
     """`name`, if it is a run name (`RUN_NAME`); else one `AutoRLError` line. Every command that takes a run name
     checks it, so none reads or writes outside the home's `runs/`."""
     if not RUN_NAME.fullmatch(name):
-        raise AutoRLError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
+        raise AutoRLError(
+            f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@', no leading '.' or '-')"
+        )
     return name
 
 

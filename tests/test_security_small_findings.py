@@ -1,0 +1,67 @@
+"""Security round 3's smaller findings, one test each: names that read as flags, a hand-edited run record,
+`/log` bodies that were 500s (an empty trajectory, a 300-digit step), a TLS certificate that is no PEM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autorl.backends.remote.wire import check_name
+from autorl.errors import AutoRLError
+from pipelines.cli import app as cli
+from pipelines.config import check_run_name
+from tests.helpers.remote import Harness, call, register_body
+
+
+@pytest.mark.parametrize("name", ["-rf", "--help", "-"])
+def test_security_a_name_that_reads_as_a_flag_is_refused(name):
+    with pytest.raises(AutoRLError, match=r"no leading '\.' or '-'"):
+        check_name(name)
+    with pytest.raises(AutoRLError, match=r"no leading '\.' or '-'"):
+        check_run_name(name)
+    assert check_name("a-b") == "a-b" and check_run_name("_x-1") == "_x-1"
+
+
+def test_security_a_run_record_with_a_field_of_another_type_is_one_skipped_line(tmp_path):
+    for name, record in {
+        "good": {"status": "done", "task": {"description": "t"}},
+        "odd": {"status": 5, "task": {"description": "t"}},
+        "worse": {
+            "status": "done",
+            "task": {},
+            "stages": {"evaluate": {"summary": {"variants": {"base": {"mean": "x"}}}}},
+        },
+    }.items():
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "run.json").write_text(json.dumps(record))
+    result = CliRunner().invoke(cli, ["runs", "--home", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "good" in result.output and "odd" in result.output and "5" in result.output
+    assert "skipped: worse: its run.json does not hold a run's record (ValueError)" in " ".join(result.output.split())
+
+
+def test_security_log_bodies_that_were_500s_are_400s(tmp_path, chat, tiny_model):
+    harness = Harness(tmp_path, chat)
+    try:
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        for body in (
+            {"groups": [{"trajectories": [{"messages_and_choices": [], "reward": 1.0}]}]},
+            {"groups": [], "metrics": {"val/reward": 1.0}, "step": int("9" * 300)},
+        ):
+            answer = call("POST", f"{harness.url}/models/agent/log", content=json.dumps(body))
+            assert answer.status_code == 400, (body, answer.text)
+    finally:
+        harness.stop()
+
+
+def test_security_serve_with_a_certificate_that_is_no_pem_is_one_line(tmp_path):
+    cert, key = tmp_path / "notpem.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    result = CliRunner().invoke(
+        cli, ["serve", "--home", str(tmp_path), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"{cert} and {key} are not a PEM certificate and its unencrypted key" in " ".join(result.output.split())
