@@ -29,6 +29,10 @@ RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 """A run name: a directory name under `runs/`, never a path (no '/', no leading '.' or '-': not a flag)."""
 
 
+MAX_STEPS = 1_000_000
+"""The most RL steps a run may ask for: a number past it is a typo, not a run."""
+
+
 def check_run_name(name: str) -> str:
     """`name`, if it is a run name (`RUN_NAME`); else one `AutoRLError` line. Every command that takes a run name
     checks it, so none reads or writes outside the home's `runs/`."""
@@ -77,7 +81,7 @@ class RunConfig(BaseModel):
     (more judge tokens and time)."""
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
-    steps: int = Field(20, ge=1)
+    steps: int = Field(20, ge=1, le=MAX_STEPS)
     """RL training steps of the run, after the SFT warm-up's if any (a resumed run trains until this many exist).
     ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them."""
     group_size: int = Field(8, ge=2)
@@ -216,6 +220,20 @@ class RunConfig(BaseModel):
             if name not in (*PACKAGES, "none"):
                 raise ValueError(f"{name}: no such tracker; trackers are {', '.join(PACKAGES)} (or none)")
         return names
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _an_http_url(cls, url: str | None) -> str | None:
+        if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
+            raise ValueError(f"{url!r} is not an OTLP/HTTP URL (http://HOST:PORT/v1/traces)")
+        return url
+
+    @field_validator("inputs_file")
+    @classmethod
+    def _a_file_with_inputs(cls, path: Path | None) -> Path | None:
+        if path is not None and path.is_file() and not path.read_text(encoding="utf-8", errors="replace").strip():
+            raise ValueError(f"inputs file {path} is empty: one JSON object per line, with its `input`")
+        return path
 
     @field_validator("name")
     @classmethod

@@ -12,6 +12,7 @@ from autorl.backends.remote.wire import check_name
 from autorl.errors import AutoRLError
 from pipelines.cli import app as cli
 from pipelines.config import check_run_name
+from tests.helpers.cli import TASK, run_error_line
 from tests.helpers.remote import Harness, call, register_body
 
 
@@ -65,3 +66,15 @@ def test_security_serve_with_a_certificate_that_is_no_pem_is_one_line(tmp_path):
     )
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert f"{cert} and {key} are not a PEM certificate and its unencrypted key" in " ".join(result.output.split())
+
+
+def test_security_run_values_that_failed_late_are_refused_before_anything_starts(run, tmp_path):
+    empty = tmp_path / "inputs.jsonl"
+    empty.write_text("\n  \n")
+    for flags, says in (
+        (["--inputs-file", str(empty)], f"error: --inputs-file: inputs file {empty} is empty"),
+        (["--steps", "1000000000000"], "error: --steps: Input should be less than or equal to 1000000"),
+        (["--otlp-endpoint", "notaurl"], "error: --otlp-endpoint: 'notaurl' is not an OTLP/HTTP URL"),
+    ):
+        assert run_error_line(TASK, *flags).startswith(says), flags
+    assert run(TASK, "--otlp-endpoint", "http://127.0.0.1:6006/v1/traces")[1].otlp_endpoint.endswith("/v1/traces")
