@@ -8,12 +8,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from autorl.backends.remote.limits import ServeLimits
 from autorl.backends.remote.wire import check_name
 from autorl.errors import AutoRLError
 from pipelines.cli import app as cli
 from pipelines.config import check_run_name
 from tests.helpers.cli import TASK, run_error_line
-from tests.helpers.remote import Harness, call, register_body
+from tests.helpers.remote import Harness, ScriptedPlacement, call, register_body
 
 
 @pytest.mark.parametrize("name", ["-rf", "--help", "-"])
@@ -78,3 +79,27 @@ def test_security_run_values_that_failed_late_are_refused_before_anything_starts
     ):
         assert run_error_line(TASK, *flags).startswith(says), flags
     assert run(TASK, "--otlp-endpoint", "http://127.0.0.1:6006/v1/traces")[1].otlp_endpoint.endswith("/v1/traces")
+
+
+class FailingPlacement(ScriptedPlacement):
+    """A placement whose model servers fail to start for names starting with "bad" (as vLLM does for a base
+    model it cannot load), after the run directory was made."""
+
+    async def start_serving(self, model, run_dir):
+        if model.name.startswith("bad"):
+            raise AutoRLError(f"the vLLM server of {model.name} did not start")
+        return await super().start_serving(model, run_dir)
+
+
+def test_security_failed_registrations_hold_no_room_and_leave_no_directory(tmp_path, chat, tiny_model):
+    harness = Harness(tmp_path, chat, limits=ServeLimits(max_models_per_client=2))
+    harness.served.backend.placement = FailingPlacement(chat, harness.served.backend.placement.server_config)
+    try:
+        for index in range(5):
+            bad = register_body(tiny_model, name=f"bad{index}")
+            answer = call("POST", f"{harness.url}/models", content=json.dumps(bad))
+            assert 400 <= answer.status_code < 500 and answer.status_code != 429, answer.text
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        assert sorted(p.name for p in (tmp_path / "models").glob("*/*")) == ["agent"]
+    finally:
+        harness.stop()

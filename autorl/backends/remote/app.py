@@ -244,7 +244,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     async def log_batch(name: str, request: Request) -> dict:
         body = await parsed(request, LogRequest, max_body_bytes, served.limits)
         served.check_limits(body)
-        return await served.log(check_name(name), body)
+        return await served.log(check_name(name), body, request.headers.get(CLIENT_HEADER, "")[:64])
 
     @app.post("/models/{name}/delete_checkpoints", openapi_extra=request_body(DeleteRequest))
     async def delete_checkpoints(name: str, request: Request) -> dict:
