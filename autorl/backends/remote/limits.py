@@ -34,9 +34,13 @@ class ServeLimits(BaseModel):
     client's own choice, so `max_models` is the bound that holds against a client that changes it."""
     max_client_model_len: int = Field(8192, ge=16)
     """Largest context a client may give its model's vLLM server (`server.max_model_len`), and bound of
-    `config.max_completion_tokens` and `config.overlong_buffer`."""
+    `config.max_completion_tokens`, `config.overlong_buffer` and the trainer's token counts
+    (`trainer.logprob_chunk_tokens`, `trainer.eager_attention_max_tokens`)."""
     max_kv_cache_gb: float = Field(32.0, gt=0)
     """Largest KV cache a client may give its model's vLLM server (`server.kv_cache_bytes`), in GiB."""
+    max_gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Largest fraction of GPU memory a client may give its model's vLLM server (`server.gpu_memory_utilization`):
+    the rest stays for the trainer and the other models."""
     max_num_seqs: int = Field(256, ge=1)
     """Most sequences a model's vLLM server may run at once (`server.max_num_seqs`)."""
     max_client_lora_rank: int = Field(64, ge=1)
@@ -69,12 +73,15 @@ class ServeLimits(BaseModel):
         return {
             "server.max_model_len": (self.max_client_model_len, "max_client_model_len"),
             "server.kv_cache_bytes": (self.max_kv_cache_bytes, "max_kv_cache_gb"),
+            "server.gpu_memory_utilization": (self.max_gpu_memory_utilization, "max_gpu_memory_utilization"),
             "server.max_num_seqs": (self.max_num_seqs, "max_num_seqs"),
             "server.max_lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
             "server.max_loras": (self.max_loras, "max_loras"),
             "server.startup_timeout_s": (self.max_startup_timeout_s, "max_startup_timeout_s"),
             "server.max_restarts": (self.max_restarts, "max_restarts"),
             "trainer.lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "trainer.logprob_chunk_tokens": (self.max_client_model_len, "max_client_model_len"),
+            "trainer.eager_attention_max_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.ppo_epochs": (self.max_ppo_epochs, "max_ppo_epochs"),
             "config.micro_batch_size": (self.max_micro_batch_size, "max_micro_batch_size"),
             "config.max_completion_tokens": (self.max_client_model_len, "max_client_model_len"),
