@@ -1,6 +1,6 @@
 """Secrets kept out of the spans autorl's tracing exports (`autorl.tracing`): every ended span reaches the exporting
-processor as a copy whose string attributes, event attributes (a recorded exception's message) and status
-description went through `autorl.redaction.redact_text`. It covers the spans of every instrumentation, not only
+processor as a copy whose name, string attributes, event names and attributes (a recorded exception's message),
+links' attributes, resource attributes and status description went through `autorl.redaction.redact_text`. It covers the spans of every instrumentation, not only
 autorl's own: OpenInference's OpenAI spans hold a request's body (its messages, where a tool's output or a user's
 text can quote a URL with its credentials or an `Authorization` header) and a failed call's error text, which may
 quote an upstream URL with its credentials.
@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import Status
+from opentelemetry.trace import Link, Status
 
 from .redaction import redact_text
 
@@ -40,18 +41,22 @@ class RedactingProcessor(SpanProcessor):
 
 
 def redacted_span(span: ReadableSpan) -> ReadableSpan:
-    """A copy of the ended `span` with its attributes, its events' attributes and its status description redacted."""
+    """A copy of the ended `span` with its name, attributes, events, links' attributes, resource and status
+    description redacted."""
     status = span.status
     if status.description:  # an error's: OpenInference writes the exception's text there
         status = Status(status.status_code, redact_text(status.description))
+    resource = span.resource
+    if resource is not None:
+        resource = Resource(redacted_attributes(resource.attributes), resource.schema_url)
     return ReadableSpan(
-        name=span.name,
+        name=redact_text(span.name),
         context=span.context,
         parent=span.parent,
-        resource=span.resource,
+        resource=resource,
         attributes=redacted_attributes(span.attributes),
-        events=[Event(e.name, redacted_attributes(e.attributes), e.timestamp) for e in span.events],
-        links=span.links,
+        events=[Event(redact_text(e.name), redacted_attributes(e.attributes), e.timestamp) for e in span.events],
+        links=[Link(link.context, redacted_attributes(link.attributes)) for link in span.links],
         kind=span.kind,
         status=status,
         start_time=span.start_time,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,8 +31,10 @@ app = typer.Typer(
 
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
-    from autorl.redaction import RedactingFilter
+    from autorl.redaction import RedactingFilter, RedactingStream
 
+    if not isinstance(sys.stdout, RedactingStream):  # every line the command prints: no secret's value
+        sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -23,15 +25,21 @@ from autorl.tracking import PACKAGES
 from .sentinel import SentinelConfig
 
 STAGES = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate", "report")
-RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-"""A run name: a directory name under `runs/`, never a path (no '/', no leading '.')."""
+RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+"""A run name: a directory name under `runs/`, never a path (no '/', no leading '.' or '-': not a flag)."""
+
+
+MAX_STEPS = 1_000_000
+"""The most RL steps a run may ask for: a number past it is a typo, not a run."""
 
 
 def check_run_name(name: str) -> str:
     """`name`, if it is a run name (`RUN_NAME`); else one `AutoRLError` line. Every command that takes a run name
     checks it, so none reads or writes outside the home's `runs/`."""
     if not RUN_NAME.fullmatch(name):
-        raise AutoRLError(f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@')")
+        raise AutoRLError(
+            f"{name!r} is not a run name: use letters, digits, '.', '_' and '-' (no '/' or '@', no leading '.' or '-')"
+        )
     return name
 
 
@@ -73,7 +81,7 @@ class RunConfig(BaseModel):
     (more judge tokens and time)."""
     generator: str = "embedded"
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
-    steps: int = Field(20, ge=1)
+    steps: int = Field(20, ge=1, le=MAX_STEPS)
     """RL training steps of the run, after the SFT warm-up's if any (a resumed run trains until this many exist).
     ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them."""
     group_size: int = Field(8, ge=2)
@@ -228,6 +236,20 @@ class RunConfig(BaseModel):
                 raise ValueError(f"{name}: no such tracker; trackers are {', '.join(PACKAGES)} (or none)")
         return names
 
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _an_http_url(cls, url: str | None) -> str | None:
+        if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
+            raise ValueError(f"{url!r} is not an OTLP/HTTP URL (http://HOST:PORT/v1/traces)")
+        return url
+
+    @field_validator("inputs_file")
+    @classmethod
+    def _a_file_with_inputs(cls, path: Path | None) -> Path | None:
+        if path is not None and path.is_file() and not path.read_text(encoding="utf-8", errors="replace").strip():
+            raise ValueError(f"inputs file {path} is empty: one JSON object per line, with its `input`")
+        return path
+
     @field_validator("name")
     @classmethod
     def _a_directory_name(cls, name: str | None) -> str | None:
@@ -280,18 +302,50 @@ def check_off_machine(key: str, from_task: Any, from_command_line: str | None) -
     """A task file is code a user may not have written: its `[cluster] ray` or its `backend` may name a machine
     other than this one (which would receive the run: its model, data and tools, and for `backend` the
     AUTORL_TOKEN) only when the command line names the same address (`--ray`, `--backend`). "local", "auto"
-    and loopback addresses need no flag."""
+    and loopback addresses (`on_this_machine`) need no flag."""
     if not isinstance(from_task, str) or from_task in LOCAL_RAY or from_task == from_command_line:
         return
-    address = urlsplit(from_task).netloc if "//" in from_task else from_task
-    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
-    if host == "localhost" or host == "::1" or host.startswith("127."):
+    if on_this_machine(from_task):
         return
     where, what = OFF_MACHINE[key]
     raise AutoRLError(
         f"the task's {where} sends the run to {what} at {from_task!r}, off this machine; a task file cannot do "
         f"that alone: pass --{key} {from_task} too if you mean it"
     )
+
+
+NETLOC = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+"""What a loopback address's host and port may be written with: no userinfo ('@'), no escapes or spaces that
+one URL parser reads differently from another."""
+
+
+def on_this_machine(address: str) -> bool:
+    """Whether `address` (`host:port`, or a URL such as `http://host:port/...` or `ray://host:port`) names this
+    machine by loopback: its host is a loopback IP (`127.0.0.0/8`, `::1`), or `localhost` when every address it
+    resolves to is one. Any other name is off the machine even when it resolves to loopback now
+    (`127.0.0.1.nip.io`): its owner may answer differently when the run connects."""
+    try:
+        parts = urlsplit(address if "//" in address else f"//{address}")
+        host, _ = parts.hostname, parts.port  # .port raises ValueError for a port that is not one
+    except ValueError:
+        return False
+    if host is None or not NETLOC.fullmatch(parts.netloc):
+        return False
+    if host == "localhost":
+        try:
+            resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except OSError:
+            return False
+        return bool(resolved) and all(is_loopback_ip(ip) for ip in resolved)
+    return is_loopback_ip(host)
+
+
+def is_loopback_ip(text: str) -> bool:
+    """Whether `text` is an IP address literal of the loopback range."""
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
 
 
 TASK_TABLES: dict[str, type[BaseModel]] = {

@@ -57,18 +57,27 @@ def runs_table(home: Path, damaged: list[str] | None = None) -> Table:
     for column in ("name", "status", "steps", "base val", "latest val", "best val", "judge", "task"):
         table.add_column(column)
     for record in load_runs(home, damaged):
-        figures = validation_figures(record)
-        table.add_row(
-            record["name"],
-            record.get("status", "?"),
-            str(record.get("stages", {}).get("train", {}).get("summary", {}).get("steps", "-")),
-            figures.get("base", "-"),
-            figures.get("latest", "-"),
-            figures.get("best", figures.get("latest", "-")),  # best is latest when no earlier step beat it
-            judge_verdict(record),
-            str(record["task"].get("description", ""))[:50],
-        )
+        try:
+            table.add_row(*run_row(record))
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a record edited or written by hand
+            if damaged is not None:
+                damaged.append(f"{record['name']}: its {RUN_FILE} does not hold a run's record ({type(exc).__name__})")
     return table
+
+
+def run_row(record: dict[str, Any]) -> list[str]:
+    """A run's row of `runs_table`, every cell text."""
+    figures = validation_figures(record)
+    return [
+        record["name"],
+        str(record.get("status", "?")),
+        str(record.get("stages", {}).get("train", {}).get("summary", {}).get("steps", "-")),
+        figures.get("base", "-"),
+        figures.get("latest", "-"),
+        figures.get("best", figures.get("latest", "-")),  # best is latest when no earlier step beat it
+        judge_verdict(record),
+        str(record["task"].get("description", ""))[:50],
+    ]
 
 
 def load_run(home: Path, name: str) -> dict[str, Any]:
@@ -85,7 +94,7 @@ def load_run(home: Path, name: str) -> dict[str, Any]:
 def show_table(home: Path, name: str) -> Table:
     record = load_run(home, name)
     description = str(record["task"].get("description", ""))
-    table = Table(title=f"{name}: {record.get('status', '?')} — {description[:60]}")
+    table = Table(title=f"{name}: {record.get('status', '?')!s} — {description[:60]}")
     for column in ("stage", "key", "cached", "seconds", "model calls", "figures"):
         table.add_column(column)
     for stage in STAGES:

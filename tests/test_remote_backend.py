@@ -221,8 +221,10 @@ def test_one_client_trains_a_model_at_a_time_until_it_closes(served, tiny_model)
             await theirs.train(groups(tokenizer), config=LR)
         with pytest.raises(AutoRLError, match=r"\(HTTP 409\)$"):
             await theirs.delete_checkpoints()
-        assert await theirs.get_step() == 1  # reading, inference and logging stay open to every client
-        await theirs.log([art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=1.0)])
+        assert await theirs.get_step() == 1  # reading and inference stay open to every client
+        with pytest.raises(AutoRLError, match=r"\(HTTP 409\)$"):  # a log's val/reward would choose the best step
+            await theirs.log([art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=1.0)])
+        await mine.log([art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=1.0)])
         first.close()
         return await theirs.train(groups(tokenizer), config=LR)
 

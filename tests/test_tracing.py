@@ -235,7 +235,7 @@ def test_a_user_s_openai_call_is_an_openinference_llm_span_under_the_autorl_span
     assert answered.attributes["llm.model_name"] == "policy"
     sent = json.loads(answered.attributes["input.value"])["messages"]  # the request body, as OpenInference keeps it
     assert sent[0]["content"] == "Count the rows of postgres://<redacted>@db.internal/prod"
-    assert "> Authorization: <redacted>" in answered.attributes["llm.input_messages.1.message.content"]
+    assert "> Authorization: Bearer <redacted>" in answered.attributes["llm.input_messages.1.message.content"]
     (error,) = [e for e in failed.events if e.name == "exception"]
     assert "http://<redacted>@gateway.internal/v1" in error.attributes["exception.message"]
     assert "<redacted>" in failed.status.description

@@ -7,7 +7,8 @@ gets `INFERENCE_ROUTES` only, so a route vLLM adds later is not exposed by defau
 
 A path is matched as the server it is passed to would read it (`normalised`): percent-decoding repeated
 until nothing changes (`%2e%2e`, `%252e`), backslashes read as slashes, empty and `.` segments dropped, `..`
-resolved; a path that climbs above the root, or holds a control character, matches nothing. What is sent on
+resolved; a path that climbs above the root, or holds a control character, matches nothing, nor does a
+request target with a '#' (a fragment, which a client never sends). What is sent on
 is the allowlisted route itself, never the client's spelling of it.
 """
 
@@ -56,6 +57,8 @@ def normalised(path: str) -> str | None:
 def allowed_route(method: str, path: str, routes: Mapping[str, frozenset[str]] = INFERENCE_ROUTES) -> str | None:
     """The route of `routes` that `method path` names (the path as sent, percent-encoded), or None: what a
     proxy sends on instead of the client's path."""
+    if "#" in path:  # a fragment is never sent; one in a request target is a spelling servers read differently
+        return None
     try:
         route = normalised(path.partition("?")[0])
     except UnicodeDecodeError:

@@ -6,7 +6,8 @@ is sent on through the transport (for a `ReplicaPool`: least-outstanding choice,
 one dies) and its answer, streamed or not, is passed back as it comes. The proxy runs its own event loop in a
 thread, and the pool lives in that loop, so any thread may use the address, blocking callers included (the
 generator's calls from a worker thread while the run's loop waits on it). Like every server autorl starts, it
-requires its own key (`api_key`; `autorl.serving.auth`) on every path but /health, and never passes it on: the
+requires its own key (`api_key`; `autorl.serving.auth`) on every route but /health, decided on the route it
+would forward (never on the client's spelling of the path), and never passes it on: the
 transport sends each replica's own. It passes on `PROXIED_ROUTES` only, as `autorl serve` does: the
 replicas' LoRA loading and development endpoints stay out of reach of whoever holds the proxy's key.
 """
@@ -78,9 +79,9 @@ class PoolProxy:
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
-        if request.path not in OPEN_PATHS and not authorized(request.headers.get("Authorization"), self.api_key):
-            return web.json_response({"error": "Unauthorized: this proxy needs its key"}, status=401)
         route = allowed_route(request.method, request.raw_path, PROXIED_ROUTES)
+        if route not in OPEN_PATHS and not authorized(request.headers.get("Authorization"), self.api_key):
+            return web.json_response({"error": "Unauthorized: this proxy needs its key"}, status=401)
         if route is None:
             return web.json_response({"error": "Not found: this proxy passes on OpenAI inference only"}, status=404)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}

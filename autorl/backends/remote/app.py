@@ -50,7 +50,7 @@ from ...serving.routes import INFERENCE_ROUTES, allowed_route
 from ...training.checkpoints import checkpoint_name, complete_checkpoints
 from ..base import inference_name
 from ..run_dir import read_history
-from .limits import Concurrency
+from .limits import Concurrency, ServeLimits
 from .openapi import request_body
 from .served import Refused, ServedModels, checkpoint_archive
 from .wire import (
@@ -112,11 +112,18 @@ class BodyLimit:
         return await self.app(scope, limited, send)
 
 
-async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
-    """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400). A gzip body is
-    inflated as it arrives, and refused (413) as soon as it inflates past `max_bytes`."""
+async def parsed(request: Request, kind: type[M], max_bytes: int, limits: ServeLimits) -> M:
+    """The request's body (gzip or not) as a `kind`; a bad one is a `ValidationError` (400), one past a bound of
+    `limits` on its shape a 400 (`ServeLimits.check_body`). A gzip body is inflated as it arrives, and refused
+    (413) as soon as it inflates past `max_bytes`. It is parsed on a thread: the server answers meanwhile."""
+    raw = await inflated(request, max_bytes)
+    return await asyncio.to_thread(validated, kind, raw, limits)
+
+
+async def inflated(request: Request, max_bytes: int) -> bytes:
+    """The request's body, a gzip body inflated as it arrives (413 as soon as it passes `max_bytes`)."""
     if request.headers.get("content-encoding", "").lower() != "gzip":
-        return validated(kind, await request.body())
+        return await request.body()
     inflater, raw = zlib.decompressobj(wbits=31), bytearray()
     try:
         async for chunk in request.stream():
@@ -129,11 +136,14 @@ async def parsed(request: Request, kind: type[M], max_bytes: int) -> M:
             raise Refused(400, "the gzip body could not be read (it ends early)")
     except zlib.error as exc:
         raise Refused(400, f"the gzip body could not be read ({exc})") from None
-    return validated(kind, bytes(raw))
+    return bytes(raw)
 
 
-def validated(kind: type[M], raw: bytes) -> M:
-    """`raw` JSON as a `kind`: a `ValidationError`, or a 400 when a model's own code refuses a value's type."""
+def validated(kind: type[M], raw: bytes, limits: ServeLimits) -> M:
+    """`raw` JSON as a `kind`: a 400 when its shape passes a bound of `limits` (before it is built), a
+    `ValidationError`, or a 400 when a model's own code refuses a value's type."""
+    if (why := limits.check_body(raw)) is not None:
+        raise Refused(400, why)
     try:
         return kind.model_validate_json(raw or b"{}")
     except ValidationError:
@@ -211,7 +221,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.post("/models", openapi_extra=request_body(RegisterRequest))
     async def register(request: Request) -> Registered:
-        body = await parsed(request, RegisterRequest, max_body_bytes)
+        body = await parsed(request, RegisterRequest, max_body_bytes, served.limits)
         return await served.register(body, request.headers.get(CLIENT_HEADER, "")[:64])
 
     @app.get("/models/{name}/step")
@@ -221,7 +231,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
     @app.post("/models/{name}/train", openapi_extra=request_body(TrainRequest))
     async def train(name: str, request: Request) -> Trained:
         client = client_of(request)
-        body = await parsed(request, TrainRequest, max_body_bytes)
+        body = await parsed(request, TrainRequest, max_body_bytes, served.limits)
         served.check_limits(body)
         return await served.train(name, body, client)
 
@@ -232,20 +242,20 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.post("/models/{name}/log", openapi_extra=request_body(LogRequest))
     async def log_batch(name: str, request: Request) -> dict:
-        body = await parsed(request, LogRequest, max_body_bytes)
+        body = await parsed(request, LogRequest, max_body_bytes, served.limits)
         served.check_limits(body)
-        return await served.log(check_name(name), body)
+        return await served.log(check_name(name), body, request.headers.get(CLIENT_HEADER, "")[:64])
 
     @app.post("/models/{name}/delete_checkpoints", openapi_extra=request_body(DeleteRequest))
     async def delete_checkpoints(name: str, request: Request) -> dict:
-        body = await parsed(request, DeleteRequest, max_body_bytes)
+        body = await parsed(request, DeleteRequest, max_body_bytes, served.limits)
         model = await served.get(name)
         served.check_lease(name, client_of(request))
         return {"deleted": await served.backend.delete_checkpoints(model, body.best_checkpoint_metric, body.keep)}
 
     @app.post("/models/{name}/serve", openapi_extra=request_body(ServeRequest))
     async def serve_step(name: str, request: Request) -> Registered:
-        body = await parsed(request, ServeRequest, max_body_bytes)
+        body = await parsed(request, ServeRequest, max_body_bytes, served.limits)
         model = await served.get(name)
         await served.serve(model, body.step)
         return Registered(step=body.step, inference_name=inference_name(name, body.step))

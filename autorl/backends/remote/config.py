@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import stat
 from pathlib import Path
 
@@ -65,6 +66,15 @@ class ServeConfig(BaseModel):
         for path in (self.ssl_certfile, self.ssl_keyfile):
             if path is not None and not path.is_file():
                 raise ValueError(f"{path} is not a file")
+        if self.ssl_certfile is not None and self.ssl_keyfile is not None:
+            try:  # as uvicorn will load them, before anything starts; an encrypted key is refused, not prompted for
+                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=lambda: b"")
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"{self.ssl_certfile} and {self.ssl_keyfile} are not a PEM certificate and its unencrypted key "
+                    f"({exc.strerror or exc})"
+                ) from None
         return self
 
     @property

@@ -34,9 +34,13 @@ class ServeLimits(BaseModel):
     client's own choice, so `max_models` is the bound that holds against a client that changes it."""
     max_client_model_len: int = Field(8192, ge=16)
     """Largest context a client may give its model's vLLM server (`server.max_model_len`), and bound of
-    `config.max_completion_tokens` and `config.overlong_buffer`."""
+    `config.max_completion_tokens`, `config.overlong_buffer` and the trainer's token counts
+    (`trainer.logprob_chunk_tokens`, `trainer.eager_attention_max_tokens`)."""
     max_kv_cache_gb: float = Field(32.0, gt=0)
     """Largest KV cache a client may give its model's vLLM server (`server.kv_cache_bytes`), in GiB."""
+    max_gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Largest fraction of GPU memory a client may give its model's vLLM server (`server.gpu_memory_utilization`):
+    the rest stays for the trainer and the other models."""
     max_num_seqs: int = Field(256, ge=1)
     """Most sequences a model's vLLM server may run at once (`server.max_num_seqs`)."""
     max_client_lora_rank: int = Field(64, ge=1)
@@ -53,6 +57,12 @@ class ServeLimits(BaseModel):
     """Largest micro-batch a client may ask the trainer for (`config.micro_batch_size`)."""
     max_groups_per_step: int = Field(1024, ge=1)
     """Most trajectory groups in one training step or log batch."""
+    max_trajectories_per_step: int = Field(65536, ge=1)
+    """Most trajectories in one training step or log batch, its groups' and a supervised step's together."""
+    max_body_objects: int = Field(1_000_000, ge=1)
+    """Most JSON objects in one request body (a message, a sampled token's logprob: one each), counted as the
+    body is parsed, before anything is built of it: a body costs the server no more memory than this many
+    objects, however small each is."""
 
     @property
     def max_kv_cache_bytes(self) -> int:
@@ -63,12 +73,15 @@ class ServeLimits(BaseModel):
         return {
             "server.max_model_len": (self.max_client_model_len, "max_client_model_len"),
             "server.kv_cache_bytes": (self.max_kv_cache_bytes, "max_kv_cache_gb"),
+            "server.gpu_memory_utilization": (self.max_gpu_memory_utilization, "max_gpu_memory_utilization"),
             "server.max_num_seqs": (self.max_num_seqs, "max_num_seqs"),
             "server.max_lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
             "server.max_loras": (self.max_loras, "max_loras"),
             "server.startup_timeout_s": (self.max_startup_timeout_s, "max_startup_timeout_s"),
             "server.max_restarts": (self.max_restarts, "max_restarts"),
             "trainer.lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "trainer.logprob_chunk_tokens": (self.max_client_model_len, "max_client_model_len"),
+            "trainer.eager_attention_max_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.ppo_epochs": (self.max_ppo_epochs, "max_ppo_epochs"),
             "config.micro_batch_size": (self.max_micro_batch_size, "max_micro_batch_size"),
             "config.max_completion_tokens": (self.max_client_model_len, "max_client_model_len"),
@@ -87,13 +100,50 @@ class ServeLimits(BaseModel):
             if not isinstance(value, int | float | str) or not math.isfinite(number(value)) or number(value) > bound:
                 flag = "--" + option.replace("_", "-")
                 return f"{path}={shown(value)} is over this server's limit of {bound:g} (autorl serve {flag})"
-        groups = getattr(request, "groups", None)
-        if isinstance(groups, list) and len(groups) > self.max_groups_per_step:
-            return (
-                f"{len(groups)} groups in one request; this server takes at most {self.max_groups_per_step} "
-                "(autorl serve --max-groups-per-step)"
-            )
         return None
+
+    def check_body(self, raw: bytes) -> str | None:
+        """The one line that says which bound a JSON body passes: its objects (`max_body_objects`), groups
+        (`max_groups_per_step`) or trajectories (`max_trajectories_per_step`); None when within, or when it is
+        not JSON (the request model's own parse says why). Counted as it is parsed, so a body is refused at
+        the first object past a bound; what this parse keeps of an object is None, or its lists of groups and
+        trajectories, so it costs little more than the body itself."""
+        counts = dict.fromkeys(BODY_BOUNDS, 0)
+
+        def seen(pairs: list[tuple[str, Any]]) -> dict[str, list] | None:
+            kept = {key: value for key, value in pairs if key in ("groups", "trajectories") and isinstance(value, list)}
+            counts["objects"] += 1
+            counts["trajectories"] += len(kept.get("trajectories", ()))
+            if "trajectories" in kept and "groups" not in kept:  # a group (a request holds both lists)
+                counts["groups"] += 1
+            counts["groups"] = max(counts["groups"], len(kept.get("groups", ())))
+            for what, option in BODY_BOUNDS.items():
+                if counts[what] > (bound := getattr(self, option)):
+                    flag = "--" + option.replace("_", "-")
+                    raise PastBound(
+                        f"more than {bound} {what} in one request, this server's limit (autorl serve {flag})"
+                    )
+            return kept or None
+
+        try:
+            json.loads(raw or b"{}", object_pairs_hook=seen)
+        except PastBound as exc:
+            return str(exc)
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: the model's parse says so
+            return None
+        return None
+
+
+BODY_BOUNDS = {
+    "objects": "max_body_objects",
+    "groups": "max_groups_per_step",
+    "trajectories": "max_trajectories_per_step",
+}
+"""What `ServeLimits.check_body` counts in a body, and the limit that bounds each."""
+
+
+class PastBound(Exception):
+    """Raised while a body is parsed: it passed a bound (the message says which)."""
 
 
 def shown(value: int | float | str) -> str:

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import tarfile
 import time
 from collections import defaultdict
@@ -111,13 +112,20 @@ class ServedModels:
                 f"model {quoted(request.name)} is served here with project {known['project']!r} and base model "
                 f"{known['base_model']!r}; register another name",
             )
-        if known is None and request.name not in self.models:
+        new = known is None and request.name not in self.models
+        if new:
             self.check_room(request.name, client)
-        model = await self._start(request)
+        try:
+            model = await self._start(request)
+        except BaseException:
+            if new:  # a registration that failed holds no room of the client's
+                self._owned[client].discard(request.name)
+            raise
         return await self.registered(model)
 
     def check_room(self, name: str, client: str) -> None:
-        """429 when the server holds `max_models` models, or `client` registered `max_models_per_client`."""
+        """429 when the server holds `max_models` models, or `client` registered `max_models_per_client`; else
+        `name` counts as the client's (`register` gives it back if the registration fails)."""
         held = set(self.models) | set(self.registry())
         if len(held) >= self.limits.max_models:
             raise Refused(
@@ -135,7 +143,14 @@ class ServedModels:
         async with self._starting[request.name]:  # concurrent first requests start one vLLM server
             if request.name not in self.models:
                 model = TrainableModel(**request.model_dump())
-                await self.backend.register(model)
+                run_dir = self.backend.run_dir(model)
+                existed = run_dir.exists()
+                try:
+                    await self.backend.register(model)
+                except BaseException:
+                    if not existed:  # a failed registration leaves no directory behind
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                    raise
                 self.models[request.name] = model
                 registry = self.registry()
                 if registry.get(request.name) != request.model_dump(mode="json"):
@@ -226,11 +241,14 @@ class ServedModels:
         if lease is not None and lease.client == client and not lease.running:
             del self._leases[name]
 
-    async def log(self, name: str, request: LogRequest) -> dict[str, float]:
-        """Record an evaluation batch. A model that is not trainable (`Model`: a baseline, a hosted model) gets a
-        run directory of its own, never one of a trainable model's, and a new one only while the server holds
-        fewer than `max_models` models and directories."""
+    async def log(self, name: str, request: LogRequest, client: str = "") -> dict[str, float]:
+        """Record an evaluation batch. A trainable model's only from the client that trains it, or while no client
+        does (409, `check_lease`): its figures choose the checkpoint `delete_checkpoints(best)` keeps. A model
+        that is not trainable (`Model`: a baseline, a hosted model) gets a run directory of its own, never one of
+        a trainable model's, and a new one only while the server holds fewer than `max_models` models and
+        directories."""
         if request.trainable:
+            self.check_lease(name, client)
             model: Model = await self.get(name)
         else:
             if name in self.models or name in self.registry():

@@ -43,7 +43,7 @@ def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> Non
         backend = LocalBackend(config.home / MODELS_DIR, server=config.server)
         served = ServedModels(backend, serve_dir, config.lease_s, config.limits)
         app = make_app(served, token, config.max_body_bytes)
-        announce(f"autorl serve: {config.url} (OpenAI-compatible at {config.url}/v1); token: {source}")
+        announce(f"autorl serve: {config.url} (OpenAI-compatible at {config.url}/v1); the token from {source}")
         if (warning := config.plain_http_warning()) is not None:
             announce(warning)
         server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **config.uvicorn_options()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from ...config import TrainConfig, TrainerConfig
 from ...errors import AutoRLError, quoted
@@ -26,13 +26,23 @@ TOKEN_ENV = "AUTORL_TOKEN"
 """The server's token: what `autorl serve` accepts, and what `RemoteBackend` sends when given no `api_key`."""
 CLIENT_HEADER = "X-AutoRL-Client"
 """The id of one `RemoteBackend` (random, per instance): a model is trained by one client at a time."""
-NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
-"""A model's or project's name on a server: a directory name (no '/', no leading '.', no '@')."""
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""A model's or project's name on a server: a directory name (no '/', no leading '.' or '-', no '@')."""
+MAX_STEP = 10**9 - 1
+"""The highest step a client may name (a checkpoint's directory is its step in digits)."""
 GZIP_OVER_BYTES = 64 * 1024
 """Request bodies larger than this are sent gzip-compressed (trajectories' JSON, logprobs included, compresses well)."""
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
 """`ServerConfig` fields a client may not set for its model (`RegisterRequest.server`): the vLLM servers stay on
 loopback behind `autorl serve`, on ports it picks, with the flags it was started with."""
+
+
+def check_trajectories(groups: list[TrajectoryGroup]) -> None:
+    """A ValueError naming the first trajectory without messages: nothing to train on or record."""
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group.trajectories):
+            if not trajectory.messages_and_choices:
+                raise ValueError(f"groups.{g}.trajectories.{t}: a trajectory needs its messages")
 
 
 class RegisterRequest(BaseModel):
@@ -70,6 +80,11 @@ class TrainRequest(BaseModel):
     step_id: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     """Chosen by the client, the same on every try of one step: a step the server finished is answered
     from its record instead of trained again."""
+
+    @model_validator(mode="after")
+    def _trajectories_with_messages(self) -> TrainRequest:
+        check_trajectories(self.groups)
+        return self
 
 
 class StepAnswer(BaseModel):
@@ -120,7 +135,12 @@ class LogRequest(BaseModel):
     split: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
     """Finite figures only: one of them may choose the best checkpoint (`delete_checkpoints(best)`)."""
-    step: int | None = Field(None, ge=0)
+    step: int | None = Field(None, ge=0, le=MAX_STEP)
+
+    @model_validator(mode="after")
+    def _trajectories_with_messages(self) -> LogRequest:
+        check_trajectories(self.groups)
+        return self
 
 
 class DeleteRequest(BaseModel):
@@ -144,6 +164,6 @@ def check_name(name: str, what: str = "model name") -> str:
     """`name` if a server takes it (`NAME`), else one `AutoRLError` line."""
     if not NAME.fullmatch(name):
         raise AutoRLError(
-            f"{what} {quoted(name)}: use letters, digits, '.', '_' and '-' (no '/', no leading '.', no '@')"
+            f"{what} {quoted(name)}: use letters, digits, '.', '_' and '-' (no '/', no leading '.' or '-', no '@')"
         )
     return name
