@@ -143,6 +143,11 @@ MEASURES: dict[str, Measures] = {
         for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
         for seed in range(3)
     },
+    **{  # the strict tasks from their task text alone (issue 55; learning.py --out)
+        f"learning_strict_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json")
+        for seed in range(3)
+    },
     **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
         f"learning_content_tictactoe_{warmup}_s0": Measures(
             "benchmarks/perf/learning.py", ("examples/tictactoe_sft.jsonl", *LEARNING, *EVERYTHING)
