@@ -143,9 +143,11 @@ MEASURES: dict[str, Measures] = {
         for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json", "tictactoe")
         for seed in range(3)
     },
-    **{  # the strict tasks from their task text alone (issue 55; learning.py --out)
-        f"learning_strict_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+    **{  # the strict tasks from their task text alone (issue 55; learning.py --out); _examples: after worked
+        # examples could come from any answer that scored (76eaf49)
+        f"learning_strict_{task}{examples}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
         for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json")
+        for examples in ("", "_examples")
         for seed in range(3)
     },
     **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
