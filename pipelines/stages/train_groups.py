@@ -47,12 +47,13 @@ async def sampled_groups(
     aside = queue.record(rl_step, drawn, tied_inputs)
     record = step_record(queue, drawn, tied_inputs, len(drawn) * config.group_size, aside)
     atomic_text(step_dir / SAMPLING_FILE, canonical_json(record))
-    if len(drawn) > config.groups_per_step or aside:
-        ctx.console.print(
-            f"{desc}: {len(tied_inputs)} of {len(drawn)} groups tied, so it drew {len(drawn) - config.groups_per_step} "
-            f"more inputs (dynamic sampling)" + (f"; {len(aside)} inputs set aside after tying twice" if aside else ""),
-            highlight=False,
-        )
+    said = [f"{len(tied_inputs)} of {len(drawn)} groups tied"]
+    if len(drawn) > config.groups_per_step:
+        said.append(f"so it drew {len(drawn) - config.groups_per_step} more inputs (dynamic sampling)")
+    if aside:
+        said.append(f"{len(aside)} inputs set aside after tying twice")
+    if len(said) > 1:
+        ctx.console.print(f"{desc}: {', '.join(said[:2])}{'; ' + said[2] if len(said) > 2 else ''}", highlight=False)
     return groups, drawn
 
 
