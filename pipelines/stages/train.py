@@ -1,13 +1,15 @@
 """Stage `train`: GRPO steps until `steps` checkpoints exist.
 
-Per step: the policy answers the step's training inputs `group_size` times each, the judge scores
-each group as soon as its answers are in (each scored group is saved at once), then one GRPO update
-writes checkpoint NNNN, its history line and what the step took (`STEP_COST`), and the checkpoints that
-`keep_checkpoints` leaves out are deleted (the newest stays, and so does the best by training reward when it
-is kept: the one `best_step` names). The stage's artifact directory is the training directory itself
-(checkpoints/, history.jsonl, steps/, trajectories/, logs/); its manifest is written when the asked-for
-steps exist, and a later run asking for more steps continues it. A killed run resumes after the newest
-checkpoint and reuses the scored groups of the step it was in.
+Per step: the policy answers the step's training inputs `group_size` times each, the judge scores each group
+as soon as its answers are in (each scored group is saved at once), and while too few groups differ in score
+the step draws more inputs (dynamic sampling: `train_groups`, `pipelines.sampling`); then one GRPO update
+writes checkpoint NNNN, its history line and what the step took (`STEP_COST`); every `validate_every` steps the
+newest checkpoint is validated on held-out inputs (`train_validation`: the best checkpoint), and the
+checkpoints that `keep_checkpoints` leaves out are deleted (the newest stays, and so does the best when it is
+kept: the one `best_step` names). The stage's artifact directory is the training directory itself
+(checkpoints/, history.jsonl, log_history.jsonl, steps/, trajectories/, logs/); its manifest is written when
+the asked-for steps exist, and a later run asking for more steps continues it. A killed run resumes after the
+newest checkpoint and reuses the scored groups of the step it was in.
 
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
 run acts as `--on-drift` says (`train_sentinel.act_on_drift`): warn, stop, or roll back to an earlier
@@ -307,7 +309,7 @@ def training_inputs(ctx: RunArtifacts) -> list[str]:
     return preflight.kept_inputs(train_inputs, preflight.load(ctx).get("tied_action"))
 
 
-def judge_noise(ctx: RunArtifacts) -> tuple[float, bool]:
+def judge_noise(ctx: StageContext) -> tuple[float, bool]:
     """The judge's noise floor as the judge audit measured it (0 for a program judge, or when the checks were
     off), and whether a step may draw more inputs when its groups tie: where the judge is a program or the
     audit found it reliable (more draws judged by noise find only noise)."""
