@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from autorl.task import TaskSpec
+from autorl.trajectories import Trajectory
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import StageContext
+from ..context import RunArtifacts, StageContext
 from . import inputs, system_prompt
 
 NAME = "baseline"
@@ -33,3 +34,12 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         frame = evaluation.save(out, groups)
     return evaluation.stage_summary(ctx, frame, len(texts))
+
+
+def answers_by_input(ctx: RunArtifacts) -> dict[str, list[Trajectory]]:
+    """The base model's judged answers in this stage's artifact, by the validation input they answer."""
+    answers: dict[str, list[Trajectory]] = {}
+    for group in evaluation.load_groups(ctx.artifact(NAME)):
+        for trajectory in group.trajectories:
+            answers.setdefault(trajectory.metadata["input"], []).append(trajectory)
+    return answers

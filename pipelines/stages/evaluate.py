@@ -35,10 +35,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     if steps["best"] == steps["latest"]:
         del steps["best"]
     texts = inputs.load(ctx, "val")
-    answers: dict[str, list[Trajectory]] = {text: [] for text in texts}
-    for group in evaluation.load_groups(ctx.artifact(baseline.NAME)):
-        for trajectory in group.trajectories:
-            answers.setdefault(trajectory.metadata["input"], []).append(trajectory)
+    answers: dict[str, list[Trajectory]] = {text: [] for text in texts} | baseline.answers_by_input(ctx)
     # One checkpoint after the other (merged serving holds one at a time); the last one's answers are
     # judged as each input's complete, the others' are gathered first.
     *earlier, (last, last_step) = steps.items()

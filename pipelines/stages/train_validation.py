@@ -46,10 +46,7 @@ async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:
     scored none of its answers)."""
     config = ctx.config
     texts = inputs.load(ctx, "val")[: config.validation_inputs]
-    base: dict[str, list] = {}
-    for group in evaluation.load_groups(ctx.artifact(baseline.NAME)):
-        for trajectory in group.trajectories:
-            base.setdefault(trajectory.metadata["input"], []).append(trajectory)
+    base = baseline.answers_by_input(ctx)
     name = await ctx.policy.serve_step(step)
     items = [base.get(text, []) + evaluation.answers(ctx, prompt, text, name, VARIANT) for text in texts]
     groups = await evaluation.judged_groups(ctx, items, f"validation of step {step}")
