@@ -19,6 +19,7 @@ from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation, sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
+from pipelines.sampling import InputQueue
 from pipelines.stages import baseline, preflight, report, train, train_costs, train_groups
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts
@@ -68,7 +69,7 @@ def test_preflight_audits_the_judge_and_measures_the_signal_on_step_one_s_groups
     step_one = sorted(p.name for p in (ctx.policy.run_dir / "steps" / "0001").iterdir())
     assert step_one == ["group_00.json", "group_01.json"]
     before = len(ctx.policy.answered)
-    texts = train.step_inputs(TRAIN, 1, 2)
+    texts = InputQueue(TRAIN).draw(2, 1)  # what the train stage's step 1 draws
     saved = [ctx.policy.run_dir / "steps" / "0001" / f"group_{i:02d}.json" for i in range(2)]
     reused = asyncio.run(train_groups.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
     assert len(ctx.policy.answered) == before and [len(g) for g in reused] == [4, 4]

@@ -39,6 +39,7 @@ from .. import evaluation
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
 from ..evaluation import SUCCESS
+from ..sampling import InputQueue
 from . import baseline, inputs, system_prompt, train, train_groups
 
 NAME = "preflight"
@@ -168,7 +169,7 @@ async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal:
     if action["kept"] < len(train_inputs):
         by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}
         step_one = ctx.policy.run_dir / "steps" / "0001"
-        for index, text in enumerate(train.step_inputs(kept_inputs(train_inputs, action), 1, config.groups_per_step)):
+        for index, text in enumerate(InputQueue(kept_inputs(train_inputs, action)).draw(config.groups_per_step, 1)):
             atomic_text(step_one / f"group_{index:02d}.json", by_input[text].model_dump_json())
     return action
 

@@ -322,12 +322,6 @@ def judge_noise(ctx: StageContext) -> tuple[float, bool]:
     return (0.0 if program else audit["rejudge_gap"]), program or audit["verdict"] == "reliable"
 
 
-def step_inputs(train_inputs: list[str], step: int, groups_per_step: int) -> list[str]:
-    """The training inputs of step `step`, one per group: the next `groups_per_step`, cycling."""
-    start = (step - 1) * groups_per_step
-    return [train_inputs[(start + index) % len(train_inputs)] for index in range(groups_per_step)]
-
-
 def check_unscored_steps(history: list[dict], limit: int) -> None:
     """Raise when in the last `limit + 1` steps of `history` the judge scored no group (no limit when
     `limit` is 0). Counted from the history, so a resumed run counts the steps before the kill too."""
