@@ -47,6 +47,18 @@ def exclusive(path: Path, what: str, advice: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+@contextmanager
+def waiting_for(path: Path) -> Iterator[None]:
+    """Hold the lock file `path` (its directory exists) for the block, waiting while another process holds it:
+    for work one process does and the others then reuse, such as converting the embedded model on first use."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _holder(fd: int) -> str:
     try:
         held = json.loads(os.pread(fd, 200, 0))

@@ -19,6 +19,25 @@ a start takes about half as long, and starts are most of the slow tests' time. t
 the compiled default (`enforce_eager=False`)."""
 
 
+RAY_FILES = frozenset(
+    {"test_art_training_api.py", "test_cluster_connect.py", "test_cluster_e2e.py", "test_cluster_judge.py",
+     "test_trainer_workers.py"}
+)  # fmt: skip
+"""The files that start a local Ray cluster: under two workers (README's `-n 2`) they run in one, so two clusters
+never share the machine's memory and cores."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's `--dist loadgroup` a file is one unit of work (its module fixtures start once), the
+    Ray files one unit together; files with slow tests come first, so the longest units are not the last ones
+    handed out and the two workers finish together."""
+    for item in items:
+        group = "ray" if item.path.name in RAY_FILES else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file keeps its order
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Phoenix's own environment starts installing in the background once the tracing test is collected."""
     if any(item.path.name == "test_tracing_phoenix.py" for item in session.items):

@@ -23,6 +23,7 @@ from ruler.endpoint import ModelEndpoint
 
 from ..atomic import atomic_dir, atomic_text
 from ..errors import ModelNotFoundError
+from ..home import waiting_for
 from .config import ServerConfig
 
 if TYPE_CHECKING:
@@ -103,7 +104,10 @@ def embedded_gguf(model: EmbeddedModel) -> Path:
 def _embedded_model_dir(name: str, model: EmbeddedModel) -> Path:
     target = cache_dir() / "models" / name
     if not (target / "model.safetensors").is_file():
-        _convert_gguf(embedded_gguf(model), target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with waiting_for(target.parent / f".{name}.lock"):  # two first runs at once: one converts
+            if not (target / "model.safetensors").is_file():
+                _convert_gguf(embedded_gguf(model), target)
     _install_chat_template(target, TEMPLATES / model.template)
     return target
 
@@ -125,7 +129,6 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     Console(stderr=True).print(f"[dim]converting {gguf.name} to safetensors in {target} (once)[/dim]")
-    target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors

@@ -2,7 +2,9 @@
 autorl's server): AUTORL_PHOENIX_PYTHON names its interpreter; else Phoenix installed beside autorl is used;
 else that environment is made once under autorl's cache (`python -m venv`, `pip install
 arize-phoenix==VERSION`, about 2 minutes). The install starts in the background as soon as the suite has
-collected the tracing test (tests/conftest.py), so it overlaps the tests that run before it."""
+collected the tracing test (tests/conftest.py), so it overlaps the tests that run before it. Each pytest-xdist
+worker collects it and starts one: they take turns on a lock file, and one that finds the environment made
+does nothing."""
 
 from __future__ import annotations
 
@@ -32,11 +34,14 @@ def start_install() -> None:
     global _install
     if _install is None and _given() is None and not (ENV / "bin" / "python").exists():
         LOG.parent.mkdir(parents=True, exist_ok=True)
-        with LOG.open("w") as log:
+        make = (
+            f"test -x {ENV}/bin/python || {{ rm -rf {ENV}.tmp && {sys.executable} -m venv {ENV}.tmp"
+            f" && {ENV}.tmp/bin/pip install -q arize-phoenix=={VERSION} && mv {ENV}.tmp {ENV}; }}"
+        )  # whole or not at all: an interrupted install is redone
+        with LOG.open("a") as log:
             _install = subprocess.Popen(
-                f"{sys.executable} -m venv {ENV}.tmp && {ENV}.tmp/bin/pip install -q arize-phoenix=={VERSION}",
-                shell=True, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                ["flock", f"{ENV}.lock", "sh", "-c", make], stdout=log, stderr=subprocess.STDOUT
+            )
 
 
 def python() -> tuple[str | None, str]:
@@ -52,5 +57,4 @@ def python() -> tuple[str | None, str]:
             return None, f"no install within {INSTALL_TIMEOUT_S} s"
         if _install.returncode != 0:
             return None, LOG.read_text(errors="replace")[-500:]
-        Path(f"{ENV}.tmp").rename(ENV)  # whole or not at all: an interrupted install is redone
     return str(ENV / "bin" / "python"), ""

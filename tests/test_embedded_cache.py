@@ -1,0 +1,54 @@
+"""The embedded model's first use converts its GGUF once into the user cache; two processes that start on an
+empty cache at once (two runs, two test workers) convert it once, and both get the whole directory. The
+conversion itself (seconds of dequantizing) is replaced by one that records each call and takes a while."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+RESOLVE = """
+import sys, time
+from pathlib import Path
+from autorl.serving import embedded
+
+def convert(gguf, target):
+    with open(sys.argv[1], "a") as calls:
+        calls.write("converted\\n")
+    time.sleep(1)
+    target.mkdir(parents=True)
+    (target / "model.safetensors").write_text("weights")
+
+embedded._convert_gguf = convert
+print("resolving", flush=True)
+sys.stdin.readline()
+print(embedded.resolve_base_model("embedded:smollm2-135m"))
+"""
+
+
+def test_two_first_uses_at_once_convert_the_embedded_model_once(tmp_path):
+    env = {**os.environ, "AUTORL_CACHE": str(tmp_path / "cache")}
+    calls = tmp_path / "calls"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", RESOLVE, str(calls)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for process in processes:  # both imported: now let them resolve together
+        assert process.stdout.readline() == "resolving\n"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    outputs = [process.communicate(timeout=60) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert calls.read_text() == "converted\n"
+    model = tmp_path / "cache" / "models" / "smollm2-135m"
+    assert {out.strip() for out, _ in outputs} == {str(model)}
+    assert {path.name for path in model.iterdir()} == {"model.safetensors", "chat_template.jinja"}
