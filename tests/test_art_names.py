@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
 import pytest
 
@@ -60,14 +61,25 @@ def test_limit_concurrency_lets_n_calls_run_at_once_per_key():
 
 
 def test_trajectory_group_batches_yields_batches_as_groups_finish_and_skips_done_batches():
-    async def rollout(delay: float, reward: float) -> art.Trajectory:
-        await asyncio.sleep(delay)
-        return art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=reward)
+    finished: dict[int, asyncio.Event] = {}  # group i's rollouts finish once group i + 1's have: 4 first, 0 last
+    returned: Counter[int] = Counter()
+
+    async def rollout(index: int) -> art.Trajectory:
+        if index + 1 in finished:
+            await finished[index + 1].wait()
+            await asyncio.sleep(0.02)  # the batcher takes in the group that finished before this one
+        returned[index] += 1
+        if returned[index] == 2:
+            finished[index].set()
+        return art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=index)
 
     def group(index: int) -> art.TrajectoryGroup:
-        return art.TrajectoryGroup(rollout(0.05 * (5 - index), index) for _ in range(2))
+        return art.TrajectoryGroup(rollout(index) for _ in range(2))
 
     async def batches(skip: int) -> list[list[float]]:
+        finished.clear()
+        finished.update({i: asyncio.Event() for i in range(2 * skip, 5)})  # skipped groups never run
+        returned.clear()
         found = []
         async for batch in art.trajectory_group_batches((group(i) for i in range(5)), batch_size=2, skip_batches=skip):
             found.append([g.trajectories[0].reward for g in batch])
