@@ -8,6 +8,7 @@ import pytest
 from autorl.serving.config import EAGER_ENV
 from tests.helpers import phoenix
 from tests.helpers.cli import run  # noqa: F401 (a fixture: `autorl run` up to the pipeline)
+from tests.helpers.limits import SHARERS, scaled
 from tests.helpers.remote import chat, served  # noqa: F401 (fixtures: `autorl serve`'s app over a scripted endpoint)
 from tests.helpers.routing import proxied, serve  # noqa: F401 (fixtures: chat servers behind a replica pool)
 from tests.helpers.spans import spans  # noqa: F401 (a fixture: tracing into an in-memory exporter)
@@ -34,6 +35,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = "ray" if item.path.name in RAY_FILES else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
+        if SHARERS > 1:  # each test's limit (its mark, else the ini's) is for the machine alone
+            marked = item.get_closest_marker("timeout")
+            limit = marked.args[0] if marked and marked.args else item.config.getini("timeout")
+            item.add_marker(pytest.mark.timeout(scaled(float(limit))), append=False)
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: each file keeps its order
 

@@ -25,6 +25,7 @@ from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.local import LocalBackend
 from autorl.serving.config import ServerConfig
 from autorl.trajectories import Trajectory, TrajectoryGroup
+from tests.helpers.limits import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ class Session:
     def __init__(self, home):
         self.home = home
         self.loop = asyncio.new_event_loop()
-        self.backend = LocalBackend(home, server=ServerConfig(lora_serving="adapter", startup_timeout_s=240))
+        self.backend = LocalBackend(home, server=ServerConfig(lora_serving="adapter", startup_timeout_s=scaled(240)))
 
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)

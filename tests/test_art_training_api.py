@@ -25,6 +25,7 @@ from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.dev import train_keywords
 from autorl.errors import UnsupportedArgumentError
 from autorl.types import TrainResult
+from tests.helpers.limits import scaled
 from tests.helpers.remote import TOKEN, trainable
 from tests.helpers.training import groups, local_backend
 
@@ -181,7 +182,7 @@ def test_train_and_train_sft_on_the_cluster_backend_return_train_results_from_it
     script = CLUSTER_PROGRAM.format(
         repo=str(Path(__file__).resolve().parents[1]), home=str(tmp_path), model=str(tiny_model)
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=220)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled(220))
     assert done.returncode == 0, done.stderr[-3000:]
     result, sft = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["step"] == 1 and result["metrics"]["trained_tokens"] > 0 and "step" not in result["metrics"]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 import autorl as art
+from tests.helpers.limits import scaled
 
 pytestmark = pytest.mark.slow
 GUARDED = [
@@ -33,7 +34,7 @@ def merged_dirs() -> set[Path]:
 def server_config(serving: str) -> art.ServerConfig:
     """The CPU default, torch.compile included (the suite's other servers start eager, tests/conftest.py: a
     compiled start spends about a minute warming up)."""
-    return art.ServerConfig(lora_serving=serving, startup_timeout_s=240, enforce_eager=False)
+    return art.ServerConfig(lora_serving=serving, startup_timeout_s=scaled(240), enforce_eager=False)
 
 
 # How each serving mode names what it serves: (before training, after step 1).

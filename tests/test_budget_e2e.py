@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.limits import scaled
+
 pytestmark = pytest.mark.slow
 TASK = """
 description = "Answer the user's question in one short sentence."
@@ -26,7 +28,7 @@ RUN = ["--group-size", "2", "--groups-per-step", "1", "--max-tokens", "16", "--e
 def autorl(home: Path, task: Path, *args: str) -> str:
     """`autorl run` as a user runs it; its output (it must succeed: a budget stop is a clean end)."""
     command = [sys.executable, "-m", "pipelines.cli", "run", str(task), "--home", str(home), "--name", "b", *RUN]
-    done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=600, env=os.environ)
+    done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=scaled(600), env=os.environ)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 

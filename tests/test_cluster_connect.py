@@ -17,6 +17,7 @@ from autorl.backends.cluster.ray_cluster import connect
 from autorl.errors import AutoRLError
 from autorl.serving.die_with_parent import GRACE_S
 from benchmarks.perf.processes import alive, descendants, wait_gone
+from tests.helpers.limits import scaled
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the dev extra has it)")
 
@@ -66,7 +67,7 @@ def test_without_ray_installed_the_error_says_how_to_install_it(monkeypatch):
 @needs_ray
 @pytest.mark.timeout(120)
 def test_connect_sizes_a_local_cluster_and_keeps_the_sigterm_handler():
-    result = subprocess.run([sys.executable, "-c", CONNECT], capture_output=True, text=True, timeout=100)
+    result = subprocess.run([sys.executable, "-c", CONNECT], capture_output=True, text=True, timeout=scaled(100))
     assert result.returncode == 0, result.stderr
     cpus, expected = result.stdout.split()
     assert cpus == expected

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
+from tests.helpers.limits import scaled
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
@@ -72,7 +73,7 @@ def test_an_async_two_replica_two_worker_run_trains_and_a_killed_replica_loses_n
                 killed = min(actors)  # step 1 is trained: the rollout workers answer the next groups
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.1)
-        output, _ = run.communicate(timeout=60)
+        output, _ = run.communicate(timeout=scaled(60))
     finally:
         run.kill()
     assert run.returncode == 0, output

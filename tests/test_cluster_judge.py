@@ -23,6 +23,7 @@ from benchmarks.perf._common import vllm_metric
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler import ruler_score_group
 from ruler.endpoint import ModelEndpoint, import_litellm
+from tests.helpers.limits import scaled
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
@@ -61,7 +62,7 @@ async def completions(target, count: int) -> list[str]:
             extra_body={"min_tokens": 48},
             num_retries=0,
             max_retries=0,
-            timeout=120,
+            timeout=scaled(120),
         )
         return response.choices[0].message.content
 
@@ -113,7 +114,7 @@ def test_embedded_judge_and_generator_calls_spread_over_replicas_behind_one_keye
             f"{target.api_base}/chat/completions",
             json={"model": target.name, "messages": CHAT, "max_tokens": 8, "stream": True},
             headers={"Authorization": f"Bearer {target.api_key}"},
-            timeout=60,
+            timeout=scaled(60),
         ) as streamed:
             events = [line for line in streamed.iter_lines() if line.startswith("data: ")]
         assert len(events) > 2 and events[-1] == "data: [DONE]"  # passed on chunk by chunk

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.docs import ROOT, marked_block, marked_blocks
+from tests.helpers.limits import scaled
 
 README = ROOT / "README.md"
 
@@ -23,7 +24,7 @@ def test_the_site_builds_strict(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=scaled(110),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "cli" / "index.html").read_text().count("Usage: autorl") >= 9  # autorl + 8 commands
@@ -55,7 +56,7 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert len(code.strip().splitlines()) <= 25
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(900)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     step, reward = result.stdout.split()[-2:]

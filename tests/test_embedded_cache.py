@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from tests.helpers.limits import scaled
+
 RESOLVE = """
 import sys, time
 from pathlib import Path
@@ -46,7 +48,7 @@ def test_two_first_uses_at_once_convert_the_embedded_model_once(tmp_path):
     for process in processes:
         process.stdin.write("go\n")
         process.stdin.flush()
-    outputs = [process.communicate(timeout=60) for process in processes]
+    outputs = [process.communicate(timeout=scaled(60)) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
     assert calls.read_text() == "converted\n"
     model = tmp_path / "cache" / "models" / "smollm2-135m"

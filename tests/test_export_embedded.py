@@ -22,6 +22,7 @@ from pipelines.chat import QUIT, RESET
 from pipelines.export import export
 from pipelines.run_view import RunView
 from tests.helpers.benchmark_runs import PROMPT, VAL
+from tests.helpers.limits import scaled
 from tests.helpers.lora import lora_run
 
 pytestmark = pytest.mark.slow
@@ -119,7 +120,7 @@ def test_chat_streams_the_checkpoints_answer_and_stops_its_server(home, tmp_path
     chat = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "chat", "r@2", "--home", str(home), "--temperature", "0",
          "--max-tokens", str(TOKENS)],
-        input=f"{VAL[0]}\n{RESET}\n{VAL[0]}\n{QUIT}\nnever sent\n", capture_output=True, text=True, timeout=800,
+        input=f"{VAL[0]}\n{RESET}\n{VAL[0]}\n{QUIT}\nnever sent\n", capture_output=True, text=True, timeout=scaled(800),
     )  # fmt: skip
     assert chat.returncode == 0, chat.stderr[-3000:]
     assert chat.stdout == f"{expected}\n(conversation reset)\n{expected}\n"  # the same answer after /reset

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler.scores import answer_tokens
+from tests.helpers.limits import scaled
 from tests.helpers.wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow
@@ -71,19 +72,19 @@ def _no_run_outlives():
         if process.poll() is None:
             children = descendants(process.pid)
             process.kill()
-            process.communicate(timeout=60)
+            process.communicate(timeout=scaled(60))
             wait_gone(children, 60)
 
 
 def finish(process: subprocess.Popen, timeout_s: float = 600) -> str:
-    output, _ = process.communicate(timeout=timeout_s)
+    output, _ = process.communicate(timeout=scaled(timeout_s))
     assert process.returncode == 0, output
     return output
 
 
 def wait_until(process: subprocess.Popen, condition, timeout: float = 600) -> set[int]:
     """Wait for `condition()` while the run is alive; returns the run's processes at that moment."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if condition():
             return descendants(process.pid)
@@ -232,7 +233,7 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
     def benchmark() -> str:
         args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
         command = [sys.executable, "-m", "pipelines.cli", *args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=scaled(600), env=ENV)
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout + result.stderr
 
@@ -274,7 +275,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
 
     children = wait_until(process, in_step_two)
     os.kill(process.pid, signal.SIGKILL)
-    process.communicate(timeout=60)
+    process.communicate(timeout=scaled(60))
     assert not wait_gone(children, 90), "vLLM processes outlived a SIGKILLed run"
     work = home / "artifacts" / "train" / record(home, "killed")["keys"]["train"]
     assert not (work / "checkpoints" / "0002").exists()
@@ -324,7 +325,7 @@ def test_an_async_run_killed_in_step_two_resumes_with_the_same_command(home, fir
 
     children = wait_until(process, lambda: counts().get("trained_groups", 0) >= 1)
     os.kill(process.pid, signal.SIGKILL)
-    process.communicate(timeout=60)
+    process.communicate(timeout=scaled(60))
     assert not wait_gone(children, 90), "vLLM processes outlived a SIGKILLed run"
     before = counts()
     output = finish(autorl(home, "async", *args))
@@ -340,7 +341,7 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
     process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb", *PROGRAM_JUDGE)
     children = wait_until(process, server_running(process))
     os.kill(process.pid, signal.SIGINT)
-    output, _ = process.communicate(timeout=180)
+    output, _ = process.communicate(timeout=scaled(180))
     assert process.returncode == 1
     assert "interrupted; rerun the same command to resume" in output
     assert not wait_gone(children, 90), "vLLM processes outlived Ctrl-C"

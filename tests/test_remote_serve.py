@@ -25,6 +25,7 @@ from art_programs import dataset_loop
 from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.served import STEP_IDS_FILE
 from autorl.backends.run_dir import read_history
+from tests.helpers.limits import scaled
 from tests.helpers.remote import OUTSIDE, free_port, raw_post
 
 pytestmark = pytest.mark.slow
@@ -156,7 +157,12 @@ def test_autorl_run_with_backend_trains_on_the_server_and_gets_its_checkpoint(tm
     try:
         server.start()
         done = subprocess.run(
-            command, cwd=ROOT, capture_output=True, text=True, timeout=540, env={**os.environ, "AUTORL_TOKEN": token}
+            command,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=scaled(540),
+            env={**os.environ, "AUTORL_TOKEN": token},
         )
         assert done.returncode == 0, done.stdout + done.stderr
         run = json.loads((laptop / "runs" / "upper" / "run.json").read_text())

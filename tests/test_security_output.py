@@ -19,6 +19,7 @@ from opentelemetry.trace import Link
 from autorl.redaction import RedactingFilter, RedactingStream
 from autorl.span_redaction import RedactingProcessor
 from tests.helpers.docs import ROOT
+from tests.helpers.limits import scaled
 from tests.helpers.remote import free_port
 
 PASSWORD = "Sup3rSecretPassw0rd"
@@ -27,7 +28,12 @@ PASSWORD = "Sup3rSecretPassw0rd"
 def autorl(*args: str, home) -> subprocess.CompletedProcess:
     env = {**os.environ, "AUTORL_TOKEN": "a-token-for-the-test", "PYTHONPATH": str(ROOT), "AUTORL_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(100),
     )
 
 

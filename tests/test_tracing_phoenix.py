@@ -25,6 +25,7 @@ import pytest
 from tests.helpers import phoenix
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.judge_server import by_content
+from tests.helpers.limits import scaled
 
 pytestmark = pytest.mark.slow
 SECRET = "sk-phoenix-0123456789-never-in-a-span"
@@ -99,7 +100,7 @@ def test_a_run_s_trace_in_phoenix_has_every_stage_step_rollout_judgement_and_upd
                    "--groups-per-step", "1", "--max-tokens", "16", "--eval-samples", "2", "--preflight", "off",
                    "--judge", f"scripted@{judge.base_url}", "--no-wandb", "--otlp-endpoint", f"{url}/v1/traces"]  # fmt: skip
         env = {**os.environ, "OPENAI_API_KEY": SECRET}
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=scaled(900), env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         deadline = time.monotonic() + 60  # the last batch reaches Phoenix's database shortly after the run ends
         spans = spans_of(url, "autorl")
@@ -110,7 +111,7 @@ def test_a_run_s_trace_in_phoenix_has_every_stage_step_rollout_judgement_and_upd
     finally:
         judge.close()
         phoenix.terminate()
-        phoenix.wait(timeout=60)
+        phoenix.wait(timeout=scaled(60))
 
     by_id = {s["context"]["span_id"]: s for s in spans}
     (run,) = [s for s in spans if s["name"] == "autorl.run"]
