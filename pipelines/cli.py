@@ -61,8 +61,8 @@ RUN_FLAGS = field_flags(
         "otlp_endpoint": {"metavar": "URL"}, "force": {"metavar": "STAGE"}, "resume": {},
         "keep_checkpoints": {"metavar": "POLICY"},
         "sft.file": {"names": ("--sft-file",), "metavar": "FILE"},
-        **{f"sft.{name}": {"names": (f"--sft-{name.replace('_', '-')}",)} for name in ("epochs", "batch_size", "peak_lr", "chunk_size")},
-        "sft.*": {"rich_help_panel": "SFT warm-up before RL (ART's JSONL; create_sft_dataset_iterator's settings)"},
+        **{f"sft.{name}": {"names": (f"--sft-{name.replace('_', '-')}",)} for name in ("epochs", "batch_size", "peak_lr", "chunk_size", "bootstrap", "min_reward")},
+        "sft.*": {"rich_help_panel": "SFT warm-up before RL (ART's JSONL or the policy's own best answers)"},
         "max_steps_off_policy": {"names": ("--async", "--max-steps-off-policy"), "metavar": "N"},
         "rollout.*": {"rich_help_panel": "Rollouts (RolloutConfig)"},
         "train.*": {"rich_help_panel": "Each GRPO update (TrainConfig; a task file's train table)"},
@@ -86,8 +86,8 @@ def run_command(
     ] = None,
     **values: Any,
 ) -> None:
-    """Run the pipeline for TASK: inputs, system prompt, baseline, preflight checks, an SFT warm-up (--sft-file),
-    GRPO training, evaluation, report.
+    """Run the pipeline for TASK: inputs, system prompt, baseline, preflight checks, an SFT warm-up (--sft-file or
+    --sft-bootstrap), GRPO training, evaluation, report.
 
     Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
     run continues from its last checkpoint. A flag overrides the task file's train and trainer tables

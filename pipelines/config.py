@@ -44,8 +44,9 @@ def check_run_name(name: str) -> str:
 
 
 class SFTConfig(BaseModel):
-    """A supervised warm-up of the policy's LoRA before RL (`--sft-file`), cut into model steps as ART's
-    `create_sft_dataset_iterator` cuts it for `model.train_sft`: each step a chunk of `chunk_size` batches."""
+    """A supervised warm-up of the policy's LoRA before RL, on a file (`--sft-file`) or on the policy's own best
+    answers (`--sft-bootstrap`), cut into model steps as ART's `create_sft_dataset_iterator` cuts it for
+    `model.train_sft`: each step a chunk of `chunk_size` batches."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -63,6 +64,19 @@ class SFTConfig(BaseModel):
     chunk_size: int = Field(10, ge=1)
     """Batches per model step of the warm-up (each step is a checkpoint and a history line, as one
     `model.train_sft` call is)."""
+    bootstrap: int = Field(0, ge=0, le=10_000)
+    """A warm-up from the policy's own best answers instead of a file (rejection sampling: zero data): this many
+    training inputs, `group_size` answers each under the run's system prompt, judged; each group's best answer
+    that scores at least `min_reward` is a conversation to fine-tune on. A model judge must pass its audit on
+    these groups, else there is no warm-up. 0: off."""
+    min_reward: float = Field(0.5, ge=0, le=1)
+    """The score a sampled answer needs to be kept for the `bootstrap` warm-up."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SFTConfig:
+        if self.file is not None and self.bootstrap:
+            raise ValueError("give --sft-file or --sft-bootstrap, not both: one warm-up at a time")
+        return self
 
 
 class RunConfig(BaseModel):
@@ -142,7 +156,7 @@ class RunConfig(BaseModel):
     inputs_file: Path | None = None
     """JSONL file of the inputs (`input`, optional `split`): the inputs stage reads it instead of generating."""
     sft: SFTConfig = Field(default_factory=SFTConfig)
-    """The supervised warm-up before RL (`--sft-file`); off unless a file is given."""
+    """The supervised warm-up before RL (`--sft-file` or `--sft-bootstrap`); off unless one is given."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     """Settings of every GRPO update: learning rate, loss, clip range, KL penalty, micro-batch size."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

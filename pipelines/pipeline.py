@@ -55,11 +55,13 @@ def default_run_name(task: TaskSpec, model: str) -> str:
 
 
 def stage_keys(task: TaskSpec, config: RunConfig) -> dict[str, str]:
-    """Every stage's key, from settings and upstream keys alone: computable before anything runs."""
+    """Every stage's key, from settings and upstream keys alone: computable before anything runs. A stage
+    skipped under `config` reads nothing upstream."""
     keys: dict[str, str] = {}
     for name in STAGES:
         module = STAGE_MODULES[name]
-        upstream = {u: keys[u] for u in module.UPSTREAM}
+        skip = getattr(module, "skipped", None)
+        upstream = {} if skip is not None and skip(config) else {u: keys[u] for u in module.UPSTREAM}
         keys[name] = stage_key(name, module.settings(task, config), code_version(module), upstream)
     return keys
 

@@ -21,13 +21,17 @@ from autorl.task import TaskSpec
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import complete_checkpoints
 from autorl.training.trainer import GRPOTrainer
+from autorl.trajectories import Trajectory
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.context import Policy, StageContext
 from pipelines.pipeline import stage_keys
-from pipelines.stages import sft, train, train_costs
+from pipelines.stages import report, sft, train, train_costs
+from ruler import FunctionJudge
 from tests.helpers.cli import error_line
+from tests.helpers.pipeline import TASK as PIPELINE_TASK
+from tests.helpers.pipeline import TRAIN, NoisyModelJudge, ScriptedPolicy, upstream_artifacts
 
 TASK = TaskSpec(description="Greet a customer politely")
 
@@ -122,5 +126,82 @@ def test_a_bad_sft_file_is_one_line_before_anything_starts(tmp_path, content, ex
 
 
 def test_the_stage_is_skipped_without_a_file():
-    assert sft.skipped(RunConfig()) == "no --sft-file"
+    assert sft.skipped(RunConfig()) == "no --sft-file or --sft-bootstrap"
     assert sft.skipped(RunConfig(sft={"file": "x.jsonl"})) is None
+
+
+class AnswersSomeRight(ScriptedPolicy):
+    """The base policy to a bootstrap warm-up: its first answer to an even-numbered training question is "Paris",
+    every other answer a sentence without it."""
+
+    def __init__(self, run_dir):
+        super().__init__(run_dir, ["unused"])
+        self.counts: Counter[str] = Counter()
+
+    async def answer(self, prompt, text, config, name=None):
+        self.answered.append((text, name))
+        self.counts[text] += 1
+        right = self.counts[text] == 1 and text.startswith("train") and int(text.split()[-1].rstrip("?")) % 2 == 0
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
+        reply = "Paris" if right else "It is a city."
+        return Trajectory(messages_and_choices=[*messages, {"role": "assistant", "content": reply}])
+
+
+def says_paris(messages: list[dict]) -> float:
+    return 1.0 if messages[-1]["content"] == "Paris" else 0.0
+
+
+def bootstrap_run(tiny_model, tmp_path, judge, **sft_settings):
+    config = RunConfig(
+        model=str(tiny_model), home=tmp_path / "home", group_size=2, wandb=False, trainer={"dtype": "float32"},
+        sft={"bootstrap": 8, "batch_size": 2, "chunk_size": 2, **sft_settings},
+    )  # fmt: skip
+    keys, store = upstream_artifacts(tmp_path, config)
+    policy = AnswersSomeRight(tmp_path / "train")
+    printed = io.StringIO()
+    tracker = Tracker([], tmp_path, "run", "id", {})
+    console = Console(file=printed, width=400)
+    ctx = StageContext(PIPELINE_TASK, config, store, keys, policy, judge, tracker, tmp_path, console)
+    return ctx, asyncio.run(sft.run(ctx)), printed
+
+
+def test_the_bootstrap_warm_up_fine_tunes_on_the_policy_s_best_answers_to_training_inputs(tiny_model, tmp_path):
+    ctx, summary, printed = bootstrap_run(tiny_model, tmp_path, FunctionJudge(says_paris))
+    # 8 groups of 2 answers to the 6 training inputs (two of them twice); the first answers to questions 0, 2
+    # and 4 were right: 3 conversations, 2 batches of 2 in one step of 2 batches
+    assert summary["bootstrap"] == {"answered": 16, "groups": 8, "kept": 3}
+    assert {k: summary[k] for k in ("steps", "conversations", "file")} == {
+        "steps": 1, "conversations": 3, "file": sft.SAMPLES_FILE
+    }  # fmt: skip
+    assert {text for text, _ in ctx.policy.answered} == set(TRAIN)  # never a held-out input
+    kept = [json.loads(line) for line in (ctx.artifact("sft") / sft.SAMPLES_FILE).read_text().splitlines()]
+    assert [k["messages"] for k in kept] == [
+        [{"role": "system", "content": PIPELINE_TASK.system_prompt}, {"role": "user", "content": f"train question {i}?"},
+         {"role": "assistant", "content": "Paris"}]
+        for i in (0, 2, 4)
+    ]  # fmt: skip
+    assert "warm-up: kept 3 of 8 groups' best answers (scored at least 0.5)" in printed.getvalue()
+    assert sft.first_rl_step(ctx) == 2 and [h["step"] for h in read_history(ctx.artifact("sft"))] == [1]
+    assert report._sft_lines(ctx)[0].startswith(
+        "Warmed up with SFT before RL: the policy's own best answers (3 of 8 groups of training inputs had one "
+        "scoring at least 0.5), 1 epoch(s), in 1 model steps (1-1, final loss"
+    )
+
+    (ctx.artifact("sft") / "artifact.json").unlink()  # killed before its manifest: nothing is asked again
+    answered = len(ctx.policy.answered)
+    assert asyncio.run(sft.run(ctx))["bootstrap"]["kept"] == 3 and len(ctx.policy.answered) == answered
+
+
+@pytest.mark.parametrize(
+    ("judge", "why"),
+    [
+        (FunctionJudge(lambda messages: says_paris(messages) / 2), "(scored at least 0.75)"),
+        (NoisyModelJudge(), "(the judge is not reliable on these answers"),
+    ],
+)
+def test_no_answer_good_enough_or_a_judge_found_unreliable_is_no_warm_up(tiny_model, tmp_path, judge, why):
+    ctx, summary, printed = bootstrap_run(tiny_model, tmp_path, judge, min_reward=0.75)
+    assert summary["steps"] == 0 and summary["conversations"] == 0 and sft.first_rl_step(ctx) == 1
+    assert f"warm-up: kept 0 of 8 groups' best answers {why}" in printed.getvalue()
+    assert not (ctx.artifact("sft") / "checkpoints" / "0001").exists()
+    assert report._sft_lines(ctx)[0].startswith("No warm-up from the policy's own answers: ")

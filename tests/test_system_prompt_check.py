@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import pytest
 from rich.console import Console
@@ -20,8 +19,8 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
 from pipelines.stages import report, system_prompt
-from ruler import FunctionJudge, TrajectoryScore
-from tests.helpers.pipeline import ScriptedPolicy, upstream_artifacts
+from ruler import FunctionJudge
+from tests.helpers.pipeline import NoisyModelJudge, ScriptedPolicy, upstream_artifacts
 
 TASK = TaskSpec(description="Answer with the capital city, one word.")
 HARMFUL = "The response must have 2 paragraphs separated with *** and must contain 'you' in bold."
@@ -55,21 +54,6 @@ def says_paris(messages: list[dict]) -> float:
     """A program judge that checks content: the answer names the city (and it sees no system prompt)."""
     assert all(m["role"] != "system" for m in messages)
     return 1.0 if messages[-1]["content"].strip() == "Paris" else 0.0
-
-
-class NoisyModelJudge:
-    """A judge that reads rubrics, as a model does, and scores at random: its audit is not reliable."""
-
-    reads_rubric = True
-
-    def __init__(self):
-        self.random = random.Random(0)
-
-    async def score_group(self, message_lists, *, rubric, tools=None, task=None):
-        return [
-            TrajectoryScore(trajectory_id=str(i + 1), explanation="?", score=self.random.random())
-            for i in range(len(message_lists))
-        ]
 
 
 def run_stage(

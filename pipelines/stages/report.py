@@ -249,10 +249,19 @@ def _sft_lines(ctx: StageContext) -> list[str]:
     if not warm_up:
         return []
     steps, loss = warm_up["steps"], warm_up["final_loss"]
+    if (found := warm_up.get("bootstrap")) is not None:
+        source = (
+            f"the policy's own best answers ({found['kept']} of {found['groups']} groups of training inputs had one "
+            f"scoring at least {ctx.config.sft.min_reward:g})"
+        )
+        if not steps:
+            why = found.get("why") or "no answer scored high enough"
+            return [f"No warm-up from the policy's own answers: {why}; RL started from the base model.", ""]
+    else:
+        source = f"{warm_up['conversations']} conversations of `{Path(warm_up['file']).name}`"
     return [
-        f"Warmed up with SFT before RL: {warm_up['conversations']} conversations of `{Path(warm_up['file']).name}`, "
-        f"{warm_up['epochs']} epoch(s), in {steps} model steps (1-{steps}, final loss "
-        f"{_number(loss, '.4f')}); RL trained steps {steps + 1}-{train.last_step(ctx)} from its checkpoint.",
+        f"Warmed up with SFT before RL: {source}, {warm_up['epochs']} epoch(s), in {steps} model steps (1-{steps}, "
+        f"final loss {_number(loss, '.4f')}); RL trained steps {steps + 1}-{train.last_step(ctx)} from its checkpoint.",
         "",
     ]
 

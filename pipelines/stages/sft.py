@@ -1,4 +1,5 @@
-"""Stage `sft`: a supervised warm-up of the policy's LoRA on a JSONL file of conversations (`--sft-file`) before RL.
+"""Stage `sft`: a supervised warm-up of the policy's LoRA before RL, on a JSONL file of conversations
+(`--sft-file`) or on the policy's own best answers (`--sft-bootstrap N`).
 
 The file is ART's SFT format (`autorl.utils.sft.iterate_file`: a `{"messages": [...], "tools": [...]}` object a
 line); it is cut into model steps as ART's `create_sft_dataset_iterator` cuts it for `model.train_sft`: batches
@@ -8,6 +9,15 @@ training directory, trained on this machine without a server; a killed warm-up r
 checkpoint. The stage's key covers the file's content (not its path), the base model and the LoRA's settings;
 the train stage starts from its last checkpoint, so ART's step numbering holds: the warm-up's steps are the
 model's first steps, RL's first step is the one after them (`first_rl_step`).
+
+The bootstrap warm-up is rejection sampling, zero data: the base policy answers `N` training inputs
+(`group_size` answers each, under the run's system prompt), the run's judge scores each group, and each group's
+best answer scoring at least `min_reward` becomes a conversation (`SAMPLES_FILE`, the record of what was kept).
+A held-out input is never answered. A model judge that its audit does not find reliable on these groups gives
+no warm-up (training on its scores would train on noise); nor does a judge that scores no answer high enough:
+RL then starts from the base, and the run says why. Its groups are saved as they are judged, so a killed
+warm-up resumes without asking again. The stage reads the inputs and the system prompt, so a file warm-up is
+re-keyed by them too.
 """
 
 from __future__ import annotations
@@ -26,32 +36,42 @@ from autorl.errors import AutoRLError
 from autorl.serving.embedded import resolve_base_model
 from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
-from autorl.trajectories import Trajectory
+from autorl.trajectories import Trajectory, TrajectoryGroup
 from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
 
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import RunArtifacts, StageContext
+from . import inputs, system_prompt
+from .train_groups import judged_groups
 
 NAME = "sft"
-UPSTREAM: tuple[str, ...] = ()
+UPSTREAM = ("inputs", "system_prompt")  # what the bootstrap warm-up answers, and under which prompt
+SAMPLES_FILE = "bootstrap.jsonl"
+"""The bootstrap warm-up's conversations, in ART's SFT format: what it kept of the policy's answers."""
+FOUND_FILE = "bootstrap.json"
+"""What the bootstrap's sampling found (`bootstrapped`), written with `SAMPLES_FILE`."""
 STEP_COST = "cost.json"
 """Written into a warm-up step's `steps/NNNN/` when it ends, as the train stage writes its steps' (`seconds`,
 `model_calls`: none), so that the cost of a checkpoint counts the warm-up's steps before it."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    """What the warm-up's checkpoints depend on: the file's content, its settings, the base model, the LoRA and
-    the seed (the batches' shuffle); nothing when there is no file."""
-    if config.sft.file is None:
+    """What the warm-up's checkpoints depend on: the file's content (or, bootstrapping, how answers are sampled
+    and judged), its settings, the base model, the LoRA and the seed (the batches' shuffle); nothing when there
+    is no warm-up."""
+    if skipped(config):
         return {"file": None}
-    return {
-        "file_sha256": file_digest(config.sft.file),
+    common = {
         "sft": config.sft.model_dump(mode="json", exclude={"file"}),
         "model": config.model,
         "trainer": config.trainer.model_dump(),
         "seed": config.seed,
     }
+    if config.sft.file is not None:
+        return {"file_sha256": file_digest(config.sft.file), **common}
+    sampling = {"group_size": config.group_size, "rollout": config.rollout.model_dump(), "rubric": task.rubric}
+    return {**common, **sampling, **config.judging()}
 
 
 def file_digest(path: Path) -> str:
@@ -80,13 +100,45 @@ def conversations(path: Path) -> list[Trajectory]:
 
 def check_file(config: RunConfig) -> None:
     """Read the SFT file as the stage will, so that a bad one is one line before anything starts."""
-    if config.sft.file is None:
+    if skipped(config):
         return
     if config.backend is not None:  # its training directory is the server's: a checkpoint made here stays here
-        raise AutoRLError(
-            "--sft-file with --backend: not supported; warm up with model.train_sft on the server's model"
-        )
-    conversations(config.sft.file)
+        flag = "--sft-file" if config.sft.file is not None else "--sft-bootstrap"
+        raise AutoRLError(f"{flag} with --backend: not supported; warm up with model.train_sft on the server's model")
+    if config.sft.file is not None:
+        conversations(config.sft.file)
+
+
+async def bootstrapped(ctx: StageContext, work: Path) -> tuple[list[Trajectory], dict[str, Any]]:
+    """The bootstrap warm-up's conversations (the module's docstring says how they are chosen) and what the
+    sampling found: `answered`, `kept`, and `why` where nothing is kept for a reason other than the scores."""
+    config, kept_file = ctx.config, work / SAMPLES_FILE
+    if kept_file.is_file():  # sampled before a kill: the same conversations
+        kept = list(iterate_file(kept_file, shuffle_buffer_size=1)) if kept_file.stat().st_size else []
+        return kept, json.loads((work / FOUND_FILE).read_text())
+    train_texts = inputs.load(ctx, "train")
+    texts = [train_texts[i % len(train_texts)] for i in range(config.sft.bootstrap)]
+    saved = [work / "samples" / f"group_{i:03d}.json" for i in range(len(texts))]
+    saved[0].parent.mkdir(parents=True, exist_ok=True)
+    groups = await judged_groups(ctx, system_prompt.load(ctx), texts, saved, "warm-up samples")
+    found: dict[str, Any] = {"answered": len(groups) * config.group_size, "groups": len(groups)}
+    why = await system_prompt.unreliable(ctx, groups) if groups else "the judge scored no group"
+    kept = [] if why else best_answers(groups, config.sft.min_reward)
+    found |= {"kept": len(kept)} | ({"why": why} if why else {})
+    atomic_text(work / FOUND_FILE, canonical_json(found))
+    atomic_text(kept_file, "".join(json.dumps({"messages": t.messages(), "tools": t.tools}) + "\n" for t in kept))
+    return kept, found
+
+
+def best_answers(groups: list[TrajectoryGroup], min_reward: float) -> list[Trajectory]:
+    """Each group's best answer (the first of the best on a tie) that scored at least `min_reward`, as a
+    conversation: its messages (the system prompt, the input, every turn) and tools."""
+    kept = []
+    for group in groups:
+        best = max(group.trajectories, key=lambda t: t.reward)
+        if best.reward >= min_reward:
+            kept.append(Trajectory(messages_and_choices=best.messages(), tools=best.tools))
+    return kept
 
 
 def chunks(config: RunConfig, found: list[Trajectory]) -> list[SFTChunk]:
@@ -101,8 +153,8 @@ def chunks(config: RunConfig, found: list[Trajectory]) -> list[SFTChunk]:
 
 
 def skipped(config: RunConfig) -> str | None:
-    """Why the stage has nothing to do (no file), or None."""
-    return None if config.sft.file is not None else "no --sft-file"
+    """Why the stage has nothing to do (no file, no bootstrap), or None."""
+    return None if config.sft.file is not None or config.sft.bootstrap else "no --sft-file or --sft-bootstrap"
 
 
 def is_done(ctx: StageContext) -> bool:
@@ -111,14 +163,36 @@ def is_done(ctx: StageContext) -> bool:
 
 async def run(ctx: StageContext) -> dict[str, Any]:
     config, work = ctx.config, ctx.artifact(NAME)
-    found = conversations(config.sft.file)
-    steps = chunks(config, found)
     private_dir(work / "checkpoints")
+    sampling: dict[str, Any] = {}
+    if config.sft.file is not None:
+        found = conversations(config.sft.file)
+    else:
+        found, sampling = await bootstrapped(ctx, work)
+        said = sampling.get("why") or f"scored at least {config.sft.min_reward}"
+        ctx.console.print(f"warm-up: kept {len(found)} of {sampling['groups']} groups' best answers ({said})")
+    steps = chunks(config, found) if found else []
     reconcile_history(work)  # killed between a step's checkpoint and its history line: the line comes back
     latest = latest_checkpoint(work / "checkpoints")
-    done = latest[0] if latest else 0
+    if len(steps) > (done := latest[0] if latest else 0):
+        await _train(ctx, work, steps, done)
+    history = read_history(work)[: len(steps)]
+    summary = {
+        "steps": len(steps),
+        "conversations": len(found),
+        "epochs": config.sft.epochs,
+        "file": str(config.sft.file) if config.sft.file is not None else SAMPLES_FILE,
+        "final_loss": history[-1]["loss"] if history else None,
+        **({"bootstrap": sampling} if sampling else {}),
+    }
+    atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
+    return summary
+
+
+async def _train(ctx: StageContext, work: Path, steps: list[SFTChunk], done: int) -> None:
+    """The warm-up's steps after the `done` ones: each a checkpoint, a history line and its cost."""
     with ThreadPoolExecutor(1, "autorl-torch-sft") as thread:  # torch on one thread, as the policy's trainer
-        trainer = ThreadTrainer(resolve_base_model(config.model), work / "checkpoints", config.trainer, thread)
+        trainer = ThreadTrainer(resolve_base_model(ctx.config.model), work / "checkpoints", ctx.config.trainer, thread)
         try:
             for step, chunk in enumerate(steps[done:], done + 1):
                 started = time.monotonic()
@@ -134,22 +208,12 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 )
         finally:
             trainer.close()
-    history = read_history(work)[: len(steps)]
-    summary = {
-        "steps": len(steps),
-        "conversations": len(found),
-        "epochs": config.sft.epochs,
-        "file": str(config.sft.file),
-        "final_loss": history[-1]["loss"] if history else None,
-    }
-    atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
-    return summary
 
 
 def load(ctx: RunArtifacts) -> dict[str, Any]:
     """The warm-up's summary (`steps`, `conversations`, `epochs`, `file`, `final_loss`); empty without one, or
     before it is complete."""
-    path = ctx.artifact(NAME) / MANIFEST if ctx.config.sft.file is not None else None
+    path = ctx.artifact(NAME) / MANIFEST if not skipped(ctx.config) else None
     if path is None or not path.is_file():
         return {}
     manifest = json.loads(path.read_text())

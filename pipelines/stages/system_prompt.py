@@ -108,7 +108,7 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
     pool = [] if ctx.task.has_tools() else train_inputs[len(scored_on) : len(scored_on) + BOOTSTRAP_INPUTS]
     await ctx.policy.start()
     sampled = await _judged(ctx, prompts, [[TASK] * config.group_size] * len(pool), pool, "worked examples")
-    if sampled and (why := await _unreliable(ctx, sampled)):
+    if sampled and (why := await unreliable(ctx, sampled)):
         return unchecked | {"why": why}
     examples = worked_examples(sampled)
     if examples:
@@ -118,7 +118,7 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
                             f"base answer to {len(pool)} training inputs scored above 0)"}  # fmt: skip
     names = [name for name in prompts for _ in range(config.eval_samples)]
     judged = await _judged(ctx, prompts, [names] * len(scored_on), scored_on, "system prompt check")
-    if not sampled and (why := await _unreliable(ctx, judged)):
+    if not sampled and (why := await unreliable(ctx, judged)):
         return unchecked | {"why": why}
     rewards = [  # per input scored, each candidate's rewards
         {n: [t.reward for t in g.trajectories if t.metadata["system_prompt"] == n] for n in prompts} for g in judged
@@ -157,7 +157,7 @@ async def _judged(
     return [g for g in await ctx.gather_judged(groups, desc) if g.trajectories]
 
 
-async def _unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
+async def unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
     """Why the judge's scores of `groups` cannot choose a prompt (a model judge whose audit is not reliable);
     None for a program judge or a reliable one."""
     if not reads_rubric(ctx.judge):

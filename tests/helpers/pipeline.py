@@ -1,11 +1,13 @@
-"""A task's upstream artifacts written as the pipeline writes them, and a scripted policy at the edge (it answers
-from a list instead of a vLLM server): what the stage tests (preflight, the sentinel, the system prompt check) share."""
+"""A task's upstream artifacts written as the pipeline writes them, a scripted policy at the edge (it answers from a
+list instead of a vLLM server) and a judge that scores at random: what the stage tests (preflight, the sentinel,
+the system prompt check, the warm-up) share."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
+import random
 from pathlib import Path
 
 from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
@@ -16,6 +18,7 @@ from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.pipeline import stage_keys
 from pipelines.stages import baseline, inputs, system_prompt
+from ruler import TrajectoryScore
 
 TASK = TaskSpec(description="Answer with one word", system_prompt="One word only.")
 TRAIN = [f"train question {i}?" for i in range(6)]
@@ -53,6 +56,21 @@ class ScriptedPolicy:
             messages_and_choices=[*messages, {"role": "assistant", "content": next(self._texts)}],
             metadata={"input": text},
         )
+
+
+class NoisyModelJudge:
+    """A judge that reads rubrics, as a model does, and scores at random: its audit is not reliable."""
+
+    reads_rubric = True
+
+    def __init__(self):
+        self.random = random.Random(0)
+
+    async def score_group(self, message_lists, *, rubric, tools=None, task=None):
+        return [
+            TrajectoryScore(trajectory_id=str(i + 1), explanation="?", score=self.random.random())
+            for i in range(len(message_lists))
+        ]
 
 
 def upstream_artifacts(
