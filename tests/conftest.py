@@ -28,6 +28,7 @@ RAY_FILES = frozenset(
 never share the machine's memory and cores."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist's `--dist loadgroup` a file is one unit of work (its module fixtures start once), the
     Ray files one unit together; files with slow tests come first, so the longest units are not the last ones
