@@ -57,7 +57,8 @@ class ServedRollouts:
         if (why := check_ask(body, self.served.limits, "autorl serve")) is not None:
             raise Refused(400, why)
         answer = await self.served.forward(request, CHAT_ROUTE, {**body, "model": name})
-        assert isinstance(answer, StreamingResponse)
+        if not isinstance(answer, StreamingResponse):  # forward streams every answer; anything else is not recorded
+            return answer
         record = recorder(lambda: self.rollouts.get(rollout, name), body, 200 <= answer.status_code < 300)
         answer.body_iterator = recording(answer.body_iterator, answer.headers.get("content-encoding", ""), record)
         return answer
