@@ -27,11 +27,12 @@ async def gather_trajectory_groups(
         in `group.exceptions`.
     after_each: called with each group as soon as its rollouts finish (e.g. to score it with a judge);
         it may return a replacement group, or None to drop the group. Sync or async.
-    pbar_desc: the progress bar's label; None hides the bar. It counts rollouts, and with `after_each` also
-        the groups done (`after_each` returned), e.g. judged; a plain line every few seconds off a terminal.
+    pbar_desc: the progress bar's label; None hides the bar. It counts the rollouts still to run (a group's
+        trajectories given already made are not), and with `after_each` also the groups done (`after_each`
+        returned), e.g. judged; a plain line every few seconds off a terminal.
     """
     groups = list(groups)
-    total = sum(g.pending + len(g) if isinstance(g, TrajectoryGroup) else 0 for g in groups)
+    total = sum(g.pending if isinstance(g, TrajectoryGroup) else 0 for g in groups)
     bar = progress_bar(pbar_desc, total, "rollout")
     failures = finished = 0
 

@@ -22,16 +22,18 @@ from .redaction import redact_text
 
 
 class RedactingProcessor(SpanProcessor):
-    """Passes each span, redacted once it has ended (`redacted_span`), to `processor`: the one that exports it."""
+    """Passes each span, redacted once it has ended (`redacted_span`), to `processor`: the one that exports it.
+    `names`: model names to show in their place (`autorl.tracing.name_model`), read as each span ends."""
 
-    def __init__(self, processor: SpanProcessor):
+    def __init__(self, processor: SpanProcessor, names: Mapping[str, str] | None = None):
         self.processor = processor
+        self.names = names if names is not None else {}
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.processor.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.processor.on_end(redacted_span(span))
+        self.processor.on_end(redacted_span(span, self.names))
 
     def shutdown(self) -> None:
         self.processor.shutdown()
@@ -40,9 +42,9 @@ class RedactingProcessor(SpanProcessor):
         return self.processor.force_flush(timeout_millis)
 
 
-def redacted_span(span: ReadableSpan) -> ReadableSpan:
+def redacted_span(span: ReadableSpan, names: Mapping[str, str] | None = None) -> ReadableSpan:
     """A copy of the ended `span` with its name, attributes, events, links' attributes, resource and status
-    description redacted."""
+    description redacted, and a model its attributes name shown by its name in `names` if it has one there."""
     status = span.status
     if status.description:  # an error's: OpenInference writes the exception's text there
         status = Status(status.status_code, redact_text(status.description))
@@ -54,7 +56,7 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
         context=span.context,
         parent=span.parent,
         resource=resource,
-        attributes=redacted_attributes(span.attributes),
+        attributes=redacted_attributes(named(span.attributes, names or {})),
         events=[Event(redact_text(e.name), redacted_attributes(e.attributes), e.timestamp) for e in span.events],
         links=[Link(link.context, redacted_attributes(link.attributes)) for link in span.links],
         kind=span.kind,
@@ -63,6 +65,17 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,
     )
+
+
+MODEL_ATTRIBUTES = ("llm.model_name", "gen_ai.request.model", "gen_ai.response.model")
+"""The attributes that name a model, OpenInference's and the GenAI conventions'."""
+
+
+def named(attributes: Mapping[str, Any] | None, names: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """`attributes` with each model `MODEL_ATTRIBUTES` name that `names` has shown by its name there."""
+    found = {key: (attributes or {}).get(key) for key in MODEL_ATTRIBUTES}
+    renamed = {key: names[value] for key, value in found.items() if isinstance(value, str) and value in names}
+    return {**attributes, **renamed} if renamed and attributes is not None else attributes
 
 
 def redacted_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:

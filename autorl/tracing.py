@@ -9,23 +9,37 @@ code are traced too (OpenInference's LLM spans, under the current span): they ho
 call's error text, never the client's API key or headers. Every string a span exports, autorl's attributes and
 OpenInference's alike, goes through `autorl.redaction.redact_text` on its way out (`autorl.span_redaction`): no
 URL's credentials, no `Authorization` header's value, no value of a secret-named field.
+
+What a reader of the trace sees first (Phoenix's columns): OpenInference's `input.value` and `output.value` (`io`) on
+the run and each rollout; a rollout's reward on an `autorl.reward` span under it (`rewards`); a served model by the
+name a person reads (`name_model`: "smollm2-135m + LoRA step 3", not the policy's cache key); calls that are
+autorl's own bookkeeping (the base model scoring given tokens) under one span that says what they are, their
+instrumentation spans left out (`unrecorded`).
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 import ruler.tracing
 
 from .errors import AutoRLError
+
+if TYPE_CHECKING:
+    from .trajectories import Trajectory
 
 SERVICE = "autorl"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _OFF = nullcontext()
 _state: dict[str, Any] = {}
 """When on: the `tracer` and its `provider` (and `instrumentor`, OpenInference's, if installed)."""
+_names: dict[str, str] = {}
+"""What `name_model` was told: a served model's name -> the name spans show."""
+TEXT_CHARS = 4000
+"""The longest input or output text a span holds (`io`)."""
 
 
 def enabled() -> bool:
@@ -62,7 +76,7 @@ def configure(endpoint: str | None = None, exporter: Any = None) -> bool:
 
         # an explicit URL is the traces endpoint itself; otherwise the exporter reads the variables
         processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint or None))
-    provider.add_span_processor(RedactingProcessor(processor))  # every span redacted before it is exported
+    provider.add_span_processor(RedactingProcessor(processor, _names))  # every span redacted before it is exported
     _state.update(provider=provider, tracer=provider.get_tracer("autorl"))
     ruler.tracing.set_tracer(_state["tracer"])
     try:
@@ -82,6 +96,7 @@ def shutdown() -> None:
     if instrumentor := _state.pop("instrumentor", None):
         instrumentor.uninstrument()
     ruler.tracing.set_tracer(None)
+    _names.clear()
     _state.pop("tracer")
     _state.pop("provider").shutdown()
 
@@ -93,7 +108,13 @@ def span(name: str, attributes: dict[str, Any] | None = None) -> AbstractContext
     return _state["tracer"].start_as_current_span(name, attributes=safe({**kind(name), **(attributes or {})}))
 
 
-KINDS = {"chat": "LLM", "execute_tool": "TOOL", "autorl.rollout": "AGENT", "autorl.judge": "EVALUATOR"}
+KINDS = {
+    "chat": "LLM",
+    "execute_tool": "TOOL",
+    "autorl.rollout": "AGENT",
+    "autorl.judge": "EVALUATOR",
+    "autorl.reward": "EVALUATOR",
+}
 """OpenInference's span kind by the span name's first word (CHAIN for the others), which Phoenix's views use."""
 
 
@@ -138,6 +159,60 @@ def safe(attributes: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = str(value)
     return out
+
+
+def io(input: Any = None, output: Any = None) -> dict[str, Any]:
+    """OpenInference's input and output of a span (`input.value`, `output.value`: the columns Phoenix shows for
+    it), as text of at most `TEXT_CHARS`; a side that is None is left out."""
+    sides = {"input.value": input, "output.value": output}
+    return {key: str(value)[:TEXT_CHARS] for key, value in sides.items() if value is not None}
+
+
+def name_model(served: str, shown: str) -> None:
+    """Show the model served as `served` (autorl's policy is served under a cache key, `KEY` or `KEY@NNNN`) as
+    `shown` in the spans that name it (`span_redaction.MODEL_ATTRIBUTES`) and end from now on, instrumentations' spans included."""
+    _names[served] = shown
+
+
+def rewards(trajectories: Iterable[Trajectory], judging: Any) -> None:
+    """Each judged trajectory's reward on a span of its own, `autorl.reward`, under its rollout's span (that span
+    ended before its group was judged, and an OpenTelemetry span cannot change once ended) and linked to the
+    `judging` span: `autorl.reward`, and as its output (the reward, then the judge's explanation). A trajectory
+    whose metadata names no rollout span (`ids`) has none."""
+    if judging is None or not enabled():
+        return
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+    for trajectory in trajectories:
+        trace_id, span_id = trajectory.metadata.get("trace_id"), trajectory.metadata.get("span_id")
+        if not (isinstance(trace_id, str) and isinstance(span_id, str)):
+            continue
+        rollout = SpanContext(int(trace_id, 16), int(span_id, 16), False, TraceFlags(TraceFlags.SAMPLED))
+        said = " ".join([f"{trajectory.reward:g}", *trajectory.logs[-1:]])
+        attributes = {**kind("autorl.reward"), "autorl.reward": trajectory.reward, **io(output=said)}
+        _state["tracer"].start_span(
+            "autorl.reward",
+            context=trace.set_span_in_context(NonRecordingSpan(rollout)),
+            attributes=safe(attributes),
+            links=[Link(judging.get_span_context())],
+        ).end()
+
+
+@contextmanager
+def unrecorded() -> Iterator[None]:
+    """A block whose calls instrumentations do not trace (OpenInference's OpenAI spans: OpenTelemetry's suppression
+    key, which they honour); autorl's span around it says what the calls were. Nothing when tracing is off."""
+    if not enabled():
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 class Begun:

@@ -18,6 +18,7 @@ from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
 
 from .benchmark.config import BenchmarkConfig
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
+from .cli_capture import capture_command
 from .cli_export import chat_command, export_command
 from .cli_options import command_signature, field_flags, given_values
 from .config import DEFAULT_HOME, RunConfig
@@ -289,7 +290,8 @@ def serve_command(ctx: typer.Context, **values: Any) -> None:
     NAME is its newest checkpoint, NAME@NNNN an earlier one where the serving allows). Every request but /health
     needs the token (Authorization: Bearer ...). Binds loopback unless --host says otherwise; serve TLS
     (--ssl-certfile, --ssl-keyfile) or put a TLS proxy in front on a network you do not trust. A restarted
-    server resumes every model from its newest checkpoint.
+    server resumes every model from its newest checkpoint. Agents in any language are captured under a model's
+    rollout addresses (URL/models/NAME/rollouts/ID/v1: RemoteBackend.capture_rollout, finish_rollout).
     """
     from autorl.backends.remote.server import serve
 
@@ -305,6 +307,7 @@ app.command("serve")(serve_command)
 
 app.command("export")(export_command)
 app.command("chat")(chat_command)
+app.command("capture")(capture_command)
 
 if __name__ == "__main__":
     app()

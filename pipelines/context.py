@@ -135,13 +135,16 @@ class Policy:
         await self.start()
         self._calls["policy"] += 1
         served = name or self.model.get_inference_name()
+        if (shown := self.shown_name(served)) is not None:
+            tracing.name_model(served, shown)
         complete = openai_completion(self._client, served, config.rollout)
-        with (
-            tracing.span("autorl.rollout", {"gen_ai.request.model": served, "autorl.input": text[:500]}) as span,
-            activity("policy"),
-        ):
+        attributes = {"gen_ai.request.model": served, "autorl.input": text[:500], **tracing.io(input=text)}
+        with tracing.span("autorl.rollout", attributes) as span, activity("policy"):
             trajectory = await task_rollout(complete, system_prompt, text, self.task, await self.toolbox(), demos)
-            tracing.set_attributes(span, {f"autorl.{k}": v for k, v in trajectory.metrics.items()})
+            answer = trajectory.messages()[-1].get("content") if trajectory.messages() else None
+            tracing.set_attributes(
+                span, {**{f"autorl.{k}": v for k, v in trajectory.metrics.items()}, **tracing.io(output=answer)}
+            )
         if span is not None:  # the trajectory links to its trace
             trajectory.metadata.update(tracing.ids(span))
         metrics = trajectory.metrics
@@ -159,10 +162,14 @@ class Policy:
             self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, directory)
         sequences = [tokenize_trajectory(t, self._tokenizer) for t in trajectories]
         base = await self.serve_step(0)
-        if self.serves_adapters():  # one at a time: see `serves_adapters`
-            scored = [await prompt_logprobs(self._client, base, s.input_ids) for s in sequences]
-        else:
-            scored = await asyncio.gather(*(prompt_logprobs(self._client, base, s.input_ids) for s in sequences))
+        said = f"the base model's logprob of each token of {len(sequences)} answers (how far the policy drifted)"
+        attributes = {"gen_ai.request.model": base, "autorl.tokens": sum(len(s.input_ids) for s in sequences)}
+        # one span says what these calls are; their own (token ids in, every token's logprob out) are left out
+        with tracing.span("autorl.base_logprobs", {**attributes, **tracing.io(input=said)}), tracing.unrecorded():
+            if self.serves_adapters():  # one at a time: see `serves_adapters`
+                scored = [await prompt_logprobs(self._client, base, s.input_ids) for s in sequences]
+            else:
+                scored = await asyncio.gather(*(prompt_logprobs(self._client, base, s.input_ids) for s in sequences))
         return list(zip(sequences, scored, strict=True))
 
     def serves_adapters(self) -> bool:
@@ -176,6 +183,16 @@ class Policy:
         """The served name of checkpoint `step` (the base model for 0), loading it if needed."""
         await self.start()
         return await self.backend.serve_checkpoint(self.model, step)
+
+    def shown_name(self, served: str) -> str | None:
+        """How a trace names the policy served as `served` (a cache key, `KEY@NNNN` a checkpoint): the base model,
+        with the LoRA's step where the name says it; None for a name that is not the policy's."""
+        base, (key, at, step) = self.model.base_model, served.partition("@")
+        if key != self.model.name:
+            return None
+        if not at or not step.isdigit():
+            return f"{base} + LoRA (newest step)"
+        return base if int(step) == 0 else f"{base} + LoRA step {int(step)}"
 
     async def aclose(self) -> None:
         """Stop the task's MCP servers and the policy's vLLM server."""
@@ -299,6 +316,7 @@ class StageContext:
             )
             if span is not None and scored is not None:
                 tracing.set_attributes(span, judge_attributes(scored))
+                tracing.rewards(scored.trajectories, span)  # each under its rollout's span
                 for trajectory in scored.trajectories:  # each answer links to the judging that scored it
                     trajectory.metadata["judge_span_id"] = tracing.ids(span)["span_id"]
         self.judging["groups"] += 1
@@ -317,11 +335,16 @@ def judge_attributes(scored: TrajectoryGroup) -> dict:
     """A judging's span attributes: the parsed scores, the requests it took, its tokens (RULER's metrics)."""
     metrics = [t.metrics for t in scored.trajectories]
     attempts = int(metrics[0].get("ruler_attempts", 0)) if metrics else 0
-    return {
-        "autorl.judge.scores": [float(t.reward) for t in scored.trajectories],
-        "autorl.judge.requests": attempts,
-        "autorl.judge.retries": max(attempts - 1, 0),
+    scores = [float(t.reward) for t in scored.trajectories]
+    tokens = {  # a judge that asked no model (a program judge, a cached judging) has no token counts
         "gen_ai.usage.input_tokens": round(sum(m.get("ruler_prompt_tokens", 0) for m in metrics)),
         "gen_ai.usage.output_tokens": round(sum(m.get("ruler_completion_tokens", 0) for m in metrics)),
+    }
+    return {
+        "autorl.judge.scores": scores,
+        "autorl.judge.requests": attempts,
+        "autorl.judge.retries": max(attempts - 1, 0),
+        **(tokens if attempts else {}),
         "autorl.judge.explanations": " | ".join(t.logs[-1] if t.logs else "" for t in scored.trajectories)[:2000],
+        **tracing.io(output="scores: " + ", ".join(f"{score:g}" for score in scores)),
     }

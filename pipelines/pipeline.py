@@ -97,8 +97,15 @@ async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | Non
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
         traced = tracing.configure(config.otlp_endpoint)  # off unless asked for: then every span below
         try:
-            with tracing.span("autorl.run", {"autorl.run": name, "gen_ai.request.model": config.model}):
-                return await _run_locked(task, config, console, name, run_dir, keys, store, forced, judge, engine)
+            attributes = {
+                "autorl.run": name,
+                "gen_ai.request.model": config.model,
+                **tracing.io(input=task.description),
+            }
+            with tracing.span("autorl.run", attributes) as span:
+                record = await _run_locked(task, config, console, name, run_dir, keys, store, forced, judge, engine)
+                tracing.set_attributes(span, run_totals(record))
+                return record
         finally:
             if traced:
                 tracing.shutdown()  # what is buffered is sent
@@ -203,6 +210,27 @@ async def _run_locked(
         await policy.aclose()
     console.print(f"done: report in {run_dir / 'report.md'}; model calls this run: {sum(calls.values())}")
     return record
+
+
+def run_totals(record: dict[str, Any]) -> dict[str, Any]:
+    """The run span's totals, what its trace's root says unopened: the tokens and USD of the run's artifacts, each
+    evaluated variant's held-out reward, the status, and one line of them as its output. (Tokens are autorl's
+    attributes, not OpenInference's `llm.token_count.*`, which trace views add up over the spans below.)"""
+    cost = record.get("cost") or {}
+    sides = {side: sum(t.get(side, 0) for t in cost.get("tokens", {}).values()) for side in ("prompt", "completion")}
+    variants = record.get("stages", {}).get("evaluate", {}).get("summary", {}).get("variants", {})
+    rewards = {variant: figures["mean"] for variant, figures in variants.items() if "mean" in figures}
+    usd = cost.get("usd", {}).get("total", 0.0)
+    said = [f"held-out reward: {', '.join(f'{v} {r:.3f}' for v, r in rewards.items())}"] if rewards else []
+    said.append(f"{cost.get('tokens_total', 0)} tokens, ${usd:.4f}, {record.get('status')}")
+    return {
+        **{f"autorl.tokens.{side}": count for side, count in sides.items()},
+        "autorl.tokens.total": cost.get("tokens_total", 0),
+        "autorl.usd": usd,
+        **{f"autorl.reward.{variant}": reward for variant, reward in rewards.items()},
+        "autorl.status": record.get("status"),
+        **tracing.io(output="; ".join(said)),
+    }
 
 
 POLICY_STAGES = ("baseline", "train", "evaluate")

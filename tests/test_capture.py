@@ -1,5 +1,6 @@
 """ART's capture scopes against a real HTTP server on 127.0.0.1 (`tests/helpers/chat_server.py`): the OpenAI SDK
-(sync and async, streamed and not; its own httpx2 and the httpx client of `model.openai_client()`), LangChain's
+(sync and async, streamed and not; its own httpx2 and the httpx client of `model.openai_client()`), an agent's own
+HTTP code over aiohttp and requests, LangChain's
 `ChatOpenAI` and LiteLLM record into `autorl.trajectory(...)` the trajectory an agent would have built by hand;
 nested scopes, `no_capture`, `additional_histories`, `trajectory_group`, ART's 2025 names and
 `yield_trajectory`; a model of `autorl serve` captured through its proxy, and the captured group trained."""
@@ -9,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from types import SimpleNamespace
 
+import aiohttp
 import httpx
 import openai
 import pytest
+import requests
 from openai import AsyncOpenAI, OpenAI
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice
 
 import autorl as art
@@ -93,18 +98,46 @@ async def streamed_choice(stream) -> Choice:
     return Choice.model_validate({"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs})
 
 
+class RawHTTPClient:
+    """An agent's own OpenAI-compatible client over aiohttp or requests (no SDK): `chat.completions.create` posts
+    the JSON body and reads the answer, or the stream's events line by line, into the SDK's types."""
+
+    def __init__(self, base_url: str, library: str):
+        self.url, self.library = f"{base_url}/chat/completions", library
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    async def create(self, **body) -> ChatCompletion | list[ChatCompletionChunk]:
+        body["messages"] = [
+            m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else m for m in body["messages"]
+        ]
+        if self.library == "requests":
+            response = requests.post(self.url, json=body, stream=body["stream"], timeout=30)
+            lines = list(response.iter_lines()) if body["stream"] else None
+            answer = None if body["stream"] else response.json()
+        else:
+            async with aiohttp.ClientSession() as session, session.post(self.url, json=body) as response:
+                lines = [line async for line in response.content] if body["stream"] else None
+                answer = None if body["stream"] else await response.json()
+        if answer is not None:
+            return ChatCompletion.model_validate(answer)
+        events = [line.decode().removeprefix("data: ").strip() for line in lines if line.startswith(b"data: ")]
+        return [ChatCompletionChunk.model_validate_json(e) for e in events if e != "[DONE]"]
+
+
 def comparable(items: list) -> list:
     return [m.model_dump(exclude_none=True) if isinstance(m, Choice) else m for m in items]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["answer", "stream"])
-@pytest.mark.parametrize("kind", ["async", "sync", "model_client"])
+@pytest.mark.parametrize("kind", ["async", "sync", "model_client", "aiohttp", "requests"])
 def test_a_captured_trajectory_is_the_one_the_agent_built_by_hand(server, kind, stream):
     model = art.Model(name="m", inference_base_url=server.base_url)
     client = {
         "async": lambda: AsyncOpenAI(base_url=server.base_url, api_key="k"),
         "sync": lambda: OpenAI(base_url=server.base_url, api_key="k"),
         "model_client": model.openai_client,  # the httpx (not httpx2) client of autorl's models
+        "aiohttp": lambda: RawHTTPClient(server.base_url, "aiohttp"),  # an agent's own HTTP code, as ART 2026 hooks
+        "requests": lambda: RawHTTPClient(server.base_url, "requests"),
     }[kind]()
     by_hand = []
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
 import autorl as art
@@ -26,6 +30,7 @@ from tests.helpers.chat_server import chunks, completion
 from tests.helpers.remote import TOKEN, trainable
 
 AGENTS = Path(__file__).parent / "capture_agents"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def run_agent(command: list[str], env: dict[str, str]) -> str:
@@ -156,3 +161,91 @@ def test_a_stream_reaches_the_agent_through_the_gateway_as_it_arrives():
         model_server.shutdown()
     assert json.loads(first.removeprefix("data: "))["choices"][0]["delta"] == {"role": "assistant"}
     assert recorded.messages_and_choices[-1].message.content == "hello there"
+
+
+def test_agents_are_captured_through_autorl_serve_s_rollout_routes_and_train(served, chat, tiny_model):
+    """The gateway on `autorl serve`: the training program opens rollouts through `RemoteBackend`, a shell agent
+    and a Node agent use their addresses, an OpenAI-SDK agent whose base URL stays the server's /v1 names its
+    rollout by header; the program fetches the trajectories and trains on them."""
+    backend, model = RemoteBackend(served.url, api_key=TOKEN), trainable(tiny_model)
+
+    async def program():
+        await model.register(backend)
+        rollouts = [await backend.capture_rollout(model) for _ in range(4)]
+        assert rollouts[0].base_url == f"{served.url}/models/agent/rollouts/{rollouts[0].id}/v1"
+        assert rollouts[0].env()["OPENAI_API_KEY"] == TOKEN
+        for bonus, rollout in enumerate(rollouts[:2]):
+            await run_agent([str(AGENTS / "agent.sh")], {**rollout.env(), "BONUS": str(bonus)})
+        printed = await run_agent(["node", str(AGENTS / "agent.mjs")], rollouts[2].env())
+        sdk = AsyncOpenAI(base_url=f"{served.url}/v1", api_key=TOKEN, default_headers={ROLLOUT_HEADER: rollouts[3].id})
+        await sdk.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "By header."}])
+        await sdk.close()
+        trajectories = [await backend.finish_rollout(model, r.id) for r in rollouts]
+        with pytest.raises(AutoRLError, match=r"no rollout .* open here"):
+            await backend.finish_rollout(model, rollouts[0].id)  # finished: gone
+        result = await backend.train(model, [art.TrajectoryGroup(trajectories[:2])], learning_rate=1e-6)
+        return trajectories, printed, result
+
+    (first, second, streamed, by_header), printed, result = asyncio.run(program())
+    backend.close()
+    assert [m["content"] for m in first.messages()] == ["Say hello.", "hello", "Again.", "hello"]
+    assert [type(m).__name__ for m in first.messages_and_choices] == ["dict", "Choice", "dict", "Choice"]
+    assert (first.reward, second.reward, first.metrics["turns"]) == (5.0, 6.0, 2.0)
+    assert printed.strip() == "hello" and streamed.messages_and_choices[-1].message.content == "hello"
+    assert [m["content"] for m in by_header.messages()] == ["By header.", "hello"]
+    assert result.step == 1 and result.metrics["trained_tokens"] > 0
+    assert set(chat.paths) == {"/v1/chat/completions"}
+    assert {request["model"] for request in chat.requests} == {"lora-0"}  # the model's own name, not the agent's
+
+
+def test_autorl_capture_writes_each_rewarded_rollout_and_the_rest_at_its_end(chat, tmp_path, monkeypatch):
+    """`autorl capture` as a user runs it: a proxy in front of a model, printing the address and key an agent
+    uses; an agent names its own rollouts; each is written to --out when its reward is posted, those without one
+    when the proxy stops."""
+    out = tmp_path / "captured.jsonl"
+    monkeypatch.setenv("UPSTREAM_KEY", "the-upstream-key")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "capture", f"m@{chat.base_url}", "--out", str(out),
+         "--api-key-env", "UPSTREAM_KEY"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        env = dict(line.split("=", 1) for line in printed_env(process))
+        assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:") and env["OPENAI_BASE_URL"].endswith(
+            "/rollouts/1/v1"
+        )
+        base = env["OPENAI_BASE_URL"].removesuffix("/rollouts/1/v1")
+        for name, bonus in (("a", 0), ("b", 1)):
+            agent_env = {"OPENAI_BASE_URL": f"{base}/rollouts/{name}/v1", "OPENAI_API_KEY": env["OPENAI_API_KEY"]}
+            asyncio.run(run_agent([str(AGENTS / "agent.sh")], {**agent_env, "BONUS": str(bonus)}))
+        rewarded = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [(t["metadata"]["rollout"], t["reward"]) for t in rewarded] == [("a", 5.0), ("b", 6.0)]
+        unrewarded = httpx.post(
+            f"{base}/rollouts/c/v1/chat/completions", headers=bearer(env["OPENAI_API_KEY"]),
+            json={"model": "x", "messages": [{"role": "user", "content": "hi"}]},
+        )  # fmt: skip
+        assert unrewarded.status_code == 200
+        assert httpx.post(f"{base}/rollouts/a/reward", json={"reward": 1}).status_code == 401  # no key
+    finally:
+        process.send_signal(signal.SIGINT)
+        said = process.communicate(timeout=30)[0]
+    assert process.returncode == 0, said
+    written = [art.Trajectory.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert [(t.metadata["rollout"], t.metadata["reward_posted"]) for t in written] == [
+        ("a", True), ("b", True), ("c", False)
+    ]  # fmt: skip
+    assert [m["content"] for m in written[2].messages()] == ["hi", "hello"]
+    assert "the-upstream-key" not in said + out.read_text()
+    assert all(headers["authorization"] == "Bearer the-upstream-key" for headers in chat.headers)
+    assert (out.stat().st_mode & 0o777) == 0o600
+
+
+def printed_env(process: subprocess.Popen) -> list[str]:
+    """The `NAME=value` lines `autorl capture` prints before it serves."""
+    lines: list[str] = []
+    while len(lines) < 2:
+        line = process.stdout.readline()
+        assert line, "autorl capture ended before it printed its address"
+        if line.startswith(("OPENAI_BASE_URL=", "OPENAI_API_KEY=")):
+            lines.append(line.strip())
+    return lines

@@ -1,10 +1,11 @@
 """Long waits are said in plain lines where stderr is not a terminal (a log, CI), at the start, while they
 last and at the end; on a terminal tqdm redraws them in place."""
 
+import asyncio
 import io
 import time
 
-from autorl import progress
+from autorl import Trajectory, TrajectoryGroup, gather_trajectory_groups, progress
 from autorl.progress import progress_bar, waiting
 from autorl.serving.config import ServerConfig
 
@@ -70,3 +71,20 @@ def test_a_server_start_names_what_the_server_is_for_and_warns_of_the_first_comp
     monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path)  # compiled before: no warning
     again = vllm_server.VLLMServer(tmp_path, "m", tmp_path / "log", compiled)
     assert again._start_message() == "starting the vLLM server of m" and "--enforce-eager" not in again.command()
+
+
+def test_gathering_counts_the_rollouts_it_runs_not_the_answers_given_already_made(monkeypatch, capsys):
+    """A group of answers made earlier (the baseline's, reused by evaluate) and rollouts still to run: the bar
+    ends at the rollouts it ran, not at half of every answer, with every group done."""
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+
+    async def rollout() -> Trajectory:
+        return Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}])
+
+    def group() -> TrajectoryGroup:
+        return TrajectoryGroup([Trajectory(), Trajectory(), rollout(), rollout()])
+
+    gathered = asyncio.run(gather_trajectory_groups([group(), group()], pbar_desc="evaluate", after_each=lambda g: g))
+    assert [len(g) for g in gathered] == [4, 4]
+    last = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluate: ")][-1]
+    assert last.startswith("evaluate: 4/4 rollouts, groups done 2/2 (") and last.endswith(", done)"), last

@@ -1,6 +1,6 @@
 """`autorl serve`'s HTTP surface fuzzed from its OpenAPI description (`autorl.backends.remote.openapi.describe`) with
-schemathesis: the real app, in-process, over a stand-in placement whose models are served by a plain HTTP
-server in place of vLLM (tests/test_remote_backend.py's `ScriptedPlacement`), with the token. Whatever
+schemathesis, the capture gateway's rollout routes included: the real app, in-process, over a stand-in placement
+whose models are served by a plain HTTP server in place of vLLM (tests/test_remote_backend.py's `ScriptedPlacement`), with the token. Whatever
 schemathesis sends (valid requests and invalid ones, any path parameter, any body): no 5xx, no answer over
 `MAX_ANSWER_BYTES`, and nothing but the inference allowlist ever reaches the model's server."""
 
@@ -31,6 +31,13 @@ from tests.helpers.remote import MAX_BODY, TOKEN, ScriptedPlacement, register_bo
 # the fixture after other modules' tests (random order), CPython 3.11's parser failed on it with "AST constructor
 # recursion depth mismatch" (pytest rewrites the asserts of plugin packages such as schemathesis as they import).
 
+CAPTURE_ROUTES = [
+    "/models/{name}/rollouts",
+    "/models/{name}/rollouts/{rollout}/v1/chat/completions",
+    "/models/{name}/rollouts/{rollout}/reward",
+    "/models/{name}/rollouts/{rollout}/finish",
+]
+"""The capture gateway's routes on `autorl serve` (autorl/backends/remote/rollouts.py)."""
 MAX_ANSWER_BYTES = 64 * 1024
 """No answer of the fuzzed app is larger (its error lines are short, the lists it answers are of one model)."""
 
@@ -45,7 +52,9 @@ def surface(tmp_path_factory, tiny_model):
     backend.placement = ScriptedPlacement(chat, config)
     served = ServedModels(backend, private_dir(home / "serve"), 60, ServeLimits(max_models=2))
     app = make_app(served, TOKEN, MAX_BODY)
-    schema = schemathesis.openapi.from_dict(describe(app))
+    described = describe(app)
+    assert set(CAPTURE_ROUTES) <= set(described["paths"])  # the capture gateway's routes are fuzzed too
+    schema = schemathesis.openapi.from_dict(described)
     schema.app = app
     registered = TestClient(app).post("/models", content=json.dumps(register_body(tiny_model)), headers=bearer(TOKEN))
     assert registered.status_code == 200, registered.text

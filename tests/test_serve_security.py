@@ -224,6 +224,73 @@ def test_requests_at_once_are_bounded_and_health_still_answers(tmp_path, tiny_mo
         held.close()
 
 
+def test_capture_rollouts_pass_on_the_chat_route_only_with_the_token_and_within_the_limits(tmp_path, tiny_model):
+    """The capture gateway's routes on `autorl serve` (a rollout per id under a model): every spelling outside the
+    rollout's chat route is 404 and reaches nothing; the token, the model's own rollouts only; what an agent asks
+    (max_tokens, n) bounded by the server's limits, its requests counted against --max-concurrent-requests."""
+    gate = threading.Event()
+    gate.set()
+    held = ChatCompletionServer(lambda body: gate.wait(30) and completion(body, "hello"))
+    limits = ServeLimits(max_concurrent_requests=1, max_num_seqs=4)
+    harness = Harness(tmp_path, held, limits=limits)
+    ask = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        assert call("POST", f"{harness.url}/models", content=json.dumps(register_body(tiny_model))).status_code == 200
+        opened = call("POST", f"{harness.url}/models/agent/rollouts").json()
+        rollout = f"{harness.url}/models/agent/rollouts/{opened['id']}"
+        assert opened["path"] == f"/models/agent/rollouts/{opened['id']}/v1"
+        answered = {path: raw_post(harness.port, opened["path"].removesuffix("/v1") + path, ask) for path in OUTSIDE}
+        assert {path: status for path, (status, _) in answered.items() if status != 404} == {}
+        assert held.paths == []
+        for field, value, says in [
+            ("max_tokens", 8193, "max_tokens=8193 is over the limit of 8192 (autorl serve --max-client-model-len)"),
+            ("max_completion_tokens", 1e300, "(autorl serve --max-client-model-len)"),
+            ("n", 5, "n=5 is over the limit of 4 (autorl serve --max-num-seqs)"),
+            ("n", "2", "n must be a positive number"),
+            ("n", 0, "n must be a positive number"),
+            ("max_tokens", True, "max_tokens must be a positive number"),
+        ]:
+            answer = call("POST", f"{rollout}/v1/chat/completions", json={**ask, field: value})
+            assert answer.status_code == 400 and says in answer.json()["error"], (field, value, answer.text)
+        assert held.paths == []  # nothing past a limit was sent on
+        at_bounds = call("POST", f"{rollout}/v1/chat/completions", json={**ask, "max_tokens": 8192, "n": 4})
+        assert at_bounds.status_code == 200 and held.paths == ["/v1/chat/completions"]
+        assert held.requests[-1]["model"] == "lora-0"
+        elsewhere = [
+            call("POST", f"{rollout}/v1/chat/completions", key=None, json=ask),
+            call("POST", f"{rollout}/v1/chat/completions", key="not-the-token", json=ask),
+            call("POST", f"{harness.url}/models/agent/rollouts", key=None),
+            call("POST", f"{harness.url}/models/other/rollouts"),
+            call("POST", f"{harness.url}/models/other/rollouts/{opened['id']}/v1/chat/completions", json=ask),
+            call("POST", f"{harness.url}/models/agent/rollouts/{'0' * 24}/v1/chat/completions", json=ask),
+            call("POST", f"{harness.url}/v1/chat/completions", json=ask, headers={"X-Autorl-Rollout": "0" * 24}),
+            call("POST", f"{harness.url}/v1/completions", json=ask, headers={"X-Autorl-Rollout": opened["id"]}),
+            call("POST", f"{rollout}/reward", json={"reward": "NaN"}),
+            call("POST", f"{rollout}/reward", json={"reward": 1, "extra": 2}),
+            call("GET", f"{rollout}/finish"),
+        ]
+        assert [answer.status_code for answer in elsewhere] == [401, 401, 401, 404, 404, 404, 404, 400, 400, 400, 405]
+        assert len(held.paths) == 1
+        gate.clear()
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(call, "POST", f"{rollout}/v1/chat/completions", json=ask)
+            deadline = time.monotonic() + 30
+            while len(held.paths) < 2:
+                assert time.monotonic() < deadline, "the rollout's request did not reach the model"
+                time.sleep(0.01)
+            assert call("POST", f"{rollout}/v1/chat/completions", json=ask).status_code == 503
+            gate.set()
+            assert running.result(30).status_code == 200
+        assert call("POST", f"{rollout}/reward", json={"reward": 0.5}).json() == {"reward": 0.5}
+        finished = call("POST", f"{rollout}/finish").json()["trajectory"]
+        assert finished["reward"] == 0.5 and len(finished["messages_and_choices"]) == 2
+        assert call("POST", f"{rollout}/finish").status_code == 404
+    finally:
+        gate.set()
+        harness.stop()
+        held.close()
+
+
 def test_bodies_are_bounded_as_sent_and_as_inflated_compressed_or_chunked(served):
     url = f"{served.url}/models"
     gzipped = {"Content-Encoding": "gzip"}

@@ -12,20 +12,26 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
 
 import openai
 import pytest
+from rich.console import Console
 
 import ruler
 from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
-from pipelines.context import judge_attributes
+from autorl.task import TaskSpec
+from pipelines.config import RunConfig
+from pipelines.context import Policy, StageContext, judge_attributes
+from pipelines.pipeline import run_totals
 from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer, completion, read_request, send_json
 from tests.helpers.judge_server import by_content
+from tests.helpers.remote import TOKEN
 
 SECRET = "sk-tracing-0123456789-never-in-a-span"
 
@@ -243,3 +249,80 @@ def test_a_user_s_openai_call_is_an_openinference_llm_span_under_the_autorl_span
         [[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description] for s in finished]
     )
     assert SECRET not in recorded and key not in recorded
+
+
+def test_a_run_s_spans_say_its_input_answers_rewards_models_scoring_calls_and_totals(
+    spans, served, chat, tiny_model, tmp_path, monkeypatch
+):
+    """What a trace view's columns show of the pipeline's own spans (its `Policy` and `StageContext` against
+    `autorl serve`'s real app over a scripted model): a rollout's input and answer (`input.value`,
+    `output.value`); its reward on an `autorl.reward` span under it, linked to the judging; a program judge's span
+    without token counts; the policy named by its base model and step, not its cache key, in autorl's spans and
+    OpenInference's; the base model scoring given tokens as one named span with no instrumentation span under it;
+    the run span's totals."""
+    monkeypatch.setenv("AUTORL_TOKEN", TOKEN)
+    config = RunConfig(model=str(tiny_model), backend=served.url)
+    task = TaskSpec(description="Say hello.")
+    policy = Policy(config, tmp_path / "artifacts", "d6c27c68policykey", Counter(), task, tmp_path / "logs")
+    judge = ruler.FunctionJudge(lambda messages: float("hello" in messages[-1]["content"]))
+    ctx = StageContext(task, config, None, {}, policy, judge, None, tmp_path, Console(quiet=True))
+
+    async def step() -> TrajectoryGroup:
+        with tracing.span("autorl.step", {"autorl.step": 1}):
+            group = TrajectoryGroup([await policy.answer("Be brief.", "Greet me.", config) for _ in range(2)])
+            scored = await ctx.score(group)
+            await policy.base_logprobs(scored.trajectories)
+        await policy.aclose()
+        return scored
+
+    scored = asyncio.run(step())
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    rollouts = [s for s in finished if s.name == "autorl.rollout"]
+    assert [(s.attributes["input.value"], s.attributes["output.value"]) for s in rollouts] == [
+        ("Greet me.", "hello")
+    ] * 2
+    base = str(tiny_model)
+    assert {s.attributes["gen_ai.request.model"] for s in rollouts} <= {base, f"{base} + LoRA (newest step)"}
+    calls = [s for s in finished if s.name == "ChatCompletion"]  # OpenInference's, under the rollouts' turns
+    assert len(calls) == 2 and all("d6c27c68" not in json.dumps(dict(s.attributes)) for s in rollouts)
+    (judged,) = [s for s in finished if s.name == "autorl.judge"]
+    assert "gen_ai.usage.input_tokens" not in judged.attributes and judged.attributes["autorl.judge.requests"] == 0
+    assert judged.attributes["output.value"] == "scores: 1, 1"
+    rewards = [s for s in finished if s.name == "autorl.reward"]
+    assert sorted(s.parent.span_id for s in rewards) == sorted(s.context.span_id for s in rollouts)
+    assert all(
+        s.attributes["autorl.reward"] == 1.0 and s.attributes["openinference.span.kind"] == "EVALUATOR" for s in rewards
+    )
+    assert all([link.context.span_id for link in s.links] == [judged.context.span_id] for s in rewards)
+    assert [t.reward for t in scored.trajectories] == [1.0, 1.0]
+    (scoring,) = [s for s in finished if s.name == "autorl.base_logprobs"]
+    assert scoring.attributes["gen_ai.request.model"] == base and scoring.attributes["autorl.tokens"] > 0
+    assert "logprob of each token of 2 answers" in scoring.attributes["input.value"]
+    assert not [s for s in finished if s.parent is not None and s.parent.span_id == scoring.context.span_id]
+    names = Counter(s.name for s in finished)
+    assert names == Counter({"autorl.step": 1, "autorl.rollout": 2, "chat": 2, "ChatCompletion": 2, "autorl.judge": 1,
+                             "autorl.reward": 2, "autorl.base_logprobs": 1})  # fmt: skip
+    assert all(by_id.get(s.parent.span_id) is not None for s in finished if s.parent is not None)
+
+
+def test_the_run_span_s_totals_and_a_served_name_shown_as_told(spans):
+    record = {
+        "status": "done",
+        "cost": {"tokens": {"policy": {"prompt": 900, "completion": 300}, "judge": {"prompt": 100, "completion": 20}},
+                 "tokens_total": 1320, "usd": {"compute": 0.01, "api": 0.002, "total": 0.012}},
+        "stages": {"evaluate": {"summary": {"variants": {"base": {"mean": 0.3}, "latest": {"mean": 0.722}}}}},
+    }  # fmt: skip
+    totals = run_totals(record)
+    assert (totals["autorl.tokens.prompt"], totals["autorl.tokens.completion"], totals["autorl.tokens.total"]) == (
+        1000, 320, 1320
+    )  # fmt: skip
+    assert (totals["autorl.usd"], totals["autorl.reward.base"], totals["autorl.reward.latest"]) == (0.012, 0.3, 0.722)
+    assert totals["output.value"] == "held-out reward: base 0.300, latest 0.722; 1320 tokens, $0.0120, done"
+    assert "llm.token_count.total" not in totals  # trace views add those up over the spans below
+    tracing.name_model("key@0003", "smollm2-135m + LoRA step 3")
+    with tracing.span("autorl.rollout", {"gen_ai.request.model": "key@0003", "other": "key@0003"}):
+        pass
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["gen_ai.request.model"] == "smollm2-135m + LoRA step 3"
+    assert span.attributes["other"] == "key@0003"  # only the attributes that name a model

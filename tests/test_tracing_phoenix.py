@@ -158,3 +158,14 @@ def test_a_run_s_trace_in_phoenix_has_every_stage_step_rollout_judgement_and_upd
     metadata = [t["metadata"] for t in json.loads(saved.read_text())["trajectories"]]
     assert {m["judge_span_id"] for m in metadata} == {judged[0]["context"]["span_id"]}
     assert {m["span_id"] for m in metadata} == {s["context"]["span_id"] for s in rollouts}
+    # what Phoenix's columns show: the run's task and totals, each rollout's input and answer, its reward on a span
+    # under it, the policy by name (not its cache key), the base model's scoring calls as one named span
+    assert run["attributes"]["input.value"] == "Answer the user's question in one short sentence."
+    assert run["attributes"]["autorl.tokens.total"] > 0
+    assert run["attributes"]["output.value"].startswith("held-out reward: base ")
+    assert all(s["attributes"]["input.value"] in INPUTS for s in named("autorl.rollout"))
+    rewards = [s for s in named("autorl.reward") if s["parent_id"] in {r["context"]["span_id"] for r in rollouts}]
+    assert len(rewards) == 2 and all(isinstance(s["attributes"]["autorl.reward"], int | float) for s in rewards)
+    assert all(record["keys"]["train"] not in s["attributes"]["llm.model_name"] for s in calls)
+    (scoring,) = named("autorl.base_logprobs")
+    assert parent(scoring) is stages["evaluate"] and not named("Completion")

@@ -10,79 +10,87 @@ Routes (every one needs the gateway's key, `Authorization: Bearer <key>`): `POST
 (or `POST /v1/chat/completions` with the header `X-Autorl-Rollout: <id>`), passed on to the model under its current
 inference name, its answer relayed as it arrives (a stream chunk by chunk) and recorded once complete
 (`Trajectory.add_completion`); `POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}` (from Python:
-`post_reward`). Nothing else is served. The gateway binds 127.0.0.1 unless told otherwise, its key is made per
-gateway and never written, ids are random, a body is at most `max_body_bytes`, and a rollout not finished is
-dropped past `max_rollouts` (the oldest first).
+`post_reward`); `POST /rollouts` opens a rollout (`{"id", "path"}`). Nothing else is served. The gateway binds
+127.0.0.1 unless told otherwise, its key is made per gateway and never written, ids are random (`any_id`: an
+agent's own name opens a rollout on its first call, as `autorl capture` lets it), a body is at most
+`max_body_bytes`, what a request asks of the model is bounded by `limits` (answer tokens, choices, requests at
+once: `check_ask`, `ServeLimits`), and a rollout not finished is dropped past `max_rollouts` (the oldest first).
+`autorl serve` has the same routes under each model (`autorl.backends.remote.rollouts`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import secrets
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..backends.remote.app import BodyLimit
+from ..backends.remote.limits import Concurrency, ServeLimits
 from ..errors import AutoRLError
 from ..model import Model
 from ..serving.auth import RequireKey, bearer, new_key
 from ..trajectories import Trajectory
-from .completions import chat_request, recorded_choice
-
-ROLLOUT_HEADER = "X-Autorl-Rollout"
-"""The header that names a rollout on `/v1/chat/completions` (for an agent whose base URL cannot change)."""
-
-
-@dataclass(frozen=True)
-class GatewayRollout:
-    """One rollout's address on a gateway: what an agent needs to have its calls recorded."""
-
-    id: str
-    base_url: str
-    """The agent's OpenAI base URL (`.../rollouts/<id>/v1`)."""
-    api_key: str
-    """The gateway's key, the agent's OpenAI API key (held in memory, never written)."""
-
-    def env(self) -> dict[str, str]:
-        """The environment an OpenAI SDK reads (`OPENAI_BASE_URL`, `OPENAI_API_KEY`): give it to the agent's
-        process."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": self.api_key}
+from .completions import chat_request
+from .rollouts import (
+    MAX_OPEN_ROLLOUTS,
+    ROLLOUT_HEADER,
+    ROLLOUT_ID,
+    GatewayRollout,
+    OpenedRollout,
+    Reward,
+    Rollouts,
+    check_ask,
+    recorder,
+    recording,
+)
 
 
 class CaptureGateway:
     """Records the chat completions of agents that are not Python (or not run in this process) into trajectories,
-    one per rollout id, passing each on to `model` (a registered `TrainableModel`'s requests wait while it trains)."""
+    one per rollout id, passing each on to `model` (a registered `TrainableModel`'s requests wait while it trains).
+
+    on_reward: called with a rollout's id and trajectory when its reward is posted, which then finishes it (as
+        `autorl capture` writes each one); None: the rollout stays open until `finish`.
+    any_id: a rollout id the gateway did not make (`ROLLOUT_ID`: letters, digits, `_.-`) opens a rollout on its
+        first call, so an agent picks its own; False: only `rollout()` or `POST /rollouts` open one.
+    key: the key every route needs; None: a new one (`self.key`)."""
 
     def __init__(
         self, model: Model, *, host: str = "127.0.0.1", port: int = 0, max_body_bytes: int = 4 * 2**20,
-        max_rollouts: int = 4096,
+        max_rollouts: int = MAX_OPEN_ROLLOUTS, limits: ServeLimits | None = None,
+        on_reward: Callable[[str, Trajectory], None] | None = None, any_id: bool = False, key: str | None = None,
     ) -> None:  # fmt: skip
         self.model, self.host, self.port = model, host, port
-        self.max_body_bytes, self.max_rollouts = max_body_bytes, max_rollouts
-        self.key = new_key()
+        self.max_body_bytes, self.limits = max_body_bytes, limits or ServeLimits()
+        self.on_reward, self.any_id = on_reward, any_id
+        self.key = key or new_key()
         self.url = ""
-        self._rollouts: dict[str, Trajectory] = {}
+        self.rollouts = Rollouts(max_rollouts)
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
 
     def app(self) -> Any:
-        """The gateway's ASGI app: its three routes behind the key."""
+        """The gateway's ASGI app: its routes behind the key, the body limit and the bound on requests at once."""
         app = Starlette(
             routes=[
+                Route("/rollouts", self._open, methods=["POST"]),
                 Route("/rollouts/{rollout}/v1/chat/completions", self._complete, methods=["POST"]),
                 Route("/v1/chat/completions", self._complete, methods=["POST"]),
                 Route("/rollouts/{rollout}/reward", self._reward, methods=["POST"]),
-            ]
+            ],
+            exception_handlers={HTTPException: refused},
         )
+        app.add_middleware(BodyLimit, max_bytes=self.max_body_bytes)
+        app.add_middleware(Concurrency, limit=self.limits.max_concurrent_requests)
         app.add_middleware(RequireKey, key=self.key)
         return app
 
@@ -103,40 +111,44 @@ class CaptureGateway:
             self._server.should_exit = True
             await self._task
 
-    def rollout(self) -> GatewayRollout:
-        """A new rollout: its id, base URL and key; its trajectory fills as the agent calls."""
-        rollout_id = secrets.token_hex(12)
-        if len(self._rollouts) >= self.max_rollouts:
-            self._rollouts.pop(next(iter(self._rollouts)))
-        self._rollouts[rollout_id] = Trajectory()
+    def rollout(self, rollout_id: str | None = None) -> GatewayRollout:
+        """A new rollout (`rollout_id`, a random one when None): its id, base URL and key; its trajectory fills as
+        the agent calls."""
+        rollout_id = self.rollouts.open(rollout_id)
         return GatewayRollout(rollout_id, f"{self.url}/rollouts/{rollout_id}/v1", self.key)
 
     def finish(self, rollout_id: str) -> Trajectory:
         """The rollout's trajectory (its calls, the reward and metrics posted), no longer recorded into."""
-        trajectory = self._rollouts.pop(rollout_id, None)
+        trajectory = self.rollouts.finish(rollout_id)
         if trajectory is None:
             raise AutoRLError(f"the capture gateway has no rollout {rollout_id!r} (finished already, or never made)")
-        return trajectory.finish()
+        return trajectory
 
-    async def _body(self, request: Request) -> bytes | Response:
-        """The request's body, or the answer that refuses it (over the limit, or not for a known rollout)."""
+    def _rollout(self, request: Request) -> tuple[str, Trajectory] | Response:
+        """The rollout a request names and its trajectory (opened now when `any_id` lets it), or the 404 that
+        refuses it."""
         rollout = request.path_params.get("rollout") or request.headers.get(ROLLOUT_HEADER, "")
-        if rollout not in self._rollouts:
-            return JSONResponse({"error": f"no rollout {rollout[:40]!r} on this gateway"}, status_code=404)
-        body = await request.body()
-        if len(body) > self.max_body_bytes:
-            return JSONResponse({"error": f"request body over {self.max_body_bytes} bytes"}, status_code=413)
-        return body
+        if (trajectory := self.rollouts.get(rollout)) is None:
+            if not (self.any_id and ROLLOUT_ID.fullmatch(rollout)):
+                return JSONResponse({"error": f"no rollout {rollout[:40]!r} on this gateway"}, status_code=404)
+            trajectory = self.rollouts.get(self.rollouts.open(rollout))
+        return rollout, trajectory
+
+    async def _open(self, _: Request) -> Response:
+        rollout = self.rollout()
+        return JSONResponse(OpenedRollout(id=rollout.id, path=f"/rollouts/{rollout.id}/v1").model_dump())
 
     async def _complete(self, request: Request) -> Response:
-        raw = await self._body(request)
-        if isinstance(raw, Response):
-            return raw
-        body = chat_request("POST", request.url.path, raw)
+        found = self._rollout(request)
+        if isinstance(found, Response):
+            return found
+        rollout = found[0]
+        body = chat_request("POST", request.url.path, await request.body())
         if body is None:
             return JSONResponse({"error": "not a chat completion request (JSON with `messages`)"}, status_code=400)
+        if (why := check_ask(body, self.limits, "autorl capture")) is not None:
+            return JSONResponse({"error": why}, status_code=400)
         body["model"] = self.model.get_inference_name()
-        rollout = request.path_params.get("rollout") or request.headers[ROLLOUT_HEADER]
         client = self.model.http_client()
         url, headers = (
             f"{self.model.require_endpoint()}/chat/completions",
@@ -148,36 +160,37 @@ class CaptureGateway:
             await client.aclose()
             return JSONResponse({"error": f"the model {self.model.name!r} did not answer: {exc!r}"[:400]}, 502)
 
-        async def relay() -> AsyncIterator[bytes]:
-            """The answer's bytes as they arrive (a stream reaches the agent token by token); recorded at its end."""
-            received = bytearray()
+        async def relay() -> Any:
             try:
-                async for chunk in answer.aiter_bytes():
-                    received += chunk
+                record = recorder(lambda: self.rollouts.get(rollout), body, answer.is_success)
+                async for chunk in recording(answer.aiter_bytes(), "", record):
                     yield chunk
             finally:
                 await answer.aclose()
                 await client.aclose()
-            trajectory = self._rollouts.get(rollout)
-            choice = recorded_choice(bytes(received), streamed=bool(body.get("stream"))) if answer.is_success else None
-            if trajectory is not None and choice is not None:
-                trajectory.add_completion(body["messages"], body.get("tools"), choice)
 
         media = answer.headers.get("content-type", "application/json")
         return StreamingResponse(relay(), status_code=answer.status_code, media_type=media)
 
     async def _reward(self, request: Request) -> Response:
-        raw = await self._body(request)
-        if isinstance(raw, Response):
-            return raw
+        found = self._rollout(request)
+        if isinstance(found, Response):
+            return found
+        rollout, trajectory = found
         try:
-            posted = Reward.model_validate_json(raw)
+            posted = Reward.model_validate_json(await request.body())
         except ValueError as exc:
             return JSONResponse({"error": f"a reward is {{'reward': number, 'metrics': {{...}}}}: {exc}"[:400]}, 400)
-        trajectory = self._rollouts[request.path_params["rollout"]]
-        trajectory.reward = posted.reward
-        trajectory.metrics.update(posted.metrics)
-        return JSONResponse({"reward": trajectory.reward})
+        posted.apply(trajectory)
+        if self.on_reward is not None:
+            self.on_reward(rollout, self.finish(rollout))
+        return JSONResponse({"reward": posted.reward})
+
+
+async def refused(_: Request, exc: Exception) -> Response:
+    """A request the body limit refused, as every other refusal: `{"error": "<one line>"}`."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
 
 
 def post_reward(
@@ -185,7 +198,8 @@ def post_reward(
 ) -> None:
     """Ends a rollout from the agent's side (a Python agent in its own process): posts its reward and metrics to
     the gateway rollout whose address it was given, by default the `OPENAI_BASE_URL` and `OPENAI_API_KEY` of
-    `GatewayRollout.env()`; a refusal is one `AutoRLError` line."""
+    `GatewayRollout.env()` (a `CaptureGateway`, `autorl capture` or `autorl serve`); a refusal is one
+    `AutoRLError` line."""
     base_url = base_url or os.environ.get("OPENAI_BASE_URL", "")
     api_key = api_key or os.environ.get("OPENAI_API_KEY", "")
     if not base_url.rstrip("/").endswith("/v1") or "/rollouts/" not in base_url:
@@ -198,12 +212,3 @@ def post_reward(
     )
     if not answer.is_success:
         raise AutoRLError(f"post_reward: the gateway answered {answer.status_code}: {answer.text[:200]}")
-
-
-class Reward(BaseModel):
-    """What `POST /rollouts/<id>/reward` takes."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    reward: float
-    metrics: dict[str, float] = Field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""The capture scopes' stack and the httpx hooks that record into its innermost trajectory.
+"""The capture scopes' stack and the httpx hooks that record into its innermost trajectory (clients.py: aiohttp's
+and requests').
 
 A scope is a `Trajectory` pushed on a context variable, so it follows the rollout's own task (and the tasks and
 threads it starts with a copy of its context) and concurrent rollouts never see each other's scope. The first
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,7 @@ def unhide(token: contextvars.Token) -> None:
 
 
 @dataclass
-class _Call:
+class Call:
     """One chat completion being recorded: its scope, request, and the response bytes read so far."""
 
     trajectory: Trajectory
@@ -79,15 +80,18 @@ class _Call:
     body: bytearray = field(default_factory=bytearray)
     done: bool = False
 
-    def finish(self, module: ModuleType, status: int, body: bytes | None = None) -> None:
-        """Records the completion into its trajectory (once; nothing for an error status or no choice)."""
+    def finish(self, status: int, body: bytes | None = None, module: ModuleType | None = None) -> None:
+        """Records the completion into its trajectory (once; nothing for an error status or no choice): `body`, else
+        the bytes read so far (`self.body`), which an httpx `module` decodes as their Content-Encoding says."""
         if self.done:
             return
         self.done = True
         if not 200 <= status < 300:
             return
-        if body is None:  # a stream's raw bytes: decoded as its Content-Encoding says
-            body = module.Response(status, headers=self.headers, content=bytes(self.body)).content
+        if body is None:
+            body = bytes(self.body)
+            if module is not None:  # a stream's raw bytes
+                body = module.Response(status, headers=self.headers, content=body).content
         choice = recorded_choice(body, streamed=bool(self.request.get("stream")))
         if choice is None:
             log.debug("a chat completion inside a capture scope had no choice to record")
@@ -96,35 +100,45 @@ class _Call:
             self.trajectory.add_completion(self.request["messages"], self.request.get("tools"), choice)
 
 
-def _begin(module: ModuleType, request: Any) -> _Call | None:
-    """The call to record for `request`, or None (no scope, another request, or a request inside a send)."""
+def begin(method: str, path: str, content: Callable[[], bytes | None]) -> Call | None:
+    """The call to record for a request (`content()` its body, read only when a scope is active), or None: no scope,
+    another request, or a request made inside an httpx send (a transport over another client, recorded once)."""
     trajectory = current()
     if trajectory is None or _sending.get():
         return None
-    try:
-        content = request.content
-    except module.RequestNotRead:  # a streamed upload: not a chat completion the SDKs send
-        return None
-    body = chat_request(request.method, request.url.path, content)
-    return None if body is None else _Call(trajectory, body)
+    raw = content()
+    body = None if raw is None else chat_request(method, path, raw)
+    return None if body is None else Call(trajectory, body)
+
+
+def _begin(module: ModuleType, request: Any) -> Call | None:
+    """`begin` for an httpx request."""
+
+    def content() -> bytes | None:
+        try:
+            return request.content
+        except module.RequestNotRead:  # a streamed upload: not a chat completion the SDKs send
+            return None
+
+    return begin(request.method, request.url.path, content)
 
 
 def _sync_tee(module: ModuleType) -> type:
     class SyncTee(module.SyncByteStream):
         """A response stream read through: each chunk reaches the reader and the call's copy."""
 
-        def __init__(self, inner: Any, call: _Call, status: int):
+        def __init__(self, inner: Any, call: Call, status: int):
             self.inner, self.call, self.status = inner, call, status
 
         def __iter__(self) -> Iterator[bytes]:
             for chunk in self.inner:
                 self.call.body.extend(chunk)
                 yield chunk
-            self.call.finish(module, self.status)
+            self.call.finish(self.status, module=module)
 
         def close(self) -> None:
             self.inner.close()
-            self.call.finish(module, self.status)
+            self.call.finish(self.status, module=module)
 
     return SyncTee
 
@@ -133,26 +147,26 @@ def _async_tee(module: ModuleType) -> type:
     class AsyncTee(module.AsyncByteStream):
         """The async `SyncTee`."""
 
-        def __init__(self, inner: Any, call: _Call, status: int):
+        def __init__(self, inner: Any, call: Call, status: int):
             self.inner, self.call, self.status = inner, call, status
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             async for chunk in self.inner:
                 self.call.body.extend(chunk)
                 yield chunk
-            self.call.finish(module, self.status)
+            self.call.finish(self.status, module=module)
 
         async def aclose(self) -> None:
             await self.inner.aclose()
-            self.call.finish(module, self.status)
+            self.call.finish(self.status, module=module)
 
     return AsyncTee
 
 
-def _received(module: ModuleType, call: _Call, response: Any, stream: bool, tee: type) -> None:
+def _received(module: ModuleType, call: Call, response: Any, stream: bool, tee: type) -> None:
     """Starts recording `response`: now if it was read (`stream=False`), else as its stream is read."""
     if not stream:
-        call.finish(module, response.status_code, response.content)
+        call.finish(response.status_code, response.content)
         return
     call.headers = response.headers
     response.stream = tee(response.stream, call, response.status_code)
@@ -191,8 +205,12 @@ def _patch(module: ModuleType) -> None:
 
 
 def install() -> None:
-    """Patches the clients of every httpx package once (idempotent, thread-safe)."""
+    """Patches the clients of every httpx package, and aiohttp's and requests' where installed, once (idempotent,
+    thread-safe)."""
+    from . import clients  # aiohttp and requests: optional, and imported only once a scope begins (slow to import)
+
     with _lock:
         for module in HTTPX_MODULES:
             if not getattr(module.Client.send, _PATCHED, False):
                 _patch(module)
+        clients.install()

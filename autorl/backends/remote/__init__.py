@@ -9,6 +9,7 @@
     limits.py      ServeLimits: what clients may ask of a server; requests at once
     served.py      ServedModels: a `LocalBackend`'s models as the server holds them (registry, leases, step ids)
     app.py         the FastAPI app: the routes, the body limits, the token; openapi.py its OpenAPI description
+    rollouts.py    the capture gateway's routes under each model (`autorl.capture`): agents' calls recorded by id
     server.py      serve(): the app under uvicorn, one server per home
 
 Nothing is imported here until asked for, so the CLI reads `ServeConfig` without loading FastAPI or the client;

@@ -19,6 +19,8 @@ Paths (every one but /health needs the token; bodies are wire.py's request model
                                                server; every other /v1 path is 404 before anything is sent
                                                on (`autorl.serving.routes`: vLLM's LoRA loading and
                                                development endpoints are never reachable from here)
+    POST /models/NAME/rollouts[/ID/...]        the capture gateway: an agent's calls recorded by rollout id
+                                               (rollouts.py; with X-Autorl-Rollout: ID, /v1/chat/completions too)
 
 What the server holds, and how a model is registered, trained and served, is `ServedModels`' (served.py);
 this module reads the requests (bodies up to a size, gzip or not) and answers them. A bad request is a 4xx
@@ -44,6 +46,7 @@ from starlette.exceptions import HTTPException
 
 from ruler.errors import RulerError
 
+from ...capture.rollouts import ROLLOUT_HEADER, FinishedRollout, OpenedRollout, Reward
 from ...errors import AutoRLError, ServerDiedError, quoted
 from ...serving.auth import RequireKey
 from ...serving.routes import INFERENCE_ROUTES, allowed_route
@@ -52,6 +55,7 @@ from ..base import inference_name
 from ..run_dir import read_history
 from .limits import Concurrency, ServeLimits
 from .openapi import request_body
+from .rollouts import CHAT_ROUTE, ServedRollouts
 from .served import Refused, ServedModels, checkpoint_archive
 from .wire import (
     CLIENT_HEADER,
@@ -150,6 +154,17 @@ def validated(kind: type[M], raw: bytes, limits: ServeLimits) -> M:
         raise
     except (TypeError, ValueError, AttributeError) as exc:  # e.g. a TrajectoryGroup given a number
         raise Refused(400, f"the body is not a {kind.__name__} ({quoted(str(exc), 120)})") from None
+
+
+def json_object(raw: bytes, route: str) -> dict:
+    """An inference request's body: a JSON object, else a 400 naming `route`."""
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        raise Refused(400, f"{route}: the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Refused(400, f"{route} needs a JSON object")
+    return body
 
 
 def one_line(exc: ValidationError) -> str:
@@ -292,14 +307,31 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         route = allowed_route(request.method, request.scope.get("raw_path", b"").decode("latin-1") or path)
         if route is None:  # before the body is read: nothing but INFERENCE_ROUTES reaches vLLM
             raise Refused(404, f"not an inference route: {quoted('/v1/' + path)} (this server passes on {ROUTES})")
-        raw = await request.body()
-        try:
-            body = json.loads(raw or b"null")
-        except ValueError:
-            raise Refused(400, f"{route}: the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise Refused(400, f"{route} needs a JSON object")
+        body = json_object(await request.body(), route)
+        if (rollout := request.headers.get(ROLLOUT_HEADER)) is not None:
+            if route != CHAT_ROUTE:
+                raise Refused(400, f"{ROLLOUT_HEADER} is read on {CHAT_ROUTE} only")
+            return await rollouts.complete(request, None, rollout, body)
         return await served.forward(request, route, body)
+
+    rollouts = ServedRollouts(served)
+
+    @app.post("/models/{name}/rollouts")
+    async def open_rollout(name: str) -> OpenedRollout:
+        return await rollouts.open(name)
+
+    @app.post("/models/{name}/rollouts/{rollout}/v1/chat/completions", openapi_extra=request_body(OpenAIRequest))
+    async def rollout_completion(name: str, rollout: str, request: Request) -> Response:
+        body = json_object(await inflated(request, max_body_bytes), CHAT_ROUTE)
+        return await rollouts.complete(request, name, rollout, body)
+
+    @app.post("/models/{name}/rollouts/{rollout}/reward", openapi_extra=request_body(Reward))
+    async def rollout_reward(name: str, rollout: str, request: Request) -> dict:
+        return rollouts.reward(name, rollout, await parsed(request, Reward, max_body_bytes, served.limits))
+
+    @app.post("/models/{name}/rollouts/{rollout}/finish")
+    async def finish_rollout(name: str, rollout: str) -> FinishedRollout:
+        return rollouts.finish(name, rollout)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Concurrency, limit=served.limits.max_concurrent_requests)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ...atomic import atomic_text
+from ...capture.rollouts import FinishedRollout, GatewayRollout, OpenedRollout
 from ...errors import AutoRLError
 from ...training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..base import TrainingCalls
@@ -227,6 +228,19 @@ class RemoteBackend(Connection, TrainingCalls):
         if step < 1:
             raise AutoRLError(f"model {model.name!r} has no checkpoint on {self.url} yet (it is at step 0)")
         return await self.download(f"/models/{model.name}/checkpoints/{step}", Path(path) / checkpoint_name(step))
+
+    async def capture_rollout(self, model: TrainableModel) -> GatewayRollout:
+        """A rollout address on the server's capture gateway (`autorl.backends.remote.rollouts`): an agent in
+        any language given its `env()` (`OPENAI_BASE_URL`, `OPENAI_API_KEY`: the server's token) has its chat
+        completions passed on to `model` and recorded; `finish_rollout` fetches them."""
+        opened = await self.answer(OpenedRollout, "POST", f"/models/{model.name}/rollouts", idempotent=False)
+        return GatewayRollout(opened.id, f"{self.url}{opened.path}", self.api_key)
+
+    async def finish_rollout(self, model: TrainableModel, rollout_id: str) -> Trajectory:
+        """The trajectory the server recorded for rollout `rollout_id` (its calls, the reward the agent posted);
+        the rollout ends there."""
+        path = f"/models/{model.name}/rollouts/{rollout_id}/finish"
+        return (await self.answer(FinishedRollout, "POST", path, idempotent=False)).trajectory
 
     async def _copy_back(self, model: TrainableModel) -> None:
         """Make the mirror's copy of the model's run directory the server's: its history, and its complete
