@@ -478,7 +478,7 @@ def test_the_client_checks_the_servers_answers_and_caps_a_download(tmp_path):
             asyncio.run(backend.get_step(model))
         with pytest.raises(AutoRLError, match=r"unexpected answer \(steps\.0"):
             asyncio.run(backend.list_checkpoints(model))
-        with pytest.raises(AutoRLError, match="the checkpoint is over 100 bytes"):
+        with pytest.raises(AutoRLError, match="the answer is over 100 bytes"):
             asyncio.run(backend.download_checkpoint(model, 1, tmp_path))
         assert not (tmp_path / "0001").exists()
     finally:

@@ -30,6 +30,9 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 """A model's or project's name on a server: a directory name (no '/', no leading '.' or '-', no '@')."""
 MAX_STEP = 10**9 - 1
 """The highest step a client may name (a checkpoint's directory is its step in digits)."""
+Step = Annotated[int, Field(ge=0, le=MAX_STEP)]
+"""A step in an answer: a server's answer is read as bounded as a client's request."""
+InferenceName = Annotated[str, Field(min_length=1, max_length=256)]
 GZIP_OVER_BYTES = 64 * 1024
 """Request bodies larger than this are sent gzip-compressed (trajectories' JSON, logprobs included, compresses well)."""
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
@@ -61,8 +64,8 @@ class RegisterRequest(BaseModel):
 class Registered(BaseModel):
     """The answer to `POST /models` and `POST /models/NAME/serve`."""
 
-    step: int
-    inference_name: str
+    step: Step
+    inference_name: InferenceName
     """The name to request in chat completions: `name@NNNN` (`name` alone is the newest checkpoint)."""
 
 
@@ -90,13 +93,13 @@ class TrainRequest(BaseModel):
 class StepAnswer(BaseModel):
     """The answer to `GET /models/NAME/step`."""
 
-    step: int = Field(ge=0)
+    step: Step
 
 
 class Steps(BaseModel):
     """The answer to `GET /models/NAME/checkpoints`."""
 
-    steps: list[int]
+    steps: list[Annotated[int, Field(ge=1, le=MAX_STEP)]]
 
 
 class Deleted(BaseModel):
@@ -120,7 +123,7 @@ class Trained(BaseModel):
 
     metrics: dict[str, Any]
     """The step's metrics, with `step` (as `LocalBackend.train` returns them)."""
-    inference_name: str
+    inference_name: InferenceName
 
 
 class LogRequest(BaseModel):
@@ -157,7 +160,7 @@ class ServeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: int = Field(ge=0)
+    step: Step
 
 
 def check_name(name: str, what: str = "model name") -> str:
