@@ -4,18 +4,21 @@ Every setting a client sends that costs the server memory, processes or time is 
 models (each one a vLLM server and a trainer), how many requests at once, and each knob of a model's
 vLLM server (`RegisterRequest.server`), trainer (`RegisterRequest.trainer`) and training step
 (`TrainRequest.config`) that scales with what it is given. A value past its bound is a 400 naming the bound
-and the option that raises it; a value is quoted by a short prefix only (`autorl.errors.quoted`).
+and the option that raises it; a value is quoted by a short prefix only (`autorl.errors.quoted`). A model's
+`base_model` is the embedded model, or a directory under the server's model roots (`--model-roots`; 403 else).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import quoted
+from ...serving.embedded import cache_dir
 
 
 class ServeLimits(BaseModel):
@@ -63,6 +66,28 @@ class ServeLimits(BaseModel):
     """Most JSON objects in one request body (a message, a sampled token's logprob: one each), counted as the
     body is parsed, before anything is built of it: a body costs the server no more memory than this many
     objects, however small each is."""
+
+    model_roots: list[Path] = Field(default_factory=list, max_length=100)
+    """Directories a client's base model may be in (`base_model`, symlinks followed), besides the embedded model
+    and autorl's model cache (CACHE/models); any other path on this machine is refused (403)."""
+
+    def check_base_model(self, base_model: str) -> str | None:
+        """The one line that refuses `base_model` when it is neither an embedded model (`embedded:NAME`) nor a
+        directory under `model_roots` or autorl's model cache; None when it may be used. The line names no
+        root and says nothing of whether the path exists."""
+        if base_model.startswith("embedded:"):
+            return None  # resolved into autorl's model cache; an unknown name is the resolver's one line
+        roots = [cache_dir() / "models", *self.model_roots]
+        try:  # as the resolver reads it, every link followed: a link under a root to elsewhere is elsewhere
+            path = Path(base_model).expanduser().resolve()
+            if any(path.is_relative_to(root.expanduser().resolve()) for root in roots):
+                return None
+        except (OSError, ValueError, RuntimeError):  # a NUL byte, ~nosuchuser, a link loop
+            pass
+        return (
+            f"base model {quoted(base_model)} is not the embedded model nor under this server's model roots; "
+            "its operator may allow a directory with `autorl serve --model-roots DIR`"
+        )
 
     @property
     def max_kv_cache_bytes(self) -> int:

@@ -140,6 +140,8 @@ class ServedModels:
         self._owned[client].add(name)
 
     async def _start(self, request: RegisterRequest) -> TrainableModel:
+        if (why := self.limits.check_base_model(request.base_model)) is not None:  # a registry's entry too
+            raise Refused(403, why)
         async with self._starting[request.name]:  # concurrent first requests start one vLLM server
             if request.name not in self.models:
                 model = TrainableModel(**request.model_dump())
