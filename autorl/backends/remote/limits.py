@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ class ServeLimits(BaseModel):
     """Longest a client may let its model's vLLM server take to start (`server.startup_timeout_s`)."""
     max_restarts: int = Field(10, ge=0)
     """Most restarts of a dead vLLM server a client may ask for (`server.max_restarts`)."""
+    max_client_lora_alpha: int = Field(1024, ge=1)
+    """Largest LoRA alpha a client may train with (`trainer.lora_alpha`: the LoRA's scale is alpha / rank)."""
     max_ppo_epochs: int = Field(8, ge=1)
     """Most passes over a step's groups a client may ask for (`config.ppo_epochs`)."""
     max_micro_batch_size: int = Field(64, ge=1)
@@ -93,8 +96,9 @@ class ServeLimits(BaseModel):
     def max_kv_cache_bytes(self) -> int:
         return int(self.max_kv_cache_gb * 2**30)
 
-    def bounds(self) -> dict[str, tuple[float, str]]:
-        """Each bounded knob of a request (a dotted path into it) with its bound and the option that sets it."""
+    def bounds(self) -> dict[str, tuple[float, str | None]]:
+        """Each bounded knob of a request (a dotted path into it) with its bound and the option that sets it
+        (None: a bound of `FIXED_BOUNDS`, no option's)."""
         return {
             "server.max_model_len": (self.max_client_model_len, "max_client_model_len"),
             "server.kv_cache_bytes": (self.max_kv_cache_bytes, "max_kv_cache_gb"),
@@ -105,26 +109,36 @@ class ServeLimits(BaseModel):
             "server.startup_timeout_s": (self.max_startup_timeout_s, "max_startup_timeout_s"),
             "server.max_restarts": (self.max_restarts, "max_restarts"),
             "trainer.lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "trainer.lora_alpha": (self.max_client_lora_alpha, "max_client_lora_alpha"),
             "trainer.logprob_chunk_tokens": (self.max_client_model_len, "max_client_model_len"),
             "trainer.eager_attention_max_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.ppo_epochs": (self.max_ppo_epochs, "max_ppo_epochs"),
             "config.micro_batch_size": (self.max_micro_batch_size, "max_micro_batch_size"),
             "config.max_completion_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.overlong_buffer": (self.max_client_model_len, "max_client_model_len"),
+            **{path: (bound, None) for path, (bound, _) in FIXED_BOUNDS.items()},
         }
 
     def check(self, request: BaseModel) -> str | None:
         """The one line that says which knob of `request` (a `RegisterRequest`, `TrainRequest` or
-        `LogRequest`) is past its bound, or not finite; None when all are within."""
+        `LogRequest`) is past its bound, negative, or not finite; None when all are within. A list (the
+        trainer's target modules) counts its names, each a module's dotted name of at most `MAX_MODULE_CHARS`."""
         for path, (bound, option) in self.bounds().items():
             value: Any = request
             for part in path.split("."):
                 value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
             if value is None or isinstance(value, bool):
                 continue
-            if not isinstance(value, int | float | str) or not math.isfinite(number(value)) or number(value) > bound:
-                flag = "--" + option.replace("_", "-")
-                return f"{path}={shown(value)} is over this server's limit of {bound:g} (autorl serve {flag})"
+            if isinstance(value, list):
+                if not all(isinstance(name, str) and MODULE_NAME.fullmatch(name) for name in value):
+                    return f"{path}: each name is a module's dotted name of at most {MAX_MODULE_CHARS} characters"
+                value = len(value)
+            if not isinstance(value, int | float | str) or not number(value) <= bound:
+                limit = FIXED_BOUNDS[path][1] if option is None else f"this server's limit of {bound:g}"
+                flag = "" if option is None else f" (autorl serve --{option.replace('_', '-')})"
+                return f"{path}={shown(value)} is over {limit}{flag}"
+            if number(value) < 0:
+                return f"{path}={shown(value)} is negative"
         return None
 
     def check_body(self, raw: bytes) -> str | None:
@@ -159,6 +173,14 @@ class ServeLimits(BaseModel):
         return None
 
 
+MAX_MODULE_CHARS = 128
+MODULE_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.]{{0,{MAX_MODULE_CHARS - 1}}}")
+FIXED_BOUNDS = {
+    "trainer.seed": (2**32 - 1, "4294967295 (a seed is 32 bits)"),
+    "trainer.target_modules": (64, "64 names (the modules a LoRA targets)"),
+}
+"""Knobs bounded by what they are, not by an option of the server: each bound and the line's end that says it."""
+
 BODY_BOUNDS = {
     "objects": "max_body_objects",
     "groups": "max_groups_per_step",
@@ -172,7 +194,7 @@ class PastBound(Exception):
 
 
 def shown(value: int | float | str) -> str:
-    """A knob's value in an error line: a number as it is, a string by a short prefix."""
+    """A knob's value in an error line: a number as it is, a string by a short prefix (a list: its length)."""
     return (
         repr(value) if isinstance(value, float) or (isinstance(value, int) and abs(value) < 10**18) else quoted(value)
     )
@@ -184,6 +206,8 @@ def number(value: int | float | str) -> float:
         return float(value)
     except ValueError:
         return math.nan
+    except OverflowError:  # an int of hundreds of digits
+        return math.inf
 
 
 class Concurrency:
