@@ -11,7 +11,9 @@ Routes (every one needs the gateway's key, `Authorization: Bearer <key>`): `POST
 inference name, its answer relayed as it arrives (a stream chunk by chunk) and recorded once complete
 (`Trajectory.add_completion`); `POST /rollouts/<id>/reward` with `{"reward": R, "metrics": {...}}` (from Python:
 `post_reward`). Nothing else is served. The gateway binds 127.0.0.1 unless told otherwise, its key is made per
-gateway and never written, ids are random, a body is at most `max_body_bytes`, and a rollout not finished is
+gateway and never written, ids are random, a body is at most `max_body_bytes` (a longer declared length is refused before a byte is
+read; a chunked body as it arrives), a request that is not a chat completion (messages with roles, tools a list of
+objects) is a 400 and reaches no model, and a rollout not finished is
 dropped past `max_rollouts` (the oldest first).
 """
 
@@ -26,9 +28,9 @@ from typing import Any
 
 import httpx
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -123,10 +125,19 @@ class CaptureGateway:
         rollout = request.path_params.get("rollout") or request.headers.get(ROLLOUT_HEADER, "")
         if rollout not in self._rollouts:
             return JSONResponse({"error": f"no rollout {rollout[:40]!r} on this gateway"}, status_code=404)
-        body = await request.body()
-        if len(body) > self.max_body_bytes:
-            return JSONResponse({"error": f"request body over {self.max_body_bytes} bytes"}, status_code=413)
-        return body
+        over = JSONResponse({"error": f"request body over {self.max_body_bytes} bytes"}, status_code=413)
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > self.max_body_bytes:  # refused before a byte is read
+            return over
+        body = bytearray()
+        try:
+            async for chunk in request.stream():  # a body without a length (chunked) is counted as it arrives
+                body += chunk
+                if len(body) > self.max_body_bytes:
+                    return over
+        except ClientDisconnect:
+            return Response(status_code=400)  # the agent is gone: nobody reads this
+        return bytes(body)
 
     async def _complete(self, request: Request) -> Response:
         raw = await self._body(request)
@@ -172,8 +183,12 @@ class CaptureGateway:
             return raw
         try:
             posted = Reward.model_validate_json(raw)
-        except ValueError as exc:
-            return JSONResponse({"error": f"a reward is {{'reward': number, 'metrics': {{...}}}}: {exc}"[:400]}, 400)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            return JSONResponse(
+                {"error": f"a reward is {{'reward': number, 'metrics': {{...}}}}: {where}: {first['msg']}"[:400]}, 400
+            )
         trajectory = self._rollouts[request.path_params["rollout"]]
         trajectory.reward = posted.reward
         trajectory.metrics.update(posted.metrics)
