@@ -34,9 +34,9 @@ import logging
 import secrets
 import zlib
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -55,6 +55,7 @@ from .openapi import request_body
 from .served import Refused, ServedModels, checkpoint_archive
 from .wire import (
     CLIENT_HEADER,
+    MAX_STEP,
     DeleteRequest,
     LogRequest,
     Registered,
@@ -271,7 +272,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         return {"history": read_history(served.backend.run_dir(await served.get(name)))}
 
     @app.get("/models/{name}/checkpoints/{step}")
-    async def checkpoint(name: str, step: int) -> Response:
+    async def checkpoint(name: str, step: Annotated[int, Path(ge=1, le=MAX_STEP)]) -> Response:
         model = await served.get(name)
         checkpoints = served.backend.run_dir(model) / "checkpoints"
         archive = await asyncio.to_thread(checkpoint_archive, checkpoints, name, step)
@@ -295,7 +296,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         raw = await request.body()
         try:
             body = json.loads(raw or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             raise Refused(400, f"{route}: the body is not JSON") from None
         if not isinstance(body, dict):
             raise Refused(400, f"{route} needs a JSON object")
