@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 from openai import AsyncOpenAI
-from pydantic import BaseModel, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
 
 from .config import TrainConfig, TrainerConfig
 from .errors import AutoRLError
@@ -201,6 +201,11 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
         unknown = sorted(set(server) - set(ServerConfig.model_fields))
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not a ServerConfig field")
+        try:  # each value as the server will read it, now: a bad one is this line, not a server that fails to start
+            ServerConfig.model_validate(server)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}") from None
         return server
 
     async def register(self, backend: Backend) -> None:

@@ -25,7 +25,7 @@ from autorl.serving.auth import bearer
 from autorl.serving.config import ServerConfig
 from autorl.serving.routes import INFERENCE_ROUTES
 from tests.helpers.chat_server import ChatCompletionServer, completion
-from tests.helpers.remote import MAX_BODY, TOKEN, ScriptedPlacement, register_body
+from tests.helpers.remote import MAX_BODY, TOKEN, ScriptedPlacement, register_body, with_test_models
 
 # The module `schemathesis.openapi.from_dict` imports on first use is imported here, at collection: imported in
 # the fixture after other modules' tests (random order), CPython 3.11's parser failed on it with "AST constructor
@@ -50,7 +50,7 @@ def surface(tmp_path_factory, tiny_model):
     config = ServerConfig(lora_serving="adapter")
     backend = art.LocalBackend(home / MODELS_DIR, server=config)
     backend.placement = ScriptedPlacement(chat, config)
-    served = ServedModels(backend, private_dir(home / "serve"), 60, ServeLimits(max_models=2))
+    served = ServedModels(backend, private_dir(home / "serve"), 60, with_test_models(ServeLimits(max_models=2), home))
     app = make_app(served, TOKEN, MAX_BODY)
     described = describe(app)
     assert set(CAPTURE_ROUTES) <= set(described["paths"])  # the capture gateway's routes are fuzzed too

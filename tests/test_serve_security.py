@@ -125,6 +125,9 @@ KNOBS = {
     "server.startup_timeout_s": LIMITS.max_startup_timeout_s,
     "server.max_restarts": LIMITS.max_restarts,
     "trainer.lora_rank": LIMITS.max_client_lora_rank,
+    "trainer.lora_alpha": LIMITS.max_client_lora_alpha,
+    "trainer.seed": 2**32 - 1,
+    "trainer.target_modules": 64,
     "trainer.logprob_chunk_tokens": LIMITS.max_client_model_len,
     "trainer.eager_attention_max_tokens": LIMITS.max_client_model_len,
     "config.ppo_epochs": LIMITS.max_ppo_epochs,
@@ -137,6 +140,8 @@ KNOBS = {
 
 def request_with(path: str, value) -> RegisterRequest | TrainRequest:
     part, name = path.split(".")
+    if name == "target_modules":  # bounded by its count of names
+        value = [f"model.layers.{i}.mlp.up_proj" for i in range(value)]
     if part == "config":
         return TrainRequest(groups=[], config=TrainConfig(**{name: value}), step_id="s" * 8)
     fields = {"server": {name: value}} if part == "server" else {"trainer": TrainerConfig(**{name: value})}
@@ -150,11 +155,38 @@ def test_each_client_knob_is_taken_at_its_bound_and_refused_past_it(path):
     assert LIMITS.check(request_with(path, bound)) is None
     past = bound + 1 if isinstance(bound, int) else bound * 1.001
     why = LIMITS.check(request_with(path, past))
-    assert why is not None and why.startswith(f"{path}=") and "autorl serve --max-" in why, why
+    option = LIMITS.bounds()[path][1]
+    assert why is not None and why.startswith(f"{path}=") and ("autorl serve --max-" in why) == bool(option), why
+    if path == "trainer.target_modules":
+        return
+    for value in (-1, 10**400):  # an int of 400 digits was a 500 (OverflowError)
+        try:
+            request = request_with(path, value)
+        except ValidationError:  # the field's own bound refuses it: a 400 as well
+            continue
+        why = LIMITS.check(request)
+        assert why is not None and why.startswith(f"{path}=") and len(why) < 200, (value, why)
     if path.startswith("server."):  # a client's server table is its own JSON: any value, strings included
         for value in (math.inf, math.nan, str(past), "1" * 10_000):
             why = LIMITS.check(request_with(path, value))
             assert why is not None and len(why) < 200, (value, why)
+
+
+@pytest.mark.parametrize(
+    "names", [["q_proj", "nope"], ["norm"], ["a/b"], ["x" * 129], ["model.layers.0.self_attn.q_proj", "lm_head"]]
+)
+def test_target_modules_are_short_module_names_of_the_base(names, tmp_path, chat, tiny_model):
+    harness = Harness(tmp_path, chat)
+    try:
+        body = register_body(tiny_model, trainer={"target_modules": names})
+        answer = call("POST", f"{harness.url}/models", content=json.dumps(body))
+        if names[-1] == "lm_head":
+            assert answer.status_code == 200, answer.text
+            return
+        assert answer.status_code == 400 and "target" in answer.json()["error"], answer.text
+        assert not (tmp_path / "models" / "remote" / "agent").exists()
+    finally:
+        harness.stop()
 
 
 def test_a_request_past_a_limit_is_400_before_anything_starts(tmp_path, chat, tiny_model, tokenizer):
@@ -545,7 +577,7 @@ def test_the_client_checks_the_servers_answers_and_caps_a_download(tmp_path):
             asyncio.run(backend.get_step(model))
         with pytest.raises(AutoRLError, match=r"unexpected answer \(steps\.0"):
             asyncio.run(backend.list_checkpoints(model))
-        with pytest.raises(AutoRLError, match="the checkpoint is over 100 bytes"):
+        with pytest.raises(AutoRLError, match="the answer is over 100 bytes"):
             asyncio.run(backend.download_checkpoint(model, 1, tmp_path))
         assert not (tmp_path / "0001").exists()
     finally:

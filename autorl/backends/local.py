@@ -18,6 +18,7 @@ from ..serving.embedded import resolve_base_model
 from ..serving.ports import check_port
 from ..serving.vllm_server import VLLMServer
 from ..training.checkpoints import METRICS_FILE, checkpoint_name, missing_checkpoint
+from ..training.engines import check_target_modules
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
 from .base import inference_name
@@ -248,7 +249,7 @@ class LocalBackend(ModelBackend):
         super().__init__(path, LocalPlacement(self.server_config))
 
     def check_can_start(self, model: TrainableModel) -> None:
-        resolve_base_model(model.base_model)
+        check_target_modules(resolve_base_model(model.base_model), model.trainer.target_modules)
         check_port(self.server_config)
 
     def starts_embedded_apart(self) -> bool:

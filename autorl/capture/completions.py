@@ -16,14 +16,20 @@ CHAT_PATH = "/chat/completions"
 
 def chat_request(method: str, path: str, content: bytes) -> dict[str, Any] | None:
     """The JSON body of a chat completion request, or None for any other request (another path or method, a
-    body that is not a JSON object with a list of `messages`)."""
+    body that is not a JSON object with a list of `messages`, each an object with a `role`, and `tools`, if any, a
+    list of objects; or one nested past the parser's depth)."""
     if method.upper() != "POST" or not path.rstrip("/").endswith(CHAT_PATH):
         return None
     try:
         body = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
-    return body if isinstance(body, dict) and isinstance(body.get("messages"), list) else None
+    if not isinstance(body, dict) or not isinstance(messages := body.get("messages"), list):
+        return None
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        return None
+    tools = body.get("tools")
+    return body if tools is None or (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)) else None
 
 
 def recorded_choice(body: bytes, streamed: bool) -> Choice | None:

@@ -13,7 +13,8 @@ inference name, its answer relayed as it arrives (a stream chunk by chunk) and r
 `post_reward`); `POST /rollouts` opens a rollout (`{"id", "path"}`). Nothing else is served. The gateway binds
 127.0.0.1 unless told otherwise, its key is made per gateway and never written, ids are random (`any_id`: an
 agent's own name opens a rollout on its first call, as `autorl capture` lets it), a body is at most
-`max_body_bytes`, what a request asks of the model is bounded by `limits` (answer tokens, choices, requests at
+`max_body_bytes` (a longer declared length is refused before a byte is read), a request that is not a chat
+completion (messages with roles, tools a list of objects) is a 400 and reaches no model, what a request asks of the model is bounded by `limits` (answer tokens, choices, requests at
 once: `check_ask`, `ServeLimits`), and a rollout not finished is dropped past `max_rollouts` (the oldest first).
 `autorl serve` has the same routes under each model (`autorl.backends.remote.rollouts`).
 """

@@ -61,7 +61,7 @@ class ServerConfig(BaseModel):
     one before it, which rollouts that named it before a step still ask for. Every checkpoint served stays
     loaded under its name until it is deleted; a request for one beyond these waits, and vLLM reads it again
     from its checkpoint."""
-    dtype: str = "auto"
+    dtype: str = Field("auto", pattern=r"^(auto|half|float16|bfloat16|float|float32)$")
     """Weights dtype for inference (auto, bfloat16, float32, ...). auto: the model's own, except float32 on a CPU
     without native bf16 matmuls (`autorl.cpu.native_bf16`), where bf16 runs in software (`resolved_dtype`)."""
     startup_timeout_s: float = 600.0
@@ -69,7 +69,7 @@ class ServerConfig(BaseModel):
     max_restarts: int = Field(3, ge=0)
     """Times a `LocalBackend` restarts a model's server that died (on the same port, serving what it
     served); one more death ends the run with `ServerDiedError`."""
-    tool_call_parser: str | None = "hermes"
+    tool_call_parser: str | None = Field("hermes", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     """vLLM's parser of tool calls in the model's output (`--enable-auto-tool-choice --tool-call-parser`),
     which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
     template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or

@@ -101,3 +101,30 @@ def lora_config(config: TrainerConfig) -> LoraConfig:
         target_modules=config.target_modules,
         task_type="CAUSAL_LM",
     )
+
+
+def check_target_modules(model_dir: Path, target_modules: list[str]) -> None:
+    """One `AutoRLError` line naming the first of `target_modules` that names no module of the base model at
+    `model_dir` a LoRA can wrap (a linear, embedding or convolution layer), matched as PEFT matches them: the
+    module's dotted name or its end (`q_proj`, `layers.0.self_attn.q_proj`). The model is built from its
+    config.json on the meta device: no weights are read. A model transformers cannot build from its config
+    (custom code) is not checked here: the trainer's own error says what is wrong."""
+    import torch  # heavy: loaded where a model is checked, not where configs are read
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    try:
+        with torch.device("meta"):
+            base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    except (ValueError, OSError, KeyError, ImportError) as exc:
+        log.info("the target modules of %s are not checked before training (%s)", model_dir, exc)
+        return
+    wrappable = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D)
+    names = [name for name, module in base.named_modules() if isinstance(module, wrappable)]
+    for target in target_modules:
+        if not any(name == target or name.endswith(f".{target}") for name in names):
+            known = sorted({name.rpartition(".")[2] for name in names})
+            raise AutoRLError(
+                f"target module {target!r} is not a layer of the base model a LoRA can wrap; its layers: "
+                f"{', '.join(known[:20])}{', ...' if len(known) > 20 else ''}"
+            )

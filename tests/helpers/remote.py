@@ -21,6 +21,7 @@ from autorl.atomic import private_dir
 from autorl.backends.local import LocalPlacement
 from autorl.backends.remote.app import make_app
 from autorl.backends.remote.config import MODELS_DIR, ServeConfig
+from autorl.backends.remote.limits import ServeLimits
 from autorl.backends.remote.served import ServedModels
 from autorl.backends.remote.wire import CLIENT_HEADER
 from autorl.config import TrainerConfig
@@ -125,7 +126,7 @@ class Harness:
         config = ServerConfig(lora_serving=serving)
         backend = art.LocalBackend(home / MODELS_DIR, server=config)
         backend.placement = ScriptedPlacement(chat, config)
-        self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, limits)
+        self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, with_test_models(limits, home))
         app = make_app(self.served, TOKEN, MAX_BODY)
         options = options or ServeConfig(home=home)  # as `autorl serve` starts uvicorn (TLS included)
         self.server = uvicorn.Server(uvicorn.Config(app, **{**options.uvicorn_options(), "port": port}))
@@ -141,6 +142,13 @@ class Harness:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+
+
+def with_test_models(limits: ServeLimits | None, home: Path) -> ServeLimits:
+    """`limits` whose model roots hold the session's temporary directories (`home`'s parent), where
+    `tiny_model` is: `autorl serve` takes no other path as a base model (`ServeLimits.model_roots`)."""
+    limits = limits or ServeLimits()
+    return limits.model_copy(update={"model_roots": [*limits.model_roots, home.parent]})
 
 
 def trainable(tiny_model) -> art.TrainableModel:

@@ -36,9 +36,9 @@ import logging
 import secrets
 import zlib
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -59,6 +59,7 @@ from .rollouts import CHAT_ROUTE, ServedRollouts
 from .served import Refused, ServedModels, checkpoint_archive
 from .wire import (
     CLIENT_HEADER,
+    MAX_STEP,
     DeleteRequest,
     LogRequest,
     Registered,
@@ -160,7 +161,7 @@ def json_object(raw: bytes, route: str) -> dict:
     """An inference request's body: a JSON object, else a 400 naming `route`."""
     try:
         body = json.loads(raw or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         raise Refused(400, f"{route}: the body is not JSON") from None
     if not isinstance(body, dict):
         raise Refused(400, f"{route} needs a JSON object")
@@ -286,7 +287,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
         return {"history": read_history(served.backend.run_dir(await served.get(name)))}
 
     @app.get("/models/{name}/checkpoints/{step}")
-    async def checkpoint(name: str, step: int) -> Response:
+    async def checkpoint(name: str, step: Annotated[int, Path(ge=1, le=MAX_STEP)]) -> Response:
         model = await served.get(name)
         checkpoints = served.backend.run_dir(model) / "checkpoints"
         archive = await asyncio.to_thread(checkpoint_archive, checkpoints, name, step)

@@ -2,18 +2,20 @@
 
 Faults: a request that cannot reach the server, or that it answers 5xx, is sent again with exponential
 backoff (a server restarting resumes its models from their newest checkpoints), then ends in one
-`AutoRLError` line naming the URL. A download (a checkpoint's .tar.gz) is bounded in bytes as sent and as
-unpacked, and unpacks into a directory that appears whole or not at all.
+`AutoRLError` line naming the URL. Every answer is read as answers.py reads what a server it does not trust
+says: bounded in bytes and depth, an error as one printable line; a download (a checkpoint's .tar.gz) is
+bounded in bytes as sent and as unpacked, holds files and directories only, and unpacks into a directory that
+appears whole or not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import logging
 import os
 import re
-import tarfile
 import tempfile
 import uuid
 from pathlib import Path
@@ -23,10 +25,21 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from ...atomic import atomic_dir
 from ...errors import AutoRLError
 from ...serving.auth import bearer
 from ...serving.config import LOOPBACK_HOSTS
+from .answers import (
+    MAX_ANSWER_BYTES,
+    MAX_ERROR_BYTES,
+    NOT_ASKED,
+    check_encoding,
+    error_line,
+    head,
+    parsed_json,
+    printable,
+    read_into,
+    unpack,
+)
 from .wire import CLIENT_HEADER, DEFAULT_PORT, GZIP_OVER_BYTES, TOKEN_ENV, URL_ENV
 
 log = logging.getLogger("autorl")
@@ -36,15 +49,6 @@ REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
 MAX_DOWNLOAD_BYTES = 4 * 2**30
 """The largest checkpoint a client downloads (as sent, and unpacked): a LoRA's adapter is megabytes."""
 A = TypeVar("A", bound=BaseModel)
-
-
-def error_line(response: httpx.Response) -> str:
-    """What a server's error answer says, in one line."""
-    try:
-        text = str(response.json().get("error") or response.json())
-    except (ValueError, AttributeError):
-        text = response.text
-    return " ".join(text.split())[:500] or response.reason_phrase
 
 
 class Connection:
@@ -92,9 +96,12 @@ class Connection:
         self.bytes_sent = 0
         """Request body bytes sent (after compression), for measurements."""
 
+    max_answer_bytes = MAX_ANSWER_BYTES
+    """The largest JSON answer read from the server (more is one error line, not read further)."""
+
     @property
     def headers(self) -> dict[str, str]:
-        return {**bearer(self.api_key), CLIENT_HEADER: self.client_id}
+        return {**bearer(self.api_key), CLIENT_HEADER: self.client_id, "Accept-Encoding": NOT_ASKED}
 
     async def request(self, method: str, path: str, body: BaseModel | None = None, *, idempotent: bool = True) -> Any:
         """Send a request to the server and return its JSON answer. A connection that fails, or a 5xx, is tried
@@ -108,12 +115,14 @@ class Connection:
             if len(content) > GZIP_OVER_BYTES:
                 content = gzip.compress(content, compresslevel=1)
                 headers["Content-Encoding"] = "gzip"
-        response = await self._send(method, path, content, headers, idempotent)
+        answer = io.BytesIO()
+        await self._send(method, path, content, headers, idempotent, answer, self.max_answer_bytes)
         try:
-            return response.json()
-        except ValueError:
+            return parsed_json(answer.getvalue())
+        except ValueError as exc:
             raise AutoRLError(
-                f"autorl server {self.url}{path}: the answer is not JSON; is {self.url} an autorl server?"
+                f"autorl server {self.url}{path}: the answer is not JSON ({printable(str(exc), 80)}); "
+                f"is {self.url} an autorl server?"
             ) from None
 
     async def answer(self, kind: type[A], method: str, path: str, body: BaseModel | None = None, **kwargs: Any) -> A:
@@ -130,8 +139,17 @@ class Connection:
             ) from None
 
     async def _send(
-        self, method: str, path: str, content: bytes | None, headers: dict[str, str], idempotent: bool
-    ) -> httpx.Response:
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: dict[str, str],
+        idempotent: bool,
+        into: IO[bytes],
+        limit: int,
+    ) -> None:
+        """Send a request, its answer's body written `into` (emptied before each try), at most `limit` bytes;
+        retried as `request` says."""
         where = f"{self.url}{path}"
         last = ""
         for attempt in range(self.retries + 1):
@@ -141,74 +159,68 @@ class Connection:
                     "autorl server %s: %s; trying again in %.1f s (%d of %d)", where, last, wait, attempt, self.retries
                 )
                 await asyncio.sleep(wait)
+            into.seek(0)
+            into.truncate()
             try:
-                async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:  # per call: any event loop may call
-                    response = await client.request(method, where, content=content, headers=headers)
-                    self.bytes_sent += len(content or b"")
+                status, line = await self._exchange(method, where, content, headers, into, limit)
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if idempotent or isinstance(exc, httpx.ConnectError):
                     continue
                 break
-            if response.status_code < 400:
-                return response
-            if response.status_code >= 500 and (idempotent or response.status_code == 503):
-                last = f"HTTP {response.status_code}: {error_line(response)}"
+            if status < 400:
+                return
+            if status >= 500 and (idempotent or status == 503):
+                last = f"HTTP {status}: {line}"
                 continue
-            raise AutoRLError(f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})")
-        raise AutoRLError(f"autorl server {where} failed after {attempt + 1} tries ({last})")
+            raise AutoRLError(f"autorl server {where}: {line} (HTTP {status})")
+        raise AutoRLError(f"autorl server {where} failed after {attempt + 1} tries ({printable(last)})")
+
+    async def _exchange(
+        self, method: str, where: str, content: bytes | None, headers: dict[str, str], into: IO[bytes], limit: int
+    ) -> tuple[int, str]:
+        """One request: its status and, for an error, what the server says of it in one line; an answer's body
+        is written `into`, at most `limit` bytes (one error line past them)."""
+        async with (
+            httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client,  # per call: any event loop may call
+            client.stream(method, where, content=content, headers=headers) as response,
+        ):
+            self.bytes_sent += len(content or b"")
+            if response.status_code >= 400:
+                error = io.BytesIO()
+                await read_into(response, error.write, MAX_ERROR_BYTES)
+                return response.status_code, error_line(error.getvalue(), response.reason_phrase)
+            check_encoding(response, where)
+            if await read_into(response, into.write, limit):
+                raise AutoRLError(f"autorl server {where}: the answer is over {limit} bytes; is it an autorl server?")
+            return response.status_code, ""
 
     def check_reachable(self) -> None:
         """One `AutoRLError` line, at once, when the server does not answer or refuses the token (no retries:
         for a check before anything expensive starts)."""
         try:
-            response = httpx.get(f"{self.url}/v1/models", headers=self.headers, timeout=10)
+            with (
+                httpx.Client(timeout=10) as client,
+                client.stream("GET", f"{self.url}/v1/models", headers=self.headers) as response,
+            ):
+                status, raw = response.status_code, head(response.iter_raw(), MAX_ERROR_BYTES)
         except httpx.TransportError as exc:
             raise AutoRLError(
                 f"autorl server {self.url} does not answer ({type(exc).__name__}): is `autorl serve` running there?"
             ) from None
-        if response.status_code == 401:
+        if status == 401:
             raise AutoRLError(f"autorl server {self.url} refused the token: set {TOKEN_ENV} to the server's")
-        if response.status_code >= 400:
-            raise AutoRLError(f"autorl server {self.url}: {error_line(response)} (HTTP {response.status_code})")
+        if status >= 400:
+            raise AutoRLError(f"autorl server {self.url}: {error_line(raw, response.reason_phrase)} (HTTP {status})")
 
     async def download(self, path: str, target: Path) -> Path:
         """Unpack the .tar.gz at `path` on the server into the directory `target` (made whole or not at all;
-        nothing of the archive lands outside it), at most `max_download_bytes` as sent and as unpacked."""
-        where = f"{self.url}{path}"
+        files and directories only, nothing outside it), at most `max_download_bytes` as sent and as unpacked."""
         with tempfile.TemporaryFile() as spool:
-            await self._download(where, spool)
+            await self._send("GET", path, None, self.headers, True, spool, self.max_download_bytes)
             spool.seek(0)
-            with atomic_dir(target) as filling, tarfile.open(fileobj=spool, mode="r:gz") as archive:
-                if sum(member.size for member in archive.getmembers()) > self.max_download_bytes:
-                    raise AutoRLError(f"{where}: the checkpoint unpacks past {self.max_download_bytes} bytes")
-                archive.extractall(filling, filter="data")  # no paths outside it, no links out, no devices
+            await asyncio.to_thread(unpack, spool, target, self.max_download_bytes, f"{self.url}{path}")
         return target
-
-    async def _download(self, where: str, spool: IO[bytes]) -> None:
-        """Stream `where` into `spool`, at most `max_download_bytes` (a connection that fails is tried again)."""
-        for attempt in range(self.retries + 1):
-            spool.seek(0)
-            spool.truncate()
-            try:
-                async with (
-                    httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client,
-                    client.stream("GET", where, headers=self.headers) as response,
-                ):
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise AutoRLError(
-                            f"autorl server {where}: {error_line(response)} (HTTP {response.status_code})"
-                        )
-                    async for chunk in response.aiter_bytes():
-                        if spool.tell() + len(chunk) > self.max_download_bytes:
-                            raise AutoRLError(f"{where}: the checkpoint is over {self.max_download_bytes} bytes")
-                        spool.write(chunk)
-                    return
-            except httpx.TransportError as exc:
-                if attempt == self.retries:
-                    raise AutoRLError(f"autorl server {where} does not answer ({type(exc).__name__})") from None
-                await asyncio.sleep(self.backoff_s * 2**attempt)
 
     async def wait_for_health(self) -> bool:
         """Wait for the server to answer its health check again (it restarts, or its network came back),

@@ -4,18 +4,22 @@ Every setting a client sends that costs the server memory, processes or time is 
 models (each one a vLLM server and a trainer), how many requests at once, and each knob of a model's
 vLLM server (`RegisterRequest.server`), trainer (`RegisterRequest.trainer`) and training step
 (`TrainRequest.config`) that scales with what it is given. A value past its bound is a 400 naming the bound
-and the option that raises it; a value is quoted by a short prefix only (`autorl.errors.quoted`).
+and the option that raises it; a value is quoted by a short prefix only (`autorl.errors.quoted`). A model's
+`base_model` is the embedded model, or a directory under the server's model roots (`--model-roots`; 403 else).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import quoted
+from ...serving.embedded import cache_dir
 
 
 class ServeLimits(BaseModel):
@@ -51,6 +55,8 @@ class ServeLimits(BaseModel):
     """Longest a client may let its model's vLLM server take to start (`server.startup_timeout_s`)."""
     max_restarts: int = Field(10, ge=0)
     """Most restarts of a dead vLLM server a client may ask for (`server.max_restarts`)."""
+    max_client_lora_alpha: int = Field(1024, ge=1)
+    """Largest LoRA alpha a client may train with (`trainer.lora_alpha`: the LoRA's scale is alpha / rank)."""
     max_ppo_epochs: int = Field(8, ge=1)
     """Most passes over a step's groups a client may ask for (`config.ppo_epochs`)."""
     max_micro_batch_size: int = Field(64, ge=1)
@@ -64,12 +70,35 @@ class ServeLimits(BaseModel):
     body is parsed, before anything is built of it: a body costs the server no more memory than this many
     objects, however small each is."""
 
+    model_roots: list[Path] = Field(default_factory=list, max_length=100)
+    """Directories a client's base model may be in (`base_model`, symlinks followed), besides the embedded model
+    and autorl's model cache (CACHE/models); any other path on this machine is refused (403)."""
+
+    def check_base_model(self, base_model: str) -> str | None:
+        """The one line that refuses `base_model` when it is neither an embedded model (`embedded:NAME`) nor a
+        directory under `model_roots` or autorl's model cache; None when it may be used. The line names no
+        root and says nothing of whether the path exists."""
+        if base_model.startswith("embedded:"):
+            return None  # resolved into autorl's model cache; an unknown name is the resolver's one line
+        roots = [cache_dir() / "models", *self.model_roots]
+        try:  # as the resolver reads it, every link followed: a link under a root to elsewhere is elsewhere
+            path = Path(base_model).expanduser().resolve()
+            if any(path.is_relative_to(root.expanduser().resolve()) for root in roots):
+                return None
+        except (OSError, ValueError, RuntimeError):  # a NUL byte, ~nosuchuser, a link loop
+            pass
+        return (
+            f"base model {quoted(base_model)} is not the embedded model nor under this server's model roots; "
+            "its operator may allow a directory with `autorl serve --model-roots DIR`"
+        )
+
     @property
     def max_kv_cache_bytes(self) -> int:
         return int(self.max_kv_cache_gb * 2**30)
 
-    def bounds(self) -> dict[str, tuple[float, str]]:
-        """Each bounded knob of a request (a dotted path into it) with its bound and the option that sets it."""
+    def bounds(self) -> dict[str, tuple[float, str | None]]:
+        """Each bounded knob of a request (a dotted path into it) with its bound and the option that sets it
+        (None: a bound of `FIXED_BOUNDS`, no option's)."""
         return {
             "server.max_model_len": (self.max_client_model_len, "max_client_model_len"),
             "server.kv_cache_bytes": (self.max_kv_cache_bytes, "max_kv_cache_gb"),
@@ -80,26 +109,36 @@ class ServeLimits(BaseModel):
             "server.startup_timeout_s": (self.max_startup_timeout_s, "max_startup_timeout_s"),
             "server.max_restarts": (self.max_restarts, "max_restarts"),
             "trainer.lora_rank": (self.max_client_lora_rank, "max_client_lora_rank"),
+            "trainer.lora_alpha": (self.max_client_lora_alpha, "max_client_lora_alpha"),
             "trainer.logprob_chunk_tokens": (self.max_client_model_len, "max_client_model_len"),
             "trainer.eager_attention_max_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.ppo_epochs": (self.max_ppo_epochs, "max_ppo_epochs"),
             "config.micro_batch_size": (self.max_micro_batch_size, "max_micro_batch_size"),
             "config.max_completion_tokens": (self.max_client_model_len, "max_client_model_len"),
             "config.overlong_buffer": (self.max_client_model_len, "max_client_model_len"),
+            **{path: (bound, None) for path, (bound, _) in FIXED_BOUNDS.items()},
         }
 
     def check(self, request: BaseModel) -> str | None:
         """The one line that says which knob of `request` (a `RegisterRequest`, `TrainRequest` or
-        `LogRequest`) is past its bound, or not finite; None when all are within."""
+        `LogRequest`) is past its bound, negative, or not finite; None when all are within. A list (the
+        trainer's target modules) counts its names, each a module's dotted name of at most `MAX_MODULE_CHARS`."""
         for path, (bound, option) in self.bounds().items():
             value: Any = request
             for part in path.split("."):
                 value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
             if value is None or isinstance(value, bool):
                 continue
-            if not isinstance(value, int | float | str) or not math.isfinite(number(value)) or number(value) > bound:
-                flag = "--" + option.replace("_", "-")
-                return f"{path}={shown(value)} is over this server's limit of {bound:g} (autorl serve {flag})"
+            if isinstance(value, list):
+                if not all(isinstance(name, str) and MODULE_NAME.fullmatch(name) for name in value):
+                    return f"{path}: each name is a module's dotted name of at most {MAX_MODULE_CHARS} characters"
+                value = len(value)
+            if not isinstance(value, int | float | str) or not number(value) <= bound:
+                limit = FIXED_BOUNDS[path][1] if option is None else f"this server's limit of {bound:g}"
+                flag = "" if option is None else f" (autorl serve --{option.replace('_', '-')})"
+                return f"{path}={shown(value)} is over {limit}{flag}"
+            if number(value) < 0:
+                return f"{path}={shown(value)} is negative"
         return None
 
     def check_body(self, raw: bytes) -> str | None:
@@ -134,6 +173,14 @@ class ServeLimits(BaseModel):
         return None
 
 
+MAX_MODULE_CHARS = 128
+MODULE_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.]{{0,{MAX_MODULE_CHARS - 1}}}")
+FIXED_BOUNDS = {
+    "trainer.seed": (2**32 - 1, "4294967295 (a seed is 32 bits)"),
+    "trainer.target_modules": (64, "64 names (the modules a LoRA targets)"),
+}
+"""Knobs bounded by what they are, not by an option of the server: each bound and the line's end that says it."""
+
 BODY_BOUNDS = {
     "objects": "max_body_objects",
     "groups": "max_groups_per_step",
@@ -147,7 +194,7 @@ class PastBound(Exception):
 
 
 def shown(value: int | float | str) -> str:
-    """A knob's value in an error line: a number as it is, a string by a short prefix."""
+    """A knob's value in an error line: a number as it is, a string by a short prefix (a list: its length)."""
     return (
         repr(value) if isinstance(value, float) or (isinstance(value, int) and abs(value) < 10**18) else quoted(value)
     )
@@ -159,6 +206,8 @@ def number(value: int | float | str) -> float:
         return float(value)
     except ValueError:
         return math.nan
+    except OverflowError:  # an int of hundreds of digits
+        return math.inf
 
 
 class Concurrency:

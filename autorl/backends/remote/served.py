@@ -31,7 +31,9 @@ from ...atomic import atomic_text
 from ...errors import ServerDiedError, quoted
 from ...model import Model, TrainableModel
 from ...serving.auth import bearer
+from ...serving.embedded import resolve_base_model
 from ...training.checkpoints import METRICS_FILE, checkpoint_name, complete_checkpoints, missing_checkpoint
+from ...training.engines import check_target_modules
 from ..base import inference_name
 from ..cluster.proxy import HOP_BY_HOP
 from ..model_backend import ModelBackend
@@ -140,8 +142,12 @@ class ServedModels:
         self._owned[client].add(name)
 
     async def _start(self, request: RegisterRequest) -> TrainableModel:
+        if (why := self.limits.check_base_model(request.base_model)) is not None:  # a registry's entry too
+            raise Refused(403, why)
         async with self._starting[request.name]:  # concurrent first requests start one vLLM server
             if request.name not in self.models:
+                model_dir = await asyncio.to_thread(resolve_base_model, request.base_model)  # before vLLM starts
+                await asyncio.to_thread(check_target_modules, model_dir, request.trainer.target_modules)
                 model = TrainableModel(**request.model_dump())
                 run_dir = self.backend.run_dir(model)
                 existed = run_dir.exists()

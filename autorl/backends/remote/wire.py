@@ -30,6 +30,11 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 """A model's or project's name on a server: a directory name (no '/', no leading '.' or '-', no '@')."""
 MAX_STEP = 10**9 - 1
 """The highest step a client may name (a checkpoint's directory is its step in digits)."""
+Step = Annotated[int, Field(ge=0, le=MAX_STEP)]
+"""A step in an answer: a server's answer is read as bounded as a client's request."""
+InferenceName = Annotated[str, Field(min_length=1, max_length=256)]
+MetricName = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]{1,128}$")]
+"""A metric's name a client sends: printable (no line of the server's log is forged), at most 128 characters."""
 GZIP_OVER_BYTES = 64 * 1024
 """Request bodies larger than this are sent gzip-compressed (trajectories' JSON, logprobs included, compresses well)."""
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
@@ -55,14 +60,14 @@ class RegisterRequest(BaseModel):
     base_model: str
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     server: dict[str, Any] = Field(default_factory=dict)
-    report_metrics: list[str] | None = None
+    report_metrics: list[MetricName] | None = Field(None, max_length=256)
 
 
 class Registered(BaseModel):
     """The answer to `POST /models` and `POST /models/NAME/serve`."""
 
-    step: int
-    inference_name: str
+    step: Step
+    inference_name: InferenceName
     """The name to request in chat completions: `name@NNNN` (`name` alone is the newest checkpoint)."""
 
 
@@ -90,13 +95,13 @@ class TrainRequest(BaseModel):
 class StepAnswer(BaseModel):
     """The answer to `GET /models/NAME/step`."""
 
-    step: int = Field(ge=0)
+    step: Step
 
 
 class Steps(BaseModel):
     """The answer to `GET /models/NAME/checkpoints`."""
 
-    steps: list[int]
+    steps: list[Annotated[int, Field(ge=1, le=MAX_STEP)]]
 
 
 class Deleted(BaseModel):
@@ -120,7 +125,7 @@ class Trained(BaseModel):
 
     metrics: dict[str, Any]
     """The step's metrics, with `step` (as `LocalBackend.train` returns them)."""
-    inference_name: str
+    inference_name: InferenceName
 
 
 class LogRequest(BaseModel):
@@ -130,10 +135,10 @@ class LogRequest(BaseModel):
 
     project: str = "default"
     trainable: bool = True
-    report_metrics: list[str] | None = None
+    report_metrics: list[MetricName] | None = Field(None, max_length=256)
     groups: list[TrajectoryGroup] = Field(default_factory=list)
     split: str = Field("val", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    metrics: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
+    metrics: dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]] = Field(default_factory=dict)
     """Finite figures only: one of them may choose the best checkpoint (`delete_checkpoints(best)`)."""
     step: int | None = Field(None, ge=0, le=MAX_STEP)
 
@@ -148,8 +153,8 @@ class DeleteRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    best_checkpoint_metric: str = "val/reward"
-    keep: str = "latest,best"
+    best_checkpoint_metric: MetricName = "val/reward"
+    keep: str = Field("latest,best", max_length=200)
 
 
 class ServeRequest(BaseModel):
@@ -157,7 +162,7 @@ class ServeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    step: int = Field(ge=0)
+    step: Step
 
 
 def check_name(name: str, what: str = "model name") -> str:

@@ -1,0 +1,152 @@
+"""A hostile `autorl serve`: answers a real HTTP server on 127.0.0.1 sends `RemoteBackend`, each read as one
+`AutoRLError` line (no traceback, no terminal escape, bounded in size), in bounded memory and depth, and a
+checkpoint archive that writes nothing outside its target (no paths out, no links, no devices)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from autorl import TrainableModel
+from autorl.backends.remote.client import RemoteBackend
+from autorl.backends.remote.wire import History
+from autorl.errors import AutoRLError
+from tests.helpers.remote import TOKEN
+
+ANSWER_CAP = 64 * 1024
+"""The client's answer cap in these tests (`RemoteBackend.max_answer_bytes`), so an oversized answer is small."""
+
+
+def tar_gz(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            archive.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = "") -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, 0o644
+    return info, data
+
+
+GOOD = tar_gz(member("adapter_model.safetensors"), member("metrics.json", data=b"{}"))
+JSON = {"Content-Type": "application/json"}
+
+ANSWERS: dict[str, tuple[int, dict[str, str], bytes]] = {
+    "nested 100000 deep": (200, JSON, b"[" * 100_000),
+    "an error nested 100000 deep": (400, JSON, b'{"error": ' + b"[" * 100_000),
+    "nested 200 deep, parsed": (200, JSON, b'{"step": 1, "x": ' + b"[" * 200 + b"]" * 200 + b"}"),
+    "gzip it cannot inflate": (200, {**JSON, "Content-Encoding": "gzip"}, b"not gzip at all"),
+    "a gzip bomb": (200, {**JSON, "Content-Encoding": "gzip"}, gzip.compress(b'{"step": 1' + b" " * 2**24 + b"}")),
+    "an encoding it did not ask for": (200, {**JSON, "Content-Encoding": "br"}, b'{"step": 1}'),
+    "over the answer cap": (200, JSON, b'{"step": 1' + b" " * (2 * ANSWER_CAP) + b"}"),
+    "an error over the answer cap": (400, JSON, b'{"error": "' + b"e" * (2 * ANSWER_CAP) + b'"}'),
+    "terminal escapes in an error": (400, JSON, json.dumps({"error": "\x1b]0;pwned\x07\x1b[2J bad\x00\r"}).encode()),
+    "an unknown charset": (400, {"Content-Type": "text/plain; charset=nope"}, b"\xff\xfe bad"),
+    "not JSON": (200, {"Content-Type": "text/html"}, b"<html>"),
+    "JSON of another shape": (200, JSON, b'{"step": "three"}'),
+    "a step past the highest": (200, JSON, b'{"step": 1' + b"0" * 30 + b"}"),
+    "not UTF-8": (200, JSON, b'{"step": "\xff"}'),
+}
+"""Answers to `GET /models/m/step` (`RemoteBackend.get_step`)."""
+
+ARCHIVES: dict[str, bytes] = {
+    "not gzip": b"PK\x03\x04 a zip",
+    "cut short": GOOD[: len(GOOD) // 2],
+    "a corrupt stream": GOOD[:20] + bytes(b ^ 0xFF for b in GOOD[20:40]) + GOOD[40:],
+    "a path out": tar_gz(member("../outside/evil")),
+    "an absolute path": tar_gz(member("/tmp/autorl-hostile-absolute")),
+    "a symlink out": tar_gz(member("link", tarfile.SYMTYPE, link="../outside")),
+    "a symlink inside": tar_gz(member("here", tarfile.SYMTYPE, link="."), member("here/x")),
+    "a hard link out": tar_gz(member("hard", tarfile.LNKTYPE, link="../outside/file")),
+    "a hard link inside": tar_gz(member("a"), member("b", tarfile.LNKTYPE, link="a")),
+    "a character device": tar_gz(member("null", tarfile.CHRTYPE)),
+    "a fifo": tar_gz(member("pipe", tarfile.FIFOTYPE)),
+    "a name too long": tar_gz(member("n" * 300)),
+    "a file where a directory is": tar_gz(member("a"), member("a/b")),
+    "too many members": tar_gz(*(member(f"f{i}") for i in range(1001))),
+    "no files": tar_gz(),
+}
+"""Answers to `GET /models/m/checkpoints/1` (`RemoteBackend.download_checkpoint`)."""
+
+
+class Hostile(BaseHTTPRequestHandler):
+    answer: tuple[int, dict[str, str], bytes] = (200, JSON, b"{}")
+
+    def do_GET(self) -> None:
+        status, headers, body = self.answer
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def refused(hostile, answer: tuple[int, dict[str, str], bytes], call: Callable) -> str:
+    """The one line `call(backend, model)` raises on `answer`."""
+    Hostile.answer = answer
+    backend = RemoteBackend(f"http://127.0.0.1:{hostile.server_port}", api_key=TOKEN, retries=0)
+    backend.max_answer_bytes = ANSWER_CAP
+    with pytest.raises(AutoRLError) as raised:
+        asyncio.run(call(backend, TrainableModel(name="m")))
+    line = str(raised.value)
+    assert line.isprintable() and len(line) <= 700, repr(line)
+    return line
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+def test_security_each_hostile_answer_is_one_line(hostile, case):
+    line = refused(hostile, ANSWERS[case], lambda backend, model: backend.get_step(model))
+    assert "/models/m/step" in line, line
+
+
+@pytest.mark.parametrize("case", sorted(ARCHIVES))
+def test_security_a_hostile_checkpoint_archive_is_one_line_and_writes_nothing_outside(hostile, case, tmp_path):
+    target = tmp_path / "mirror" / "checkpoints"
+    target.mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    answer = (200, {"Content-Type": "application/gzip"}, ARCHIVES[case])
+    line = refused(hostile, answer, lambda backend, model: backend.download_checkpoint(model, 1, target))
+    assert "/models/m/checkpoints/1" in line, line
+    assert list(target.iterdir()) == [], case  # nothing half unpacked, no temporary left
+    assert list((tmp_path / "outside").iterdir()) == [], case
+    assert not Path("/tmp/autorl-hostile-absolute").exists()
+
+
+def test_security_a_good_archive_still_unpacks(hostile, tmp_path):
+    Hostile.answer = (200, {"Content-Type": "application/gzip"}, GOOD)
+    backend = RemoteBackend(f"http://127.0.0.1:{hostile.server_port}", api_key=TOKEN, retries=0)
+    path = asyncio.run(backend.download_checkpoint(TrainableModel(name="m"), 1, tmp_path))
+    assert sorted(p.name for p in path.iterdir()) == ["adapter_model.safetensors", "metrics.json"]
+    assert (path / "metrics.json").read_text() == "{}"
+
+
+def test_security_history_and_checkpoint_lists_are_bounded(hostile, tmp_path):
+    for body in (b'{"steps": [-1]}', b'{"steps": [1' + b"0" * 30 + b"]}"):
+        refused(hostile, (200, JSON, body), lambda backend, model: backend.list_checkpoints(model))
+    deep = b'{"history": [{"x": ' + b"[" * 900 + b"]" * 900 + b"}]}"
+    refused(hostile, (200, JSON, deep), lambda backend, model: backend.answer(History, "GET", "/models/m/history"))
