@@ -184,6 +184,13 @@ MEASURES: dict[str, Measures] = {
             "pipelines/stages/train.py",
         ),
     ),
+    **{  # base answers' tool calls, vLLM's parser against the agent loop's reading (tool_calls.py --out)
+        name: Measures(
+            "benchmarks/perf/tool_calls.py",
+            (*SERVING, "autorl/agents/", "autorl/task.py", *LEARNING, "pipelines/stats.py"),
+        )
+        for name in ("tool_calls_directory",)
+    },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(
