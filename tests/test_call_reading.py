@@ -3,11 +3,17 @@ a small model writes that names one tool unambiguously, case by case; what is am
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 
+from autorl import Trajectory
 from autorl.agents.call_reading import read_calls, resolve_name, summed_counts
+from autorl.agents.rollout import turn_calls
+from autorl.serving.embedded import TEMPLATES
+from autorl.training.sequences import tokenize_trajectory
+from tests.helpers.tiny import choice
 
 TOOLS = ["lookup_extension", "convert"]
 LOOKUP = {"name": "Ada Park"}
@@ -109,3 +115,26 @@ def test_a_step_s_counts_are_summed_over_its_rollouts_and_absent_without_tools()
     rollouts = [{"turns": 1, "tool_calls_parsed": 1, "tool_calls_recovered": 2, "tool_calls_invalid": 0}] * 3
     assert summed_counts(rollouts) == {"tool_calls_parsed": 3, "tool_calls_recovered": 6, "tool_calls_invalid": 0}
     assert summed_counts([{"turns": 1}]) == {}
+
+
+def test_a_turn_whose_call_was_read_from_its_prose_trains_its_sampled_tokens(tokenizer):
+    """The Choice rewritten by `turn_calls` (its call shown as a call) still trains exactly the tokens the policy
+    sampled (the prose with the JSON), and the conversation after it renders through the embedded template."""
+    tokenizer = copy.copy(tokenizer)
+    tokenizer.chat_template = (TEMPLATES / "smollm2_tools.jinja").read_text()
+    text = f"I will look it up: {call_object()}"
+    ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    asked = choice(text, ids)
+    read = turn_calls(asked, TOOLS, 1)
+    assert read.recovered and asked.message.tool_calls[0].id == "call_1_0"
+    answer_ids = [*tokenizer.encode("1234", add_special_tokens=False), tokenizer.eos_token_id]
+    conversation = [
+        {"role": "system", "content": "Answer."},
+        {"role": "user", "content": "Ada Park?"},
+        asked,
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "Ada Park: extension 1234"},
+        choice("1234", answer_ids),
+    ]
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in TOOLS]
+    sequence = tokenize_trajectory(Trajectory(messages_and_choices=conversation, tools=tools), tokenizer)
+    assert [t for t, m in zip(sequence.input_ids, sequence.mask, strict=True) if m] == ids + answer_ids

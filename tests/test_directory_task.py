@@ -4,12 +4,14 @@ extensions no model can, its inputs ask for people it knows, and its judge check
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 
 import pytest
 
 from autorl.agents.tools import Toolbox
+from autorl.serving.embedded import TEMPLATES
 from autorl.task import load_task
 from benchmarks.perf.learning_tasks.directory import EMPLOYEES, extension, lookup_extension
 from benchmarks.perf.learning_tasks.judges import directory
@@ -60,6 +62,27 @@ def test_the_task_s_tool_runs_through_the_toolbox():
             return (await toolbox.call("lookup_extension", '{"name": "Ada Park"}')).text
 
     assert asyncio.run(call()) == f"Ada Park: extension {RIGHT}"
+
+
+def test_the_task_text_the_tool_and_the_call_format_reach_the_model_through_the_embedded_template(tokenizer):
+    """From the task text alone: the system turn the embedded model sees holds the text, the tool's schema and
+    how to call it (autorl's template; SmolLM2's own has no tools)."""
+    task = load_task(TASK)
+
+    async def tools() -> list[dict]:
+        async with await Toolbox.open(task) as toolbox:
+            return toolbox.openai_tools()
+
+    tokenizer = copy.copy(tokenizer)
+    tokenizer.chat_template = (TEMPLATES / "smollm2_tools.jinja").read_text()
+    messages = [{"role": "system", "content": task.description}, {"role": "user", "content": QUESTION}]
+    prompt = tokenizer.apply_chat_template(
+        messages, tools=asyncio.run(tools()), tokenize=False, add_generation_prompt=True
+    )
+    system = prompt.split("<|im_end|>")[0]
+    assert task.description in system and '"name": "lookup_extension"' in system
+    assert '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' in system
+    assert not any(name in system for name in EMPLOYEES)  # no worked call: the tool's example name is nobody's
 
 
 @pytest.mark.parametrize(

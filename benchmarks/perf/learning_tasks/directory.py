@@ -45,7 +45,7 @@ def lookup_extension(name: str) -> str:
     """Look up an employee's phone extension in the company directory.
 
     Args:
-        name: The employee's full name, e.g. 'Ada Park'.
+        name: The employee's full name, e.g. 'Jane Doe'.
     """
     number = extension(name)
     if number is None:
