@@ -11,12 +11,14 @@ import asyncio
 import json
 
 import pytest
+from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
 from autorl import TrajectoryGroup, gather_trajectory_groups
-from autorl.agents.rollout import Turn, agent_rollout
+from autorl.agents.rollout import RolloutConfig, Turn, agent_rollout, openai_completion
 from autorl.errors import McpServerDied
 from tests.helpers.agents import call, scripted, with_toolbox
+from tests.helpers.chat_server import ChatCompletionServer, completion
 
 
 def run(coroutine):
@@ -142,3 +144,23 @@ def test_a_call_that_names_no_tool_is_counted_invalid_and_ends_the_rollout():
 
     trajectory = run(with_toolbox(body))
     assert len(sent) == 1 and trajectory.metrics["tool_calls_invalid"] == 1 and trajectory.metrics["tool_calls"] == 0
+
+
+def test_tool_choice_required_asks_the_first_turn_for_a_call_and_leaves_later_turns_auto():
+    """`RolloutConfig.tool_choice="required"` over a real OpenAI client and HTTP: the request that answers the input
+    says "required", the one after the tool result "auto"; the call written as JSON is run."""
+    convert = {"name": "convert", "parameters": {"value": 2, "from_unit": "km", "to_unit": "m"}}
+    answers = iter([json.dumps([convert]), "2000 m"])
+    server = ChatCompletionServer(lambda body: completion(body, next(answers)))
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        complete = openai_completion(client, "policy", RolloutConfig(tool_choice="required"))
+        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=3)
+
+    try:
+        trajectory = run(with_toolbox(body))
+    finally:
+        server.close()
+    assert [r["tool_choice"] for r in server.requests] == ["required", "auto"]
+    assert "2000" in trajectory.messages()[3]["content"] and trajectory.metrics["tool_calls"] == 1

@@ -12,7 +12,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
@@ -38,6 +38,10 @@ class RolloutConfig(BaseModel):
     """Completion token cap per policy turn."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature; GRPO needs diverse answers within a group, so keep it near 1."""
+    tool_choice: Literal["auto", "required"] = "auto"
+    """With tools, whether the turn that answers the input must call one: "auto", the model decides; "required",
+    the first turn is a call (OpenAI's tool_choice, which vLLM holds to the tools' schemas by structured output),
+    an exploration aid for a model that does not call a tool unprompted. Turns after a tool result are "auto"."""
 
 
 @dataclass
@@ -61,17 +65,24 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
     (which training needs: our vLLM server returns the sampled token ids with them)."""
 
     async def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Turn:
+        offered = {"tools": tools, "tool_choice": first_turn_choice(config, messages)} if tools else {}
         response = await client.chat.completions.create(
             model=model_name,
             messages=messages,
             max_tokens=config.max_tokens,
             temperature=config.temperature,
             logprobs=True,
-            **({"tools": tools} if tools else {}),
+            **offered,
         )
         return response_turn(response)
 
     return complete
+
+
+def first_turn_choice(config: RolloutConfig, messages: list[dict[str, Any]]) -> str:
+    """The `tool_choice` of a request: `config.tool_choice` on the turn that answers the input (the last message
+    is the user's), "auto" after a tool result."""
+    return config.tool_choice if messages and messages[-1].get("role") == "user" else "auto"
 
 
 def response_turn(response: ChatCompletion) -> Turn:
