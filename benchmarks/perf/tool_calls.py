@@ -31,7 +31,7 @@ from _common import LEARNING_TASKS, Loop, write_result
 from openai import AsyncOpenAI
 
 from autorl.agents.call_reading import TurnCalls
-from autorl.agents.rollout import response_turn, tool_calls, turn_calls
+from autorl.agents.rollout import Complete, RolloutConfig, openai_completion, tool_calls, turn_calls
 from autorl.agents.tools import Toolbox
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
@@ -66,21 +66,11 @@ def category(raw: list[tuple[str, str, str]], read: TurnCalls, text: str, tools:
     return "names_tool_in_prose" if any(tool in text for tool in tools) else "no_call"
 
 
-async def answer(
-    client: AsyncOpenAI, task: TaskSpec, toolbox: Toolbox, text: str, tool_choice: str, args: argparse.Namespace
-) -> dict:
-    """One first turn of a rollout on the input `text`: its category, calls and whether the tool answered them."""
-    tools = toolbox.openai_tools()
+async def answer(complete: Complete, task: TaskSpec, toolbox: Toolbox, text: str) -> dict:
+    """One first turn of a rollout on the input `text` (as `agent_rollout` asks for it): its category, calls and
+    whether the tool answered them."""
     messages = [{"role": "system", "content": task.description}, {"role": "user", "content": text}]
-    response = await client.chat.completions.create(
-        model="policy",
-        messages=messages,
-        tools=tools,
-        tool_choice=tool_choice,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-    )
-    turn = response_turn(response)
+    turn = await complete(messages, toolbox.openai_tools())
     raw, content = tool_calls(turn.item), turn.item.message.content or ""
     names = list(toolbox.tools)
     read = turn_calls(turn.item, names, 1)
@@ -135,10 +125,12 @@ async def measure(server: VLLMServer, task: TaskSpec, inputs: list[str], args: a
     results = {}
     async with await Toolbox.open(task) as toolbox:
         for tool_choice in args.tool_choice.split(","):
+            rollout = RolloutConfig(max_tokens=args.max_tokens, temperature=args.temperature, tool_choice=tool_choice)
+            complete = openai_completion(client, "policy", rollout)
 
-            async def one(text: str, choice: str = tool_choice) -> dict:
+            async def one(text: str, complete: Complete = complete) -> dict:
                 async with limit:
-                    return await answer(client, task, toolbox, text, choice, args)
+                    return await answer(complete, task, toolbox, text)
 
             started = time.monotonic()
             answers = await asyncio.gather(*(one(text) for text in inputs for _ in range(args.samples)))
