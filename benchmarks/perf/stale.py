@@ -156,6 +156,12 @@ MEASURES: dict[str, Measures] = {
         )
         for warmup in ("sft", "sft3")
     },
+    **{  # the tool-only fact task from its text (issue 56; learning.py --out), at the defaults and with the first
+        # turn's call required (`-- --tool-choice required`)
+        f"learning_tool_directory{required}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for required in ("", "_required")
+        for seed in range(3)
+    },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)
         f"learning_async{claims}_capitals_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
         for seed in range(3)
