@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import LEARNING_TASKS, Loop, write_result
@@ -51,6 +52,7 @@ CATEGORIES = (
 EXAMPLES_PER_CATEGORY = 3
 CONCURRENCY = 64
 """Requests in flight at once: on a shared CPU, one large batch decodes more tokens a second than small ones."""
+REQUEST_TIMEOUT_S = 3600
 
 
 def category(raw: list[tuple[str, str, str]], read: TurnCalls, text: str, tools: list[str]) -> str:
@@ -120,10 +122,14 @@ def summary(answers: list[dict]) -> dict:
     }
 
 
-async def measure(server: VLLMServer, task: TaskSpec, inputs: list[str], args: argparse.Namespace) -> dict[str, dict]:
-    client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=600)
+async def measure(
+    server: VLLMServer, task: TaskSpec, inputs: list[str], args: argparse.Namespace, done: Callable[[dict], None]
+) -> None:
+    """Answer the inputs under each `--tool-choice`, handing `done` the figures so far after each (a slow shared
+    machine keeps what it measured)."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=REQUEST_TIMEOUT_S)
     limit = asyncio.Semaphore(CONCURRENCY)
-    results = {}
+    results: dict[str, dict] = {}
     async with await Toolbox.open(task) as toolbox:
         for tool_choice in args.tool_choice.split(","):
             rollout = RolloutConfig(max_tokens=args.max_tokens, temperature=args.temperature, tool_choice=tool_choice)
@@ -136,8 +142,8 @@ async def measure(server: VLLMServer, task: TaskSpec, inputs: list[str], args: a
             started = time.monotonic()
             answers = await asyncio.gather(*(one(text) for text in inputs for _ in range(args.samples)))
             results[tool_choice] = {**summary(list(answers)), "seconds": round(time.monotonic() - started, 1)}
+            done(results)
     await client.close()
-    return results
 
 
 def main() -> None:
@@ -157,24 +163,28 @@ def main() -> None:
     started, loop = time.monotonic(), Loop()
     home = Path(tempfile.mkdtemp(prefix="autorl-tool-calls-"))
     server = VLLMServer(resolve_base_model(DEFAULT_BASE_MODEL), "policy", home / "vllm.log", ServerConfig())
-    try:
-        loop.run(asyncio.to_thread(server.start))  # from the loop's executor: its thread outlives the server
-        results = loop.run(measure(server, task, inputs, args))
-    finally:
-        server.stop()
-        loop.close()
-    for choice, figures in results.items():
+    command = ["python", "benchmarks/perf/tool_calls.py", *sys.argv[1:]]
+    record = {"command": command, "task": str(args.task), "model": DEFAULT_BASE_MODEL, "inputs": len(inputs)}
+    record |= {"samples": args.samples, "max_tokens": args.max_tokens, "temperature": args.temperature}
+
+    def done(results: dict[str, dict]) -> None:
+        choice, figures = list(results.items())[-1]
         ours, theirs = figures["valid_call_rate"]["autorl"], figures["valid_call_rate"]["vllm_parser"]
         print(
             f"tool_choice={choice}: {figures['answers']} answers, valid calls {theirs['answers']} by vLLM's parser "
             f"({theirs['mean']:.3f} [{theirs['ci'][0]:.3f}, {theirs['ci'][1]:.3f}]) -> {ours['answers']} with autorl's "
-            f"reading ({ours['mean']:.3f} [{ours['ci'][0]:.3f}, {ours['ci'][1]:.3f}]); categories {figures['categories']}"
+            f"reading ({ours['mean']:.3f} [{ours['ci'][0]:.3f}, {ours['ci'][1]:.3f}]); categories {figures['categories']}",
+            flush=True,
         )
-    command = ["python", "benchmarks/perf/tool_calls.py", *sys.argv[1:]]
-    record = {"command": command, "task": str(args.task), "model": DEFAULT_BASE_MODEL, "inputs": len(inputs)}
-    record |= {"samples": args.samples, "max_tokens": args.max_tokens, "temperature": args.temperature}
-    path = write_result(args.out or f"tool_calls_{args.task.stem}", {**record, "tool_choice": results}, started)
-    print(f"wrote {path}")
+        path = write_result(args.out or f"tool_calls_{args.task.stem}", {**record, "tool_choice": results}, started)
+        print(f"wrote {path}", flush=True)
+
+    try:
+        loop.run(asyncio.to_thread(server.start))  # from the loop's executor: its thread outlives the server
+        loop.run(measure(server, task, inputs, args, done))
+    finally:
+        server.stop()
+        loop.close()
 
 
 if __name__ == "__main__":
