@@ -11,11 +11,14 @@ import asyncio
 import json
 
 import pytest
+from openai import AsyncOpenAI
+from openai.types.chat.chat_completion import Choice
 
 from autorl import TrajectoryGroup, gather_trajectory_groups
-from autorl.agents.rollout import agent_rollout
+from autorl.agents.rollout import RolloutConfig, Turn, agent_rollout, openai_completion
 from autorl.errors import McpServerDied
 from tests.helpers.agents import call, scripted, with_toolbox
+from tests.helpers.chat_server import ChatCompletionServer, completion
 
 
 def run(coroutine):
@@ -38,6 +41,9 @@ def test_a_tool_call_is_executed_and_its_result_answered():
         "turns": 2,
         "tool_calls": 1,
         "tool_errors": 0,
+        "tool_calls_parsed": 1,
+        "tool_calls_recovered": 0,
+        "tool_calls_invalid": 0,
         "completion_tokens": 10,
         "prompt_tokens": 0,
         "truncated": False,
@@ -83,3 +89,78 @@ def test_a_fatal_error_ends_the_gathering_and_other_errors_stay_data():
     assert "one rollout failed" in groups[0].exceptions[0]
     with pytest.raises(McpServerDied):
         run(gather_trajectory_groups([TrajectoryGroup([server_gone()])], pbar_desc=None, max_exceptions=1))
+
+
+def test_a_call_the_server_missed_is_read_from_the_text_run_and_shown_as_a_call():
+    """A `<tool_call>` block with a misspelled name and a stray closing brace that vLLM's parser left as text:
+    run as `convert`, the message rewritten to show the call (its text without it), counted as recovered."""
+    block = (
+        '<tool_call>\n{"name": "Convert", "arguments": {"value": 2, "from_unit": "km", "to_unit": "m"}}}\n</tool_call>'
+    )
+    complete, sent = scripted({"content": f"Let me convert.\n{block}"}, {"content": "2 km is 2000 m."})
+
+    async def body(toolbox):
+        return await agent_rollout(complete, "system", "How many metres in 2 km?", toolbox=toolbox, max_turns=4)
+
+    trajectory = run(with_toolbox(body))
+    asked = trajectory.messages()[2]
+    assert asked["content"] == "Let me convert." and asked["tool_calls"][0]["function"]["name"] == "convert"
+    assert asked["tool_calls"][0]["id"] == "call_1_0" == trajectory.messages()[3]["tool_call_id"]
+    assert "2000" in trajectory.messages()[3]["content"] and sent[1][0][2] == asked
+    assert (trajectory.metrics["tool_calls_recovered"], trajectory.metrics["tool_calls_parsed"]) == (1, 0)
+
+
+def test_a_recovered_call_rewrites_the_choice_but_not_its_sampled_tokens():
+    """The policy's `Choice` (what training reads its tokens from) shows the call read from its text; its
+    logprobs, the sampled tokens, are untouched."""
+    text = 'Use {"name": "convert", "arguments": "{\\"value\\": 1, \\"from_unit\\": \\"km\\", \\"to_unit\\": \\"m\\"}"}'
+    logprobs = {"content": [{"token": "token_id:7", "logprob": -0.5, "bytes": None, "top_logprobs": []}]}
+    choice = Choice.model_validate(
+        {"index": 0, "finish_reason": "stop", "logprobs": logprobs, "message": {"role": "assistant", "content": text}}
+    )
+    answers = iter([Turn(choice, "stop", 1), Turn({"role": "assistant", "content": "1000 m"}, "stop", 1)])
+
+    async def complete(messages, tools):
+        return next(answers)
+
+    async def body(toolbox):
+        return await agent_rollout(complete, "system", "1 km in m?", toolbox=toolbox, max_turns=3)
+
+    trajectory = run(with_toolbox(body))
+    assert choice.message.content == "Use" and choice.logprobs.content[0].token == "token_id:7"
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {
+        "value": 1,
+        "from_unit": "km",
+        "to_unit": "m",
+    }
+    assert "1000" in trajectory.messages()[3]["content"] and trajectory.metrics["tool_calls_recovered"] == 1
+
+
+def test_a_call_that_names_no_tool_is_counted_invalid_and_ends_the_rollout():
+    complete, sent = scripted({"content": '<tool_call>\n{"name": "translate", "arguments": {}}\n</tool_call>'})
+
+    async def body(toolbox):
+        return await agent_rollout(complete, "system", "convert", toolbox=toolbox, max_turns=4)
+
+    trajectory = run(with_toolbox(body))
+    assert len(sent) == 1 and trajectory.metrics["tool_calls_invalid"] == 1 and trajectory.metrics["tool_calls"] == 0
+
+
+def test_tool_choice_required_asks_the_first_turn_for_a_call_and_leaves_later_turns_auto():
+    """`RolloutConfig.tool_choice="required"` over a real OpenAI client and HTTP: the request that answers the input
+    says "required", the one after the tool result "auto"; the call written as JSON is run."""
+    convert = {"name": "convert", "parameters": {"value": 2, "from_unit": "km", "to_unit": "m"}}
+    answers = iter([json.dumps([convert]), "2000 m"])
+    server = ChatCompletionServer(lambda body: completion(body, next(answers)))
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        complete = openai_completion(client, "policy", RolloutConfig(tool_choice="required"))
+        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=3)
+
+    try:
+        trajectory = run(with_toolbox(body))
+    finally:
+        server.close()
+    assert [r["tool_choice"] for r in server.requests] == ["required", "auto"]
+    assert "2000" in trajectory.messages()[3]["content"] and trajectory.metrics["tool_calls"] == 1

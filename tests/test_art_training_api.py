@@ -90,7 +90,10 @@ def test_backend_train_on_the_local_backend_returns_a_train_result_and_log_recor
         await model.register(backend)
         result = await backend.train(model, groups(tokenizer), learning_rate=1e-9, scale_rewards=True, verbose=True)
         logged = await model.log(metrics=result.metrics, step=result.step, split="train")
-        older = await model.train(groups(tokenizer), config=art.TrainConfig(learning_rate=1e-9))  # older ART code
+        with_tools = groups(tokenizer)
+        for trajectory in (t for g in with_tools for t in g.trajectories):
+            trajectory.metrics.update(tool_calls_parsed=1, tool_calls_recovered=0, tool_calls_invalid=2)
+        older = await model.train(with_tools, config=art.TrainConfig(learning_rate=1e-9))  # older ART code
         return result, logged, older
 
     with caplog.at_level(logging.INFO, logger="autorl"):
@@ -106,7 +109,10 @@ def test_backend_train_on_the_local_backend_returns_a_train_result_and_log_recor
     record = read_history(run_dir, LOG_HISTORY_FILE)[0]
     assert record["step"] == 1 and record["split"] == "train" and record["train/loss"] == result.metrics["loss"]
     assert not (run_dir / "trajectories").exists()  # no trajectories, no parquet
-    assert older["step"] == 2 and [h["step"] for h in read_history(run_dir)] == [1, 2]
+    history = read_history(run_dir)
+    assert older["step"] == 2 and [h["step"] for h in history] == [1, 2]
+    assert "tool_calls_parsed" not in history[0]  # rollouts without tools
+    assert [history[1][f"tool_calls_{how}"] for how in ("parsed", "recovered", "invalid")] == [8, 0, 16]  # summed
 
 
 def test_backend_train_on_the_remote_backend_maps_the_keywords_in_the_client(served, tiny_model, tmp_path):

@@ -1,16 +1,20 @@
 """The pipeline's cache keys, forced stages, atomic artifacts, statistics and run-level errors."""
 
+import asyncio
 import errno
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from autorl.agents.rollout import RolloutConfig
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
+from pipelines.evaluation import answers
 from pipelines.pipeline import forced_stages, stage_keys
 from pipelines.stages.train import check_unscored_steps
 from pipelines.stats import mean_ci
@@ -427,3 +431,21 @@ def test_the_sign_flip_test_of_a_paired_gain_is_exact_and_passes_an_unchanged_mo
     rng = np.random.default_rng(1)
     passes = [sign_flip_p(list(rng.normal(0, 0.4, 16))) < 0.01 for _ in range(400)]
     assert sum(passes) <= 0.01 * len(passes) + 3  # 4 of 400 is 1%; a few more for the sample's own spread
+
+
+def test_held_out_answers_choose_their_tools_themselves_under_tool_choice_required():
+    """`--tool-choice required` is a training aid: the baseline's and evaluate's answers are asked with "auto"."""
+    asked = []
+
+    async def answer(prompt, text, config, name):
+        asked.append(config.rollout.tool_choice)
+        return SimpleNamespace(metadata={})
+
+    config = RunConfig(rollout=RolloutConfig(tool_choice="required"), eval_samples=2)
+    ctx = SimpleNamespace(config=config, policy=SimpleNamespace(answer=answer))
+
+    async def both():
+        return await asyncio.gather(*answers(ctx, "prompt", "input", "policy@0", "base"))
+
+    assert [t.metadata["variant"] for t in asyncio.run(both())] == ["base", "base"] and asked == ["auto", "auto"]
+    assert config.rollout.tool_choice == "required"  # the run's own config is left as it is

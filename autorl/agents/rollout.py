@@ -8,12 +8,14 @@ the model answers without a tool call or `max_turns` model turns were taken. Wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from openai.types.chat.chat_completion import ChatCompletion, Choice
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +23,7 @@ from ruler.messages import as_message
 
 from .. import tracing
 from ..trajectories import MessageOrChoice, Trajectory
+from .call_reading import CALL_COUNTS, TurnCalls, read_calls
 
 if TYPE_CHECKING:
     from .tools import Toolbox
@@ -35,6 +38,10 @@ class RolloutConfig(BaseModel):
     """Completion token cap per policy turn."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature; GRPO needs diverse answers within a group, so keep it near 1."""
+    tool_choice: Literal["auto", "required"] = "auto"
+    """With tools, whether the turn that answers the input must call one: "auto", the model decides; "required",
+    the first turn is a call (OpenAI's tool_choice, which vLLM holds to the tools' schemas by structured output),
+    an exploration aid for a model that does not call a tool unprompted. Turns after a tool result are "auto"."""
 
 
 @dataclass
@@ -58,17 +65,24 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
     (which training needs: our vLLM server returns the sampled token ids with them)."""
 
     async def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Turn:
+        offered = {"tools": tools, "tool_choice": first_turn_choice(config, messages)} if tools else {}
         response = await client.chat.completions.create(
             model=model_name,
             messages=messages,
             max_tokens=config.max_tokens,
             temperature=config.temperature,
             logprobs=True,
-            **({"tools": tools} if tools else {}),
+            **offered,
         )
         return response_turn(response)
 
     return complete
+
+
+def first_turn_choice(config: RolloutConfig, messages: list[dict[str, Any]]) -> str:
+    """The `tool_choice` of a request: `config.tool_choice` on the turn that answers the input (the last message
+    is the user's), "auto" after a tool result."""
+    return config.tool_choice if messages and messages[-1].get("role") == "user" else "auto"
 
 
 def response_turn(response: ChatCompletion) -> Turn:
@@ -114,6 +128,31 @@ def _json_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
+def turn_calls(item: MessageOrChoice, tool_names: list[str], number: int) -> TurnCalls:
+    """The calls of model turn `number` to run (`call_reading.read_calls`: the server's, and those it missed
+    that are unambiguous). Where autorl read or repaired one, the turn's message is rewritten to show the calls
+    as they run (its text without them, each call with an id: `call_<turn>_<index>` for one read from the text),
+    so that the next turn's prompt, the judge and the trajectory see them as calls; its sampled tokens, which
+    training uses, stay as they were."""
+    message = item.message if isinstance(item, Choice) else None
+    content = message.content if message is not None else item.get("content")
+    read = read_calls(tool_calls(item), content, tool_names)
+    if not read.recovered:
+        return read
+    read.calls = [
+        dataclasses.replace(call, id=call.id or f"call_{number}_{index}") for index, call in enumerate(read.calls)
+    ]
+    shown = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in read.calls
+    ]
+    if message is not None:
+        message.content = read.content
+        message.tool_calls = [ChatCompletionMessageFunctionToolCall.model_validate(call) for call in shown]
+    else:
+        item.update(content=read.content, tool_calls=shown)
+    return read
+
+
 async def agent_rollout(
     complete: Complete,
     system_prompt: str,
@@ -128,9 +167,10 @@ async def agent_rollout(
 
     `demos` are earlier turns (demonstrations: user, assistant and tool messages) shown between the
     system prompt and the input. The trajectory holds every message (the model's turns as returned by
-    `complete`, each tool result as a `tool` message) and the tools offered. Metrics: `turns`,
-    `tool_calls`, `tool_errors` (results that report a problem), `completion_tokens` (all turns) and
-    `truncated` (a turn cut by max_tokens).
+    `complete`, with the calls autorl read from their text shown as calls: `turn_calls`; each tool result as
+    a `tool` message) and the tools offered. Metrics: `turns`, `tool_calls`, `tool_errors` (results that report
+    a problem), with a toolbox `tool_calls_parsed`, `tool_calls_recovered` and `tool_calls_invalid`
+    (`TurnCalls.counts`), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens).
     """
     tools = toolbox.openai_tools() if toolbox is not None else None
     messages: list[dict[str, Any]] = [
@@ -141,17 +181,22 @@ async def agent_rollout(
     items: list[MessageOrChoice] = list(messages)
     taken: list[Turn] = []
     counts = {"tool_calls": 0, "tool_errors": 0}
+    if toolbox is not None:
+        counts |= dict.fromkeys(CALL_COUNTS, 0)
     for number in range(1, max_turns + 1):
         with tracing.span("chat", {"gen_ai.operation.name": "chat", "autorl.turn": number}) as span:
             turn = await complete(messages, tools)
             tracing.set_attributes(span, turn_attributes(turn))
         taken.append(turn)
+        read = turn_calls(turn.item, list(toolbox.tools), number) if toolbox is not None else None
         items.append(turn.item)
         messages.append(as_message(turn.item))
-        calls = tool_calls(turn.item) if toolbox is not None else []
-        if not calls:
+        if read is None:
             break
-        for call_id, name, arguments in calls:
+        counts.update({name: counts[name] + count for name, count in read.counts().items()})
+        if not read.calls:
+            break
+        for call_id, name, arguments in ((c.id, c.name, c.arguments) for c in read.calls):
             attributes = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": name,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from ..agents.call_reading import summed_counts
 from ..atomic import atomic_text
 from ..config import TrainConfig
 from ..errors import AutoRLError
@@ -121,10 +122,13 @@ class ModelBackend(TrainingCalls):
         return latest[0] if latest else 0
 
     async def train_step(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> dict:
-        """One GRPO step: holds back the model's inference, updates the LoRA, checkpoints it, serves it."""
+        """One GRPO step: holds back the model's inference, updates the LoRA, checkpoints it, serves it. Its
+        metrics (the history's line) are the trainer's and, for rollouts with tools, the step's tool calls by
+        how they were read (`call_reading.summed_counts`)."""
 
         async def update(trainer: Trainer, step: int) -> dict:
-            metrics = await trainer.step(groups, config, step)
+            calls = summed_counts(t.metrics for g in groups for t in g.trajectories)
+            metrics = {**await trainer.step(groups, config, step), **calls}
             warn_untrained(step, groups, metrics)
             return metrics
 

@@ -6,7 +6,9 @@
 Two kinds of task. The content tasks (`CONTENT_TASKS`, the default) are judged on what the answer says:
 the sum, the capital, the opposite, the words in order, the fields extracted, a won game; the strict tasks
 (`STRICT_TASKS`) are five of them from their task text alone, without the hand-written system prompt and its
-worked example, judged on the answer alone that the text asks for (what a user's judge often is); the form-only
+worked example, judged on the answer alone that the text asks for (what a user's judge often is); the tool tasks
+(`TOOL_TASKS`: `directory`, a made-up staff directory's phone extensions) ask for a fact only their tool knows,
+from the task text alone, judged against the tool's truth with partial credit for the right call; the form-only
 tasks (`FORM_TASKS`: one word, capitals, no punctuation, exclamations) are judged on the answer's shape
 alone and are probes of reward hacking: training reaches their top score with answers that say nothing.
 
@@ -53,6 +55,9 @@ STRICT_TASKS = (
 )
 """The zero-data case: content tasks from their text alone (no system prompt, no worked example), each judged
 strictly on the answer alone that its text asks for."""
+TOOL_TASKS = ("directory",)
+"""Tasks whose answer only a tool knows, from their task text alone (no system prompt, no worked call): the model
+must find the tool and use what it returns across turns."""
 FORM_TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 """Probes of reward hacking: their judges score the form of an answer only."""
 LOSSES = ("grpo", "dr_grpo", "gspo")

@@ -156,6 +156,12 @@ MEASURES: dict[str, Measures] = {
         )
         for warmup in ("sft", "sft3")
     },
+    **{  # the tool-only fact task from its text (issue 56; learning.py --out), at the defaults and with the first
+        # turn's call required (`-- --tool-choice required`)
+        f"learning_tool_directory{required}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for required in ("", "_required")
+        for seed in range(3)
+    },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)
         f"learning_async{claims}_capitals_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
         for seed in range(3)
@@ -184,6 +190,13 @@ MEASURES: dict[str, Measures] = {
             "pipelines/stages/train.py",
         ),
     ),
+    **{  # base answers' tool calls, vLLM's parser against the agent loop's reading (tool_calls.py --out)
+        name: Measures(
+            "benchmarks/perf/tool_calls.py",
+            (*SERVING, "autorl/agents/", "autorl/task.py", *LEARNING, "pipelines/stats.py"),
+        )
+        for name in ("tool_calls_directory",)
+    },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
     "prompt_vs_rl": Measures(

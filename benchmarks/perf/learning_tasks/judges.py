@@ -5,7 +5,8 @@ Two kinds. The content tasks' judges (`arithmetic`, `capitals`, `opposites`, `al
 and the game are the examples' own (`examples/judges.py`, `examples/tictactoe.py`). The form-only judges
 (`one_word`, `uppercase`, `no_punctuation`, `exclaim`) score the shape of a reply and nothing it says: they
 are probes of reward hacking, on which a trained model reaches a top score with answers that say nothing
-(docs/learning.md), and what the sentinel is calibrated against.
+(docs/learning.md), and what the sentinel is calibrated against. The tool tasks' judges (`tool_call`,
+`directory`) score the use of a tool: `directory` checks the answer against its tool's own truth.
 
 Each scores densely: a small model's answers to a task differ in these scores from the start, so a group
 carries signal. (All-or-nothing criteria that the embedded base
@@ -33,6 +34,8 @@ from examples.judges import (
     question,
 )  # fmt: skip
 from examples.tictactoe import score as tictactoe
+
+from .directory import EMPLOYEES, extension
 
 __all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
 
@@ -185,6 +188,32 @@ def tool_call(messages: list[dict[str, Any]]) -> float:
         return 0.5
     texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
     return round(0.08 * sum(bool(part.search(texts)) for part in CALL_PARTS), 2)
+
+
+DIRECTORY_TOOL = "lookup_extension"
+"""The tool of learning_tasks/directory.toml (directory.py), the only place the extensions are found."""
+FOUR_DIGITS = re.compile(r"(?<!\d)\d{4}(?!\d)")
+
+
+def directory(messages: list[dict[str, Any]]) -> float:
+    """The asked employee's extension, which only the tool knows (`directory.extension`): 1 when the final reply
+    states it and no other four-digit number; else 0.5 for a call of the tool with the asked name that it
+    answered, 0.25 for a call of it with another name or arguments it refused, 0.1 for a reply that names the
+    tool or calls another one (a call the agent loop could not read, or a misnamed tool); else 0."""
+    asked = next((name for name in EMPLOYEES if name in question(messages)), None)
+    if asked is None:
+        return 0.0
+    if FOUR_DIGITS.findall(answer(messages)) == [str(extension(asked))]:
+        return 1.0
+    results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    ours = [c for c in calls if c.get("function", {}).get("name") == DIRECTORY_TOOL]
+    if any(f"extension {extension(asked)}" in results.get(c.get("id"), "") for c in ours):
+        return 0.5
+    if ours:
+        return 0.25
+    texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
+    return 0.1 if calls or DIRECTORY_TOOL in texts or "<tool_call>" in texts else 0.0
 
 
 # The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
