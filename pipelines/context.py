@@ -1,5 +1,5 @@
 """What every stage gets (`StageContext`): the task, the run config, the artifact store, the policy server,
-counters; and `RunArtifacts`, the part of it that reading a run's artifacts needs."""
+counters (it is a `pipelines.records.run.RunArtifacts`: the stages' readers of artifacts read through it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from rich.console import Console
 
@@ -200,21 +199,6 @@ async def task_rollout(
     return await agent_rollout(
         complete, system_prompt, text, toolbox=toolbox, max_turns=turns, metadata={"input": text}, demos=demos
     )
-
-
-class RunArtifacts(Protocol):
-    """What the stages' readers of artifacts (`inputs.load`, `system_prompt.load`, `train.best_step`, ...)
-    use: a `StageContext`, or a run recorded earlier (`autorl benchmark` reads runs this way)."""
-
-    @property
-    def config(self) -> RunConfig: ...
-
-    @property
-    def policy(self) -> Policy: ...
-
-    def artifact(self, stage: str) -> Path:
-        """The directory of a stage's artifact."""
-        ...
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -39,10 +38,10 @@ from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
+from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
 from .stages import STAGE_MODULES, sft, train_costs
 
-RUN_FILE = "run.json"
 EXPLAINED_STAGES = ("evaluate",)
 """The stages whose judge explanations the report shows (`RunConfig.judge_explanations` "report": only these)."""
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
@@ -270,22 +269,6 @@ def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) ->
         return {**old, **written}
     wandb_id = hashlib.sha256(f"{name}{time.time()}".encode()).hexdigest()[:12]
     return {"name": name, **written, "wandb_id": wandb_id}
-
-
-def read_record(path: Path) -> dict[str, Any]:
-    """A run record (run.json) as a dict; one `AutoRLError` line naming the file when it is damaged (cut short,
-    binary, not a run's record)."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AutoRLError(f"run record {path} cannot be read ({exc.strerror})") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        record, why = None, f"not JSON: {str(exc).splitlines()[0]}"
-    else:
-        why = "not a run's record"
-    if not isinstance(record, dict) or not isinstance(record.get("task"), dict):
-        raise AutoRLError(f"run record {path} is damaged ({why}); remove it, and the same command writes a new one")
-    return record
 
 
 def _link_training(run_dir: Path, train_dir: Path) -> None:

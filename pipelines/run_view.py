@@ -35,7 +35,7 @@ def split_target(target: str) -> tuple[str, str]:
 class RunView:
     """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
 
-    It is a `pipelines.context.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
+    It is a `pipelines.records.run.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
     `train.best_step`) read its artifacts.
     """
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from autorl.errors import AutoRLError
 
 from .config import STAGES, check_run_name
-from .pipeline import RUN_FILE, read_record
+from .records.run import RUN_FILE, read_record
 
 
 def load_runs(home: Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:

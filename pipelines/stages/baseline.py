@@ -9,7 +9,8 @@ from autorl.trajectories import Trajectory
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
+from ..context import StageContext
+from ..records.run import RunArtifacts
 from . import inputs, system_prompt
 
 NAME = "baseline"

@@ -18,7 +18,8 @@ from autorl.task import TaskSpec
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import RunArtifacts, StageContext
+    from ..context import StageContext
+    from ..records.run import RunArtifacts
 
 NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()

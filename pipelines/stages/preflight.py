@@ -37,8 +37,9 @@ from ruler.prompt import canonical_json
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
+from ..context import StageContext
 from ..evaluation import SUCCESS
+from ..records.run import RunArtifacts
 from ..sampling import InputQueue
 from . import baseline, inputs, system_prompt, train, train_groups
 

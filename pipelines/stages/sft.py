@@ -31,7 +31,8 @@ from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
 
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
+from ..context import StageContext
+from ..records.run import RunArtifacts
 
 NAME = "sft"
 UPSTREAM: tuple[str, ...] = ()

@@ -36,7 +36,8 @@ from . import inputs
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import RunArtifacts, StageContext
+    from ..context import StageContext
+    from ..records.run import RunArtifacts
 
 NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ("inputs",)  # the check answers training inputs

@@ -42,7 +42,8 @@ from ruler.audit import reads_rubric
 from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
+from ..context import StageContext
+from ..records.run import RunArtifacts
 from ..sampling import InputQueue
 from . import inputs, sft, system_prompt
 from .train_costs import STEP_COST, cost_metrics, group_cost, step_cost

@@ -14,7 +14,7 @@ from typing import Any
 
 from autorl.training.checkpoints import checkpoint_name
 
-from ..context import RunArtifacts
+from ..records.run import RunArtifacts
 from .train_sentinel import dropped_step_dirs
 
 STEP_COST = "cost.json"
