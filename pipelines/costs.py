@@ -23,6 +23,8 @@ from ruler.calls import CallRecord
 from ruler.endpoint import EMBEDDED, ModelEndpoint
 
 from .config import STAGES
+from .records.step_costs import priced_steps, step_cost_lines, step_costs
+from .records.train import last_step, steps_done
 
 if TYPE_CHECKING:
     from .context import StageContext
@@ -150,17 +152,13 @@ USD = ("compute", "api", "total")
 def steps_cost(train_dir: Path, steps: int) -> list[dict[str, Any]]:
     """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
     sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
-    has none (trained before autorl priced steps): `train_costs.priced_steps`."""
-    from .stages.train_costs import priced_steps
-
+    has none (trained before autorl priced steps): `records.step_costs.priced_steps`."""
     return [spent for _, _, spent in priced_steps(train_dir, steps)]
 
 
 def run_costs(ctx: StageContext) -> dict[str, dict[str, Any]]:
     """The cost record of each stage whose artifact exists (or, for train, whose steps exist), in stage order:
     what making the run's artifacts cost, whichever invocation made them."""
-    from .stages.train import last_step, steps_done
-
     costs = {}
     for stage in STAGES:
         if stage == "train":
@@ -180,9 +178,7 @@ def check_run_budget(ctx: StageContext, where: str) -> None:
 
 def report_section(ctx: StageContext, costs: dict[str, dict[str, Any]]) -> list[str]:
     """The report's cost section: per stage (`costs`, the run's `run_costs`) and in all, the training steps'
-    (`train_costs.step_cost_lines`), and the budget if one was set."""
-    from .stages.train_costs import step_cost_lines, step_costs
-
+    (`records.step_costs.step_cost_lines`), and the budget if one was set."""
     total = added(list(costs.values()))
     config = ctx.config
     budget = [

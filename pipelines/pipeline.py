@@ -38,9 +38,10 @@ from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
+from .records import step_costs
 from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
-from .stages import STAGE_MODULES, sft, train_costs
+from .stages import STAGE_MODULES, sft
 
 EXPLAINED_STAGES = ("evaluate",)
 """The stages whose judge explanations the report shows (`RunConfig.judge_explanations` "report": only these)."""
@@ -221,13 +222,13 @@ def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: Sta
 
 def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
     """Each stage's cost (`pipelines.costs.run_costs`) into its entry, and their sum as the run's; the train
-    entry also gets each step's (`train_costs.step_costs`: they add up to its cost)."""
+    entry also gets each step's (`records.step_costs.step_costs`: they add up to its cost)."""
     per_stage = costs.run_costs(ctx)
     for stage, entry in record["stages"].items():
         if stage in per_stage:
             entry["cost"] = per_stage[stage]
     if "train" in per_stage and "train" in record["stages"]:
-        record["stages"]["train"]["step_costs"] = train_costs.step_costs(ctx)
+        record["stages"]["train"]["step_costs"] = step_costs.step_costs(ctx)
     record["cost"] = costs.added(list(per_stage.values()))
 
 

@@ -16,8 +16,8 @@ from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.context import Policy
+from pipelines.records import inputs, system_prompt, train
 from pipelines.runs import load_run
-from pipelines.stages import inputs, system_prompt, train
 from ruler.retry import describe
 
 CHECKPOINT_FORMS = "latest, best or a step"

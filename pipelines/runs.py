@@ -12,6 +12,7 @@ from autorl.errors import AutoRLError
 
 from .config import STAGES, check_run_name
 from .records.run import RUN_FILE, read_record
+from .records.step_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
 
 
 def load_runs(home: Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:
@@ -154,9 +155,7 @@ def cost_table(record: dict[str, Any]) -> Table | None:
 
 def step_cost_table(record: dict[str, Any]) -> Table | None:
     """What each training step cost (run.json's train `step_costs`), in a few rows however many steps ran
-    (`train_costs.step_cost_summary`); None for a run with no priced step."""
-    from .stages.train_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
-
+    (`records.step_costs.step_cost_summary`); None for a run with no priced step."""
     if not (steps := record.get("stages", {}).get("train", {}).get("step_costs")):
         return None
     title, rows = step_cost_summary(steps)

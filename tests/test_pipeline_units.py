@@ -294,6 +294,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     from rich.console import Console
 
     from pipelines.context import StageContext
+    from pipelines.records import system_prompt as records
     from pipelines.stages import system_prompt
 
     given = TASK.model_copy(update={"system_prompt": "You write formal business English."})
@@ -312,7 +313,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     config = RunConfig(generator="nobody@http://127.0.0.1:9/v1")
     ctx = StageContext(given, config, ArtifactStore(tmp_path), keys, None, None, None, tmp_path, Console(quiet=True))
     assert asyncio.run(system_prompt.run(ctx)) == {"chars": 34, "generator_calls": 0, "fallback": None, "check": None}
-    assert system_prompt.load(ctx) == "You write formal business English." and ctx.calls == Counter()
+    assert records.load(ctx) == "You write formal business English." and ctx.calls == Counter()
     with pytest.raises(ValueError, match="must not be empty"):
         TaskSpec(description="x", system_prompt="  ")
 
@@ -383,7 +384,7 @@ def test_a_steps_cost_counts_its_groups_made_earlier_by_the_preflight_stage(tmp_
     from collections import Counter
 
     from autorl.trajectories import TrajectoryGroup
-    from pipelines.stages.train_costs import GROUP_COST, group_cost, step_cost
+    from pipelines.records.step_costs import GROUP_COST, group_cost, step_cost
 
     saved = tmp_path / "group_00.json"
     made = {"seconds": 7.5, "model_calls": {"policy": 4, "judge": 2}}

@@ -26,7 +26,10 @@ from pipelines.cli import app
 from pipelines.config import RunConfig
 from pipelines.context import Policy, StageContext
 from pipelines.pipeline import stage_keys
-from pipelines.stages import sft, train, train_costs
+from pipelines.records import sft as sft_records
+from pipelines.records import train as train_records
+from pipelines.records.step_costs import training_cost
+from pipelines.stages import sft, train
 from tests.helpers.cli import error_line
 
 TASK = TaskSpec(description="Greet a customer politely")
@@ -56,7 +59,7 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
     tracker = Tracker([], tmp_path, "run", "id", {})
     ctx = StageContext(TASK, config, store, keys, policy, None, tracker, tmp_path / "run", Console(file=printed))
     try:
-        assert not sft.is_done(ctx) and train.last_step(ctx) == 2  # before the warm-up: RL's steps alone
+        assert not sft.is_done(ctx) and train_records.last_step(ctx) == 2  # before the warm-up: RL's steps alone
         summary = asyncio.run(sft.run(ctx))
         # 5 conversations in batches of 2: 3 batches, a chunk of 1 batch per model step
         assert {k: summary[k] for k in ("steps", "conversations", "epochs")} == {
@@ -64,7 +67,7 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
             "conversations": 5,
             "epochs": 1,
         }
-        assert sft.is_done(ctx) and sft.first_rl_step(ctx) == 4 and train.last_step(ctx) == 5
+        assert sft.is_done(ctx) and sft_records.first_rl_step(ctx) == 4 and train_records.last_step(ctx) == 5
         warm_up = read_history(ctx.artifact("sft"))
         assert [(h["step"], h["sft"]) for h in warm_up] == [(1, 1.0), (2, 1.0), (3, 1.0)]
         assert [h["learning_rate"] for h in warm_up] == pytest.approx([2e-4, 1e-4, 0.0])  # linear from the peak
@@ -81,9 +84,9 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
         train.start_from_sft(ctx)
         work = policy.run_dir
         assert [step for step, _ in complete_checkpoints(work / "checkpoints")] == [3]
-        assert read_history(work) == warm_up and train.steps_done(ctx) == 3
-        assert train.history_frame(ctx).empty and train.best_step(ctx) is None  # no RL step yet
-        assert train_costs.training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
+        assert read_history(work) == warm_up and train_records.steps_done(ctx) == 3
+        assert train_records.history_frame(ctx).empty and train_records.best_step(ctx) is None  # no RL step yet
+        assert training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
         train.start_from_sft(ctx)  # the training directory has its checkpoint: nothing is written again
         assert read_history(work) == warm_up
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import pandas as pd
 from _common import write_result
 
-from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore
 from pipelines.benchmark import gain_cost
 from pipelines.benchmark.scoreboard import SCORES, SPENT, per_input_scores
 from pipelines.benchmark.variants import Cost
 from pipelines.config import DEFAULT_HOME
 from pipelines.costs import added, cost_lines, priced, token_price
+from pipelines.records import evaluation
 from pipelines.runs import load_run
 
 

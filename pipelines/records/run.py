@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autorl.errors import AutoRLError
 
-from ..config import RunConfig
+if TYPE_CHECKING:  # for annotations only: the keys of the stages reading through here do not cover the trainer's code
+    from ..config import RunConfig
 
 RUN_FILE = "run.json"
 

@@ -14,9 +14,10 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 from .. import evaluation, sentinel
 from ..config import RunConfig
 from ..context import MAX_FAILED_ROLLOUTS, StageContext
-from . import baseline, inputs, system_prompt, train
+from ..records import baseline, inputs, system_prompt, train
+from ..records import evaluation as records
+from ..records.evaluate import NAME
 
-NAME = "evaluate"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 
 
@@ -54,7 +55,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     groups = await evaluation.judged_groups(ctx, items, "evaluate")
     drift = await variant_drift(ctx, groups)
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
-        frame = evaluation.save(out, groups)
+        frame = records.save(out, groups)
     summary = evaluation.stage_summary(ctx, frame, len(texts), steps)
     summary["drift"] = drift
     for variant, figures in sentinel.evaluation_figures(drift).items():

@@ -35,17 +35,16 @@ from ruler.audit import audit_judge, check_inputs, reads_rubric
 from ruler.judges import judge_name
 from ruler.prompt import canonical_json
 
-from .. import evaluation
 from ..config import RunConfig
 from ..context import StageContext
 from ..evaluation import SUCCESS
-from ..records.run import RunArtifacts
+from ..records import baseline, inputs, system_prompt, train
+from ..records import evaluation as records
+from ..records.preflight import FILE, NAME, SAMPLE, kept_inputs
 from ..sampling import InputQueue
-from . import baseline, inputs, system_prompt, train, train_groups
+from . import train_groups
 
-NAME = "preflight"
 UPSTREAM = ("inputs", "system_prompt", "baseline")
-FILE, SAMPLE = "preflight.json", "learnability.jsonl"
 INPUTS_CHECKED = 8
 """Inputs (train and validation, evenly spread) the inputs check shows a reliable judge."""
 MIN_SIGNAL_SHARE = 0.5
@@ -56,7 +55,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.preflight == "off":
         return {"off": True}
     return {
-        **train.group_settings(task, config),  # it makes training's step 1 groups, as that step would
+        **train_groups.group_settings(task, config),  # it makes training's step 1 groups, as that step would
         "audit_groups": config.audit_groups,
         "learnability_groups": config.learnability_groups,
     }
@@ -112,7 +111,7 @@ async def _audit(ctx: StageContext, sample: list[TrajectoryGroup]) -> dict[str, 
     answers: the learnability sample's first (`group_size` answers each: the groups GRPO trains on, and
     `group_size` - 1 degrees of freedom each for the noise, where a baseline pair of `eval_samples` = 2 has
     one), then the baseline's."""
-    judged = [*sample, *evaluation.load_groups(ctx.artifact(baseline.NAME))]
+    judged = [*sample, *records.load_groups(ctx.artifact(baseline.NAME))]
     chosen = [g for g in judged if len({canonical_json(t.messages()) for t in g.trajectories}) >= 2]
     chosen = chosen[: ctx.config.audit_groups]
     result = await audit_judge(
@@ -199,12 +198,6 @@ def drop_tied_inputs(train_inputs: list[str], groups: list[TrajectoryGroup], gro
     }
 
 
-def kept_inputs(train_inputs: list[str], action: dict[str, Any] | None) -> list[str]:
-    """The training inputs left after the learnability check's action (all of them without one)."""
-    dropped = set(action["dropped"]) if action else set()
-    return [text for text in train_inputs if text not in dropped]
-
-
 def learnability(groups: list[TrajectoryGroup]) -> dict[str, Any]:
     """What GRPO can learn from `groups` (judged groups of base-model answers): how many have answers that
     differ in score (the trainer's own tie rule), the mean reward and the success rate (scored >= `SUCCESS`)."""
@@ -277,8 +270,3 @@ def verdict_lines(summary: dict[str, Any], config: RunConfig) -> tuple[list[str]
     else:
         lines.append(f"inputs: not checked ({checked['why']})")
     return lines, problems
-
-
-def load(ctx: RunArtifacts) -> dict[str, Any]:
-    """The stage's figures (`{"off": true}` when it was off)."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text())

@@ -19,8 +19,9 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..config import RunConfig
 from ..context import StageContext
+from ..records import evaluate, inputs, preflight, sft, system_prompt, train
+from ..records import evaluation as records
 from ..sampling import step_draws
-from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel, train_validation
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -38,7 +39,7 @@ def is_done(ctx: StageContext) -> bool:
 
 async def run(ctx: StageContext) -> dict[str, Any]:
     history = train.history_frame(ctx)
-    frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
+    frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / records.SCORES_FILE)
     summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         figure = reward_curve(history, summary["variants"], noise_floor(preflight.load(ctx)))
@@ -102,7 +103,7 @@ def validation_table(summary: dict) -> list[str]:
 
 def _best_line(ctx: StageContext, summary: dict) -> str:
     """Which checkpoint is `best`, and by what (`train.best_step`)."""
-    config, validated = ctx.config, train_validation.validated_steps(ctx.policy.run_dir)
+    config, validated = ctx.config, train.validated_steps(ctx.policy.run_dir)
     best = summary["variants"].get("best", summary["variants"].get("latest", {})).get("step", 0)
     if validated:
         return (
@@ -357,7 +358,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
-    lines += ["", *sentinel_section(train_sentinel.sentinel_actions(ctx.policy.run_dir), ctx.config)]
+    lines += ["", *sentinel_section(train.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]

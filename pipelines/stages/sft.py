@@ -13,7 +13,6 @@ model's first steps, RL's first step is the one after them (`first_rl_step`).
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,13 +31,10 @@ from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..context import StageContext
-from ..records.run import RunArtifacts
+from ..records.sft import NAME
+from ..records.step_costs import STEP_COST
 
-NAME = "sft"
 UPSTREAM: tuple[str, ...] = ()
-STEP_COST = "cost.json"
-"""Written into a warm-up step's `steps/NNNN/` when it ends, as the train stage writes its steps' (`seconds`,
-`model_calls`: none), so that the cost of a checkpoint counts the warm-up's steps before it."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -145,18 +141,3 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     }
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
     return summary
-
-
-def load(ctx: RunArtifacts) -> dict[str, Any]:
-    """The warm-up's summary (`steps`, `conversations`, `epochs`, `file`, `final_loss`); empty without one, or
-    before it is complete."""
-    path = ctx.artifact(NAME) / MANIFEST if ctx.config.sft.file is not None else None
-    if path is None or not path.is_file():
-        return {}
-    manifest = json.loads(path.read_text())
-    return {name: value for name, value in manifest.items() if name not in ("stage", "key")}
-
-
-def first_rl_step(ctx: RunArtifacts) -> int:
-    """The model step RL starts at: 1, or the one after the warm-up's steps."""
-    return load(ctx).get("steps", 0) + 1

@@ -31,25 +31,21 @@ from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler.audit import audit_judge, reads_rubric
 
+from ..records import inputs
+from ..records.system_prompt import EXAMPLES, FILE, GENERATED, NAME, TASK, check_line
 from ..stats import mean_ci
-from . import inputs
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
     from ..context import StageContext
-    from ..records.run import RunArtifacts
 
-NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ("inputs",)  # the check answers training inputs
-FILE = "system_prompt.json"
 BOOTSTRAP_INPUTS = 6
 """Training inputs (after the check's own) whose judged base answers may become worked examples."""
 MAX_EXAMPLES = 3
 """Most worked examples a candidate shows."""
 MAX_EXAMPLE_CHARS = 400
 """An answer longer than this is not shown as an example (the prompt stays short)."""
-TASK, GENERATED, EXAMPLES = "task", "generated", "examples"
-"""The candidates' names: the task text, the generator's prompt, the task text with worked examples."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -198,31 +194,3 @@ def with_examples(description: str, examples: list[tuple[str, str]]) -> str:
     """The task text followed by worked examples."""
     shown = "\n\n".join(f"Example input: {question}\nExample answer: {reply}" for question, reply in examples)
     return f"{description}\n\n{shown}"
-
-
-CANDIDATE_NAMES = {TASK: "the task text", GENERATED: "the generated prompt", EXAMPLES: "the task text with examples"}
-
-
-def check_line(check: dict[str, Any]) -> str:
-    """The choice in one sentence, for the console and the report."""
-    if not check.get("checked"):
-        return f"the task text is the system prompt, no other prompt was checked: {check['why']}"
-    scored = []
-    for name, score in check["scores"].items():
-        gain = check["gains"].get(name)
-        interval = f" ({gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}])" if gain else ""
-        scored.append(f"{CANDIDATE_NAMES[name]} {score:.3f}{interval}")
-    return (
-        f"checked on {check['inputs']} training inputs ({check['judge']} judge), mean score and gain over the task "
-        f"text with its 95% interval: {'; '.join(scored)}; kept {CANDIDATE_NAMES[check['kept']]}"
-    )
-
-
-def load(ctx: RunArtifacts) -> str:
-    """The system prompt in this stage's artifact."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text())["system_prompt"]
-
-
-def load_check(ctx: RunArtifacts) -> dict[str, Any] | None:
-    """How the prompt was chosen (`choose`) in this stage's artifact; None for a prompt given by the task."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text()).get("check")

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from autorl.atomic import atomic_text
+from autorl.task import TaskSpec
 from autorl.training.loss import tied
 from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import canonical_json
+from ..config import RunConfig
 from ..context import StageContext
+from ..records.step_costs import GROUP_COST
 from ..sampling import SAMPLING_FILE, InputQueue, step_record
-from .train_costs import GROUP_COST
 
 
 async def sampled_groups(
@@ -94,3 +97,24 @@ async def judged_groups(
 
     await ctx.policy.start()
     return await ctx.gather_judged(groups, desc, score_and_save)
+
+
+def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """What a step's judged groups depend on: the policy's sampling and the judge (the preflight stage makes
+    step 1's groups by them too)."""
+    return {
+        "model": config.model,
+        **config.judging(),
+        "task": task.description,  # the judge is told the task
+        "rubric": task.rubric,
+        "group_size": config.group_size,
+        "groups_per_step": config.groups_per_step,
+        "rollout": config.rollout.model_dump(),
+        "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
+        **task.agent_settings(),  # the rollouts' tools and turns
+    }
+
+
+SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
+"""Server settings that say where, how patiently, how persistently and how quickly started the server runs,
+not what it computes."""

@@ -13,18 +13,14 @@ is chosen on part of its own inputs: the report says on how many.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
-from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.trajectories import TrajectoryGroup
 
 from .. import evaluation
 from ..config import RunConfig
 from ..context import StageContext
-from . import baseline, inputs
+from ..records import baseline, inputs
 
-VAL_METRIC = "val/reward"
-"""What the best checkpoint is best by when training validates (`delete_checkpoints`' name for it)."""
 VARIANT = "step"
 
 
@@ -34,11 +30,6 @@ def due(config: RunConfig, rl_step: int, rl_steps: int, trusted: bool) -> bool:
     validate more than its last step (which alone would only name the latest)."""
     every = config.validate_every
     return trusted and 0 < every < rl_steps and (rl_step % every == 0 or rl_step == rl_steps)
-
-
-def validated_steps(run_dir: Path) -> list[int]:
-    """The steps validated during training (their `val/reward` records), in order."""
-    return [r["step"] for r in read_history(run_dir, LOG_HISTORY_FILE) if VAL_METRIC in r]
 
 
 async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:

@@ -2,7 +2,7 @@
 metadata), a step's (`STEP_COST` in its directory: its seconds and model calls, its groups made earlier
 included) and what training up to a checkpoint took (`training_cost`, which `autorl benchmark`'s cost column
 reads); and each step's spending where a user reads it (`step_costs` in run.json, `step_cost_summary` in `autorl
-show` and the report, `cost_metrics` in the trackers). Apart from `train` so the step loop reads on its own."""
+show` and the report, `cost_metrics` in the trackers)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from autorl.training.checkpoints import checkpoint_name
 
-from ..records.run import RunArtifacts
-from .train_sentinel import dropped_step_dirs
+from .run import RunArtifacts
+from .train import dropped_step_dirs, last_step, steps_done
 
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
@@ -83,8 +83,6 @@ def step_costs(ctx: RunArtifacts) -> list[dict[str, Any]]:
     `autorl show`, the report): `step`, `seconds`, `tokens_total` and `usd_total` of its `STEP_COST`'s `spent`,
     in the order trained (`priced_steps` of the newest checkpoint, as the stage's cost counts them: these add up
     to it), a step a rollback dropped marked `dropped`."""
-    from .train import last_step, steps_done  # train imports this module
-
     return [
         {
             "step": int(step_dir.name), "seconds": spent["seconds"], "tokens_total": spent["tokens_total"],
