@@ -31,7 +31,7 @@ from ruler.endpoint import EMBEDDED
 
 from .artifacts import ArtifactStore
 from .config import RunConfig
-from .costs import Meter
+from .records.pricing import Meter
 
 TRAIN_PROJECT = "train"
 
@@ -58,7 +58,7 @@ class Policy:
         self._log_dir = log_dir
         self._calls = calls
         self.meter = Meter()
-        """The tokens of the policy's rollouts in this process (`pipelines.costs`)."""
+        """The tokens of the policy's rollouts in this process (`pipelines.records.pricing`)."""
         self._client = None
         self._toolbox: Toolbox | None = None
         self._tokenizer = None

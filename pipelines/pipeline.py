@@ -39,6 +39,7 @@ from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
 from .context import Policy, StageContext
 from .records import step_costs
+from .records.pricing import added
 from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
 from .stages import STAGE_MODULES, sft
@@ -229,7 +230,7 @@ def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
             entry["cost"] = per_stage[stage]
     if "train" in per_stage and "train" in record["stages"]:
         record["stages"]["train"]["step_costs"] = step_costs.step_costs(ctx)
-    record["cost"] = costs.added(list(per_stage.values()))
+    record["cost"] = added(list(per_stage.values()))
 
 
 def call_intervals(ctx: StageContext, marks: tuple[int, int]) -> list[tuple[activity.Kind, float, float]]:

@@ -11,6 +11,7 @@ from rich.table import Table
 from autorl.errors import AutoRLError
 
 from .config import STAGES, check_run_name
+from .records.pricing import KINDS
 from .records.run import RUN_FILE, read_record
 from .records.step_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
 
@@ -133,8 +134,6 @@ def calls_table(record: dict[str, Any]) -> Table | None:
 def cost_table(record: dict[str, Any]) -> Table | None:
     """What making a run's artifacts cost (run.json's `cost` per stage and in all: `pipelines.costs`): seconds,
     tokens per kind, USD of this machine's time and of API models; None for a run recorded before costs were."""
-    from .costs import KINDS
-
     if "cost" not in record:
         return None
     table = Table(title="cost (tokens of every model call; USD: --price-per-hour and LiteLLM's prices)")

@@ -16,7 +16,7 @@ from autorl.training.checkpoints import checkpoint_name
 from autorl.training.loss import advantages
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
-from pipelines.costs import Meter
+from pipelines.records.pricing import Meter
 from pipelines.sampling import REVISIT_AFTER, SAMPLING_FILE, InputQueue, step_draws
 from pipelines.stages import train
 from ruler import FunctionJudge

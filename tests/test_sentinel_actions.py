@@ -21,12 +21,12 @@ from autorl.errors import AutoRLError
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
-from pipelines import costs, sentinel
+from pipelines import sentinel
 from pipelines.config import RunConfig
 from pipelines.context import StageContext
-from pipelines.costs import Meter
 from pipelines.records import step_costs
 from pipelines.records import train as train_records
+from pipelines.records.pricing import Meter
 from pipelines.stages import report, train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, upstream_artifacts
@@ -148,8 +148,8 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     ]  # fmt: skip
     assert "rolled back to step 1" in ctx.console.export_text()
     # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
-    assert len(costs.steps_cost(policy.run_dir, 7)) == 10
-    assert len(costs.steps_cost(policy.run_dir, 1)) == 1  # checkpoint 1 was made before them
+    assert len(step_costs.steps_cost(policy.run_dir, 7)) == 10
+    assert len(step_costs.steps_cost(policy.run_dir, 1)) == 1  # checkpoint 1 was made before them
     calls = [sum(json.loads(p.read_text())["model_calls"].values()) for p in policy.run_dir.rglob(step_costs.STEP_COST)]
     assert len(calls) == 10 and step_costs.training_cost(ctx, 7)[0] == sum(
         calls

@@ -20,7 +20,7 @@ import dspy
 from autorl.inputs.checks import SYSTEM_PROMPT_CHARS
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import canonical_json
-from pipelines.costs import counted_as
+from pipelines.records.pricing import counted_as
 from ruler import ruler_score_group
 from ruler.endpoint import ModelEndpoint, use_local_cost_map
 
@@ -122,7 +122,7 @@ class OptimizationSession:
         self.calls: Counter = Counter()
         self.tokens: Counter = Counter()
         """(kind, model, "prompt" | "completion") -> tokens of this optimization's answers (`answered_as`: the
-        variant's kind and model), judge requests and reflection calls, for `pipelines.costs.priced`."""
+        variant's kind and model), judge requests and reflection calls, for `pipelines.records.pricing.priced`."""
         self._answers: dict[str, list[dict[str, Any]]] = {}
         self._scores: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()

@@ -51,7 +51,7 @@ class BenchmarkResult:
     out: Path
     model_calls: int
     spent: dict[str, Any]
-    """What this invocation spent answering and judging (`pipelines.costs.priced`); 0 where all was cached."""
+    """What this invocation spent answering and judging (`pipelines.records.pricing.priced`); 0 where all was cached."""
 
 
 async def run_benchmark(config: BenchmarkConfig, console: Console | None = None) -> BenchmarkResult:

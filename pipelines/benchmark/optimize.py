@@ -50,7 +50,7 @@ from rich.console import Console
 
 from autorl.agents.rollout import RolloutConfig
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
-from pipelines.costs import counted_as, priced
+from pipelines.records.pricing import counted_as, priced
 from ruler import Judge, RulerJudge
 from ruler.endpoint import ModelEndpoint
 

@@ -29,8 +29,8 @@ from typing import Any
 from autorl.errors import AutoRLError
 from autorl.inputs.files import read_input_rows
 from autorl.redaction import redact_text, redacted
-from pipelines import costs
 from pipelines.records import step_costs
+from pipelines.records.pricing import added
 from pipelines.run_view import RunView
 from ruler.endpoint import ModelEndpoint
 from ruler.errors import ModelSpecError
@@ -137,8 +137,8 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         lora = run.checkpoint_dir(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
         calls, seconds = step_costs.training_cost(run, step) or (None, None)
-        spent = costs.steps_cost(run.policy.run_dir, step)
-        usd = costs.added(spent)["usd"]["total"] if len(spent) == step else None
+        spent = step_costs.steps_cost(run.policy.run_dir, step)
+        usd = added(spent)["usd"]["total"] if len(spent) == step else None
         cost = Cost(calls, seconds, f"{step} training steps", usd)
         variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)
     else:

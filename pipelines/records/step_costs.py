@@ -20,7 +20,7 @@ from .train import dropped_step_dirs, last_step, steps_done
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
 `model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
-cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.costs.priced`)."""
+cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.records.pricing.priced`)."""
 
 
 GROUP_COST = "cost"
@@ -46,7 +46,7 @@ def step_cost(seconds: float, calls: Counter, made_earlier: list[dict[str, Any]]
 def step_dirs(work: Path, step: int) -> list[tuple[Path, bool]]:
     """The step directories whose work training up to checkpoint `step` took, in the order trained, each with
     whether a rollback dropped it: those rollbacks dropped on the way (trained, paid for, then trained again),
-    then steps 1..`step` (as `costs.steps_cost` counts them)."""
+    then steps 1..`step` (as `steps_cost` counts them)."""
     return [
         *((path, True) for path in dropped_step_dirs(work, step)),
         *((work / "steps" / checkpoint_name(n), False) for n in range(1, step + 1)),
@@ -138,3 +138,10 @@ def step_cost_lines(steps: list[dict[str, Any]]) -> list[str]:
         "",
         f"{STEP_COST_NOTE[0].upper()}{STEP_COST_NOTE[1:]}.",
     ]
+
+
+def steps_cost(train_dir: Path, steps: int) -> list[dict[str, Any]]:
+    """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
+    sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
+    has none (trained before autorl priced steps): `priced_steps`."""
+    return [spent for _, _, spent in priced_steps(train_dir, steps)]

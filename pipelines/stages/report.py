@@ -21,6 +21,7 @@ from ..config import RunConfig
 from ..context import StageContext
 from ..records import evaluate, inputs, preflight, sft, system_prompt, train
 from ..records import evaluation as records
+from ..records.pricing import added
 from ..sampling import step_draws
 
 NAME = "report"
@@ -265,7 +266,7 @@ def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) ->
     from ..benchmark import gain_cost, scoreboard  # the benchmark's modules read runs through the pipeline
 
     training = sum(spent[stage]["usd"]["total"] for stage in (sft.NAME, train.NAME) if stage in spent)
-    whole = costs.added(list(spent.values()))["usd"]["total"]
+    whole = added(list(spent.values()))["usd"]["total"]
     table = gain_cost.run_gain_costs(frame, {"training": training, "whole run": whole})
     if table.empty:
         return []
