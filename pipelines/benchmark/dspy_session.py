@@ -13,7 +13,7 @@ import statistics
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import dspy
 
@@ -21,14 +21,11 @@ from autorl.inputs.checks import SYSTEM_PROMPT_CHARS
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import canonical_json
 from pipelines.records.pricing import counted_as
-from ruler import ruler_score_group
+from ruler import Judge, ruler_score_group
 from ruler.endpoint import ModelEndpoint, use_local_cost_map
 
 from .optimized_prompt import OptimizedPrompt
-from .optimizer_plan import MINIBATCH
-
-if TYPE_CHECKING:
-    from .optimize import PromptOptimizer
+from .optimizer_plan import MINIBATCH, OptimizerSettings, Plan
 
 MAX_DEMOS = 4
 """Most demonstrations bootstrap puts before the input."""
@@ -38,6 +35,20 @@ REFLECTION_MAX_TOKENS = 4000
 """Completion token cap of one reflection call."""
 THREADS = 8
 """Answers DSPy asks for at once."""
+
+
+class SessionOwner(Protocol):
+    """What a session reads of the optimizer that made it (`optimize.PromptOptimizer`)."""
+
+    settings: OptimizerSettings
+    plan: Plan
+    judge: Judge
+    judge_model: str
+    rubric: str
+    task: str | None
+    relative: bool
+
+
 TIE = 1e-9
 
 logger = logging.getLogger(__name__)
@@ -109,7 +120,7 @@ class OptimizationSession:
 
     def __init__(
         self,
-        owner: PromptOptimizer,
+        owner: SessionOwner,
         system_prompt: str,
         rollout: Rollout,
         tools: list[dict] | None,
