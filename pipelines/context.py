@@ -152,7 +152,7 @@ class Policy:
         (None for a trajectory the server could not score), scored by the policy's server serving step 0
         (with merged serving the base weights are swapped back in)."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # transformers: loaded when drift is measured only
 
             directory = resolve_base_model(self.model.base_model)
             self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, directory)

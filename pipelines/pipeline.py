@@ -43,6 +43,7 @@ from .records.pricing import added
 from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
 from .stages import STAGE_MODULES, sft
+from .stages.report import CURVE, REPORT
 
 EXPLAINED_STAGES = ("evaluate",)
 """The stages whose judge explanations the report shows (`RunConfig.judge_explanations` "report": only these)."""
@@ -286,7 +287,5 @@ def _link_training(run_dir: Path, train_dir: Path) -> None:
 
 
 def _copy_report(report_dir: Path, run_dir: Path) -> None:
-    from .stages.report import CURVE, REPORT
-
     for name in (REPORT, CURVE):
         shutil.copyfile(report_dir / name, run_dir / name)

@@ -173,9 +173,6 @@ def test_no_package_module_is_over_max_lines():
     assert long == {}
 
 
-NOT_YET = pytest.mark.xfail(strict=True, reason="issue 60: pipelines/ is not in floors yet")
-
-
 HEAVY_LIBRARIES = ("dspy", "fastapi", "transformers")
 """The libraries a module of `pipelines/` may import inside a function (the import's line says which in a
 comment), so that the commands that never use them do not load them: DSPy's optimizers (`autorl benchmark`),
@@ -202,7 +199,6 @@ def _function_imports(path: Path) -> list[tuple[int, str]]:
     )
 
 
-@NOT_YET
 def test_no_import_inside_a_function_in_pipelines_but_a_heavy_library():
     """An import inside a function hides what a module depends on (from a reader, and from the cycle check
     below); in `pipelines/` one is allowed only for a library of `HEAVY_LIBRARIES`, named in a comment on its
@@ -219,7 +215,8 @@ def test_no_import_inside_a_function_in_pipelines_but_a_heavy_library():
 def _pipelines_graph() -> dict[str, set[str]]:
     """Module of `pipelines` -> the modules of `pipelines` it imports, every import counted: at the top,
     inside functions, under `TYPE_CHECKING` (an annotation's module is a dependency too). `from package
-    import module` counts as an import of `module` and of the package's `__init__`, as Python runs both."""
+    import module` counts as an import of `module` and of the package's `__init__`, as Python runs both, but
+    for the importer's own packages, which Python has begun to run before it."""
     graph = {}
     for path in sorted((REPO / "pipelines").rglob("*.py")):
         name = _module_name(path)
@@ -234,7 +231,8 @@ def _pipelines_graph() -> dict[str, set[str]]:
                     parent = package.rsplit(".", node.level - 1)[0]
                     base = f"{parent}.{base}".rstrip(".")
                 imported |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
-        graph[name] = {m for m in imported if m.split(".")[0] == "pipelines" and m != name}
+        own = {name.rsplit(".", depth)[0] for depth in range(name.count(".") + 1)}
+        graph[name] = {m for m in imported if m.split(".")[0] == "pipelines" and m not in own}
     return {name: {m for m in imported if m in graph} for name, imported in graph.items()}
 
 
@@ -266,7 +264,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@NOT_YET
 def test_pipelines_has_no_import_cycle():
     """`pipelines/` is in floors: the records of a run (`pipelines.records`) at the bottom, the stages above
     them, the application (the pipeline, `autorl show`, `report`, `benchmark`, the CLI) on top, each importing

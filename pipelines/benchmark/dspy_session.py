@@ -249,7 +249,7 @@ class OptimizationSession:
         return self._result(self.system_prompt, demos, improved, scores, len(candidates))
 
     def _gepa(self, pool: list[dspy.Example], selection: list[dspy.Example]) -> OptimizedPrompt:
-        from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+        from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer  # dspy's GEPA, when it runs
 
         settings = self.owner.settings
         reflection = reflection_lm(settings.reflection_model)

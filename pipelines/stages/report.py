@@ -17,6 +17,7 @@ from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
 from .. import costs, evaluation, sentinel
+from ..benchmark import gain_cost, scoreboard
 from ..config import RunConfig
 from ..context import StageContext
 from ..records import evaluate, inputs, preflight, sft, system_prompt, train
@@ -263,8 +264,6 @@ def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) ->
     """What a point of validation score gained over the base cost (`gain_cost`): the training's USD (SFT
     warm-up and RL steps) and the whole run's (`spent`: the run's `costs.run_costs`), each over the trained
     LoRA's mean per-input gain."""
-    from ..benchmark import gain_cost, scoreboard  # the benchmark's modules read runs through the pipeline
-
     training = sum(spent[stage]["usd"]["total"] for stage in (sft.NAME, train.NAME) if stage in spent)
     whole = added(list(spent.values()))["usd"]["total"]
     table = gain_cost.run_gain_costs(frame, {"training": training, "whole run": whole})

@@ -31,6 +31,7 @@ from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
+from autorl.pipeline_trainer import PipelineTrainer
 from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name
 from autorl.trajectories import TrajectoryGroup
@@ -201,8 +202,6 @@ async def train_pipelined(
     here) with the `autorl.update` span under it; its rollouts' spans sit under the stage's. When the sentinel
     fires the pipeline stops after that step (groups in flight are not trained), acts as `--on-drift` says, and
     goes on from there. Returns the newest step."""
-    from autorl.pipeline_trainer import PipelineTrainer
-
     config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
     actions = sentinel_actions(work)
     warned = any(a["action"] == "warn" for a in actions)
