@@ -32,7 +32,7 @@ def judged_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     }
 
 
-async def judged_groups(
+async def judged_per_input(
     ctx: StageContext, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str
 ) -> list[TrajectoryGroup]:
     """One judged group per validation input; each trajectory's `metadata["variant"]` names its source."""

@@ -286,7 +286,7 @@ def test_groups_are_judged_after_every_answer_only_where_the_embedded_judge_shar
     ctx.policy.delays = {VAL[2]: 0.3}  # the last input's answers come late
     judged.clear()
     items = [evaluation.answers(ctx, "One word only.", text, "step-0", "base") for text in VAL]
-    groups = asyncio.run(evaluation.judged_groups(ctx, items, "evaluate"))
+    groups = asyncio.run(evaluation.judged_per_input(ctx, items, "evaluate"))
     assert [g.trajectories[0].metadata["input"] for g in groups] == VAL  # in order, all judged
     assert all(t.reward is not None for g in groups for t in g.trajectories)
     first = judged[0]

@@ -29,7 +29,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     base = await ctx.policy.serve_step(0)
     texts = inputs.load(ctx, "val")
     items = [evaluation.answers(ctx, prompt, text, base, VARIANT) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, "baseline")
+    groups = await evaluation.judged_per_input(ctx, items, "baseline")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         frame = records.save(out, groups)
     return evaluation.stage_summary(ctx, frame, len(texts))

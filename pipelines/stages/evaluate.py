@@ -52,7 +52,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             answers[group.metadata["input"]] += group.trajectories
     name = await ctx.policy.serve_step(last_step)
     items = [answers[text] + evaluation.answers(ctx, prompt, text, name, last) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, "evaluate")
+    groups = await evaluation.judged_per_input(ctx, items, "evaluate")
     drift = await variant_drift(ctx, groups)
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
         frame = records.save(out, groups)

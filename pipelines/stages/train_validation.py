@@ -40,7 +40,7 @@ async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:
     base = baseline.answers_by_input(ctx)
     name = await ctx.policy.serve_step(step)
     items = [base.get(text, []) + evaluation.answers(ctx, prompt, text, name, VARIANT) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, f"validation of step {step}")
+    groups = await evaluation.judged_per_input(ctx, items, f"validation of step {step}")
     own = [TrajectoryGroup([t for t in g.trajectories if t.metadata.get("variant") == VARIANT]) for g in groups]
     own = [g for g in own if g.trajectories]
     if not own:
