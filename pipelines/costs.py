@@ -19,7 +19,7 @@ from .records.step_costs import step_cost_lines, step_costs, steps_cost
 from .records.train import last_step, steps_done
 
 if TYPE_CHECKING:
-    from .context import StageContext
+    from .stage_context import StageContext
 
 
 class BudgetReached(AutoRLError):

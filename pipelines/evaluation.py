@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # for annotations only: the benchmark's judge key covers this
     from autorl.task import TaskSpec
 
     from .config import RunConfig
-    from .context import StageContext
+    from .stage_context import StageContext
 
 SUCCESS = 0.5
 """An answer scored at least this counts as a success (the base model's success rate, a worked example)."""

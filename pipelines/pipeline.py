@@ -37,11 +37,12 @@ from ruler.ruler_judge import RulerJudge
 from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
-from .context import Policy, StageContext
+from .policy import Policy
 from .records import step_costs
 from .records.pricing import added
 from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
+from .stage_context import StageContext
 from .stages import STAGE_MODULES, sft
 from .stages.report import CURVE, REPORT
 

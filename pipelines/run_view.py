@@ -15,7 +15,7 @@ from autorl.task import TaskSpec, load_task
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.context import Policy
+from pipelines.policy import Policy
 from pipelines.records import inputs, system_prompt, train
 from pipelines.runs import load_run
 from ruler.retry import describe

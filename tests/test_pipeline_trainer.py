@@ -30,8 +30,9 @@ from autorl.tracking import Tracker
 from autorl.training.loss import clipped_policy_loss
 from autorl.training.sequences import TOKEN_ID_PREFIX
 from pipelines.config import RunConfig
-from pipelines.context import Policy, StageContext
+from pipelines.policy import Policy
 from pipelines.records.step_costs import STEP_COST
+from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from pipelines.stages.train import step_config, train_pipelined
 from ruler import FunctionJudge

@@ -168,7 +168,7 @@ def test_a_stage_key_covers_the_code_of_every_project_module_it_runs():
         "autorl.training.trainer",
         "autorl.config",
         "ruler.prompt",
-        "pipelines.context",
+        "pipelines.stage_context",
     } <= train
     assert "autorl.training.trainer" not in imported_modules("pipelines.stages.inputs", PROJECT_PACKAGES)
 
@@ -243,7 +243,7 @@ def test_the_stage_context_counts_what_the_judge_did():
     from collections import Counter
 
     from autorl.trajectories import Trajectory, TrajectoryGroup
-    from pipelines.context import StageContext
+    from pipelines.stage_context import StageContext
     from ruler import TrajectoryScore
 
     class Judge:  # answers as RulerJudge does after two attempts with the second answer shortened; fails on "bad"
@@ -293,8 +293,8 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
 
     from rich.console import Console
 
-    from pipelines.context import StageContext
     from pipelines.records import system_prompt as records
+    from pipelines.stage_context import StageContext
     from pipelines.stages import system_prompt
 
     given = TASK.model_copy(update={"system_prompt": "You write formal business English."})

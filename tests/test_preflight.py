@@ -18,12 +18,12 @@ from autorl.errors import AutoRLError
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation, sentinel
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
 from pipelines.records import baseline, step_costs
 from pipelines.records import evaluation as records
 from pipelines.records import preflight as preflight_records
 from pipelines.records import train as train_records
 from pipelines.sampling import InputQueue
+from pipelines.stage_context import StageContext
 from pipelines.stages import preflight, report, train, train_groups
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts

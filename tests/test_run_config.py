@@ -19,8 +19,8 @@ from autorl.errors import AutoRLError
 from autorl.task import RUN_SETTINGS, TaskSpec, load_task
 from pipelines.cli import RUN_FLAGS, app
 from pipelines.config import RunConfig
-from pipelines.context import Policy
 from pipelines.pipeline import stage_keys
+from pipelines.policy import Policy
 from pipelines.stages.train import step_config
 from tests.helpers.cli import TASK, run_error_line
 from tests.helpers.docs import DOCS, marked_block

@@ -23,10 +23,10 @@ from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
 from pipelines import sentinel
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
 from pipelines.records import step_costs
 from pipelines.records import train as train_records
 from pipelines.records.pricing import Meter
+from pipelines.stage_context import StageContext
 from pipelines.stages import report, train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, upstream_artifacts

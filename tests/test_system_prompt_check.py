@@ -18,8 +18,8 @@ from autorl.inputs.generation import WrittenSystemPrompt
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
 from pipelines.records import system_prompt as records
+from pipelines.stage_context import StageContext
 from pipelines.stages import report, system_prompt
 from ruler import FunctionJudge, TrajectoryScore
 from tests.helpers.pipeline import ScriptedPolicy, upstream_artifacts

@@ -22,7 +22,7 @@ import pytest
 import ruler
 from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
-from pipelines.context import judge_attributes
+from pipelines.stage_context import judge_attributes
 from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer, completion, read_request, send_json
 from tests.helpers.judge_server import by_content

@@ -16,7 +16,7 @@ RUN_FILE = "run.json"
 
 
 class TrainingDirectory(Protocol):
-    """What the readers of a run ask of its policy (`pipelines.context.Policy`): where it trains."""
+    """What the readers of a run ask of its policy (`pipelines.policy.Policy`): where it trains."""
 
     @property
     def run_dir(self) -> Path:

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from autorl.task import TaskSpec
 
 from ..config import STAGES, RunConfig
-from ..context import StageContext
+from ..stage_context import StageContext
 from . import baseline, evaluate, inputs, preflight, report, sft, system_prompt, train
 
 

@@ -8,10 +8,10 @@ from autorl.task import TaskSpec
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import StageContext
 from ..records import evaluation as records
 from ..records import inputs, system_prompt
 from ..records.baseline import NAME, VARIANT
+from ..stage_context import StageContext
 
 UPSTREAM = ("inputs", "system_prompt")
 

@@ -13,10 +13,10 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .. import evaluation, sentinel
 from ..config import RunConfig
-from ..context import MAX_FAILED_ROLLOUTS, StageContext
 from ..records import baseline, inputs, system_prompt, train
 from ..records import evaluation as records
 from ..records.evaluate import NAME
+from ..stage_context import MAX_FAILED_ROLLOUTS, StageContext
 
 UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 

@@ -20,7 +20,7 @@ from ..records.inputs import FILE, NAME
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import StageContext
+    from ..stage_context import StageContext
 
 UPSTREAM: tuple[str, ...] = ()
 

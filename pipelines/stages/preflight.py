@@ -36,12 +36,12 @@ from ruler.judges import judge_name
 from ruler.prompt import canonical_json
 
 from ..config import RunConfig
-from ..context import StageContext
 from ..evaluation import SUCCESS
 from ..records import baseline, inputs, system_prompt, train
 from ..records import evaluation as records
 from ..records.preflight import FILE, NAME, SAMPLE, kept_inputs
 from ..sampling import InputQueue
+from ..stage_context import StageContext
 from . import train_groups
 
 UPSTREAM = ("inputs", "system_prompt", "baseline")

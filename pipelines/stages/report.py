@@ -19,11 +19,11 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..benchmark import gain_cost, scoreboard
 from ..config import RunConfig
-from ..context import StageContext
 from ..records import evaluate, inputs, preflight, sft, system_prompt, train
 from ..records import evaluation as records
 from ..records.pricing import added
 from ..sampling import step_draws
+from ..stage_context import StageContext
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")

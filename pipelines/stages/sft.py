@@ -30,9 +30,9 @@ from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
 
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import StageContext
 from ..records.sft import NAME
 from ..records.step_costs import STEP_COST
+from ..stage_context import StageContext
 
 UPSTREAM: tuple[str, ...] = ()
 

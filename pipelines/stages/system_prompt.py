@@ -37,7 +37,7 @@ from ..stats import mean_ci
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import StageContext
+    from ..stage_context import StageContext
 
 UPSTREAM: tuple[str, ...] = ("inputs",)  # the check answers training inputs
 BOOTSTRAP_INPUTS = 6

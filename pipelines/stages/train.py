@@ -40,12 +40,12 @@ from ruler.audit import reads_rubric
 from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import StageContext
 from ..records import inputs, preflight, sft, system_prompt
 from ..records.run import RunArtifacts
 from ..records.step_costs import STEP_COST, cost_metrics, group_cost, step_cost
 from ..records.train import NAME, VAL_METRIC, best_step, last_step, rl_history, sentinel_actions, steps_done
 from ..sampling import InputQueue
+from ..stage_context import StageContext
 from .train_groups import group_settings, sampled_groups
 from .train_sentinel import act_on_drift, adjusted_config
 from .train_validation import due, validate

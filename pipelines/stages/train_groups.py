@@ -14,9 +14,9 @@ from autorl.trajectories import TrajectoryGroup
 
 from ..artifacts import canonical_json
 from ..config import RunConfig
-from ..context import StageContext
 from ..records.step_costs import GROUP_COST
 from ..sampling import SAMPLING_FILE, InputQueue, step_record
+from ..stage_context import StageContext
 
 
 async def sampled_groups(

@@ -12,8 +12,8 @@ from autorl.config import TrainConfig
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 
 from .. import sentinel
-from ..context import StageContext
 from ..records.train import ROLLED_BACK, SENTINEL_ACTIONS, sentinel_actions
+from ..stage_context import StageContext
 
 
 def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:

@@ -18,8 +18,8 @@ from autorl.trajectories import TrajectoryGroup
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import StageContext
 from ..records import baseline, inputs
+from ..stage_context import StageContext
 
 VARIANT = "step"
 
