@@ -24,7 +24,7 @@ from autorl.progress import progress_bar
 from autorl.redaction import RedactingFilter, RedactingStream
 from autorl.task import load_task
 
-from . import pipeline
+from . import staged_run
 from .benchmark.config import BenchmarkConfig
 from .benchmark.scoreboard import RESULTS, markdown_table
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
@@ -107,7 +107,7 @@ def run_command(
         if max_turns is not None:
             spec = spec.model_copy(update={"max_turns": max_turns})
         config = RunConfig.for_task(spec, given_values(ctx, RUN_FLAGS, values))
-        run_async(pipeline.run_pipeline(spec, config, err))
+        run_async(staged_run.run_stages(spec, config, err))
 
 
 run_command.__signature__ = command_signature(  # type: ignore[attr-defined]

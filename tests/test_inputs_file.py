@@ -18,8 +18,8 @@ from autorl.inputs.files import GeneratedInput, inputs_from_file, read_input_row
 from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
 from pipelines.records import inputs as records
+from pipelines.staged_run import stage_keys
 from pipelines.stages import inputs as stage
 
 TASK = TaskSpec(description="Answer questions about the capitals of countries")

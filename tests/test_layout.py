@@ -89,7 +89,7 @@ def test_a_docstring_edit_of_a_real_module_leaves_every_stage_key_unchanged_and_
     from autorl.task import TaskSpec
     from pipelines import artifacts
     from pipelines.config import RunConfig
-    from pipelines.pipeline import stage_keys
+    from pipelines.staged_run import stage_keys
 
     real = REPO / (module.replace(".", "/") + ".py")
     copy = tmp_path / real.name

@@ -11,7 +11,7 @@ from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
-from pipelines.pipeline import forced_stages, stage_keys
+from pipelines.staged_run import forced_stages, stage_keys
 from pipelines.stages.train import check_unscored_steps
 from pipelines.stats import mean_ci
 
@@ -323,7 +323,7 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
     `autorl show` prints them: a slow or flaky judge is explained by the record."""
     import json
 
-    from pipelines.pipeline import call_log
+    from pipelines.staged_run import call_log
     from ruler.calls import CallRecord
 
     judge = [
@@ -369,7 +369,7 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
 def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached, settings, needed):
     from types import SimpleNamespace
 
-    from pipelines.pipeline import servers_needed
+    from pipelines.staged_run import servers_needed
 
     (tmp_path / "checkpoints" / "0002").mkdir(parents=True)
     for name in ("adapter_model.safetensors", "metrics.json"):

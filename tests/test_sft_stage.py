@@ -24,12 +24,12 @@ from autorl.training.trainer import GRPOTrainer
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
 from pipelines.policy import Policy
 from pipelines.records import sft as sft_records
 from pipelines.records import train as train_records
 from pipelines.records.step_costs import training_cost
 from pipelines.stage_context import StageContext
+from pipelines.staged_run import stage_keys
 from pipelines.stages import sft, train
 from tests.helpers.cli import error_line
 

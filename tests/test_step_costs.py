@@ -18,10 +18,10 @@ from autorl.training.checkpoints import METRICS_FILE, checkpoint_name
 from pipelines import costs
 from pipelines.cli import app
 from pipelines.config import RunConfig
-from pipelines.pipeline import _record_cost
 from pipelines.records import step_costs
 from pipelines.records.pricing import Meter
 from pipelines.stage_context import StageContext
+from pipelines.staged_run import _record_cost
 from pipelines.stages import train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts

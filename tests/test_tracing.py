@@ -123,7 +123,7 @@ def test_attributes_are_values_opentelemetry_takes_and_tracing_off_is_a_shared_n
     }
     assert not tracing.enabled() and tracing.span("x") is tracing.span("y") and tracing.begin("z").span is None
     # off, the pipeline imports no OpenTelemetry package
-    code = "import pipelines.pipeline, sys; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+    code = "import pipelines.staged_run, sys; print(any(m.startswith('opentelemetry') for m in sys.modules))"
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"

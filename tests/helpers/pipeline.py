@@ -13,8 +13,8 @@ from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
 from pipelines.records import baseline, evaluation, inputs, system_prompt
+from pipelines.staged_run import stage_keys
 
 TASK = TaskSpec(description="Answer with one word", system_prompt="One word only.")
 TRAIN = [f"train question {i}?" for i in range(6)]

@@ -78,7 +78,7 @@ def forced_stages(force: list[str]) -> set[str]:
     return set(STAGES[first:])
 
 
-async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
+async def run_stages(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
     """Run (or reuse) every stage for `task`; returns the run record (also in run.json).
 
     The run's settings are `config`'s: build it with `RunConfig.for_task(task, ...)` to take the task
