@@ -24,7 +24,8 @@ from pipelines.records import preflight as preflight_records
 from pipelines.records import train as train_records
 from pipelines.sampling import InputQueue
 from pipelines.stage_context import StageContext
-from pipelines.stages import preflight, report, train, train_groups
+from pipelines.stages import preflight, report, train
+from pipelines.steps import groups as step_groups
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts
 
@@ -75,7 +76,7 @@ def test_preflight_audits_the_judge_and_measures_the_signal_on_step_one_s_groups
     before = len(ctx.policy.answered)
     texts = InputQueue(TRAIN).draw(2, 1)  # what the train stage's step 1 draws
     saved = [ctx.policy.run_dir / "steps" / "0001" / f"group_{i:02d}.json" for i in range(2)]
-    reused = asyncio.run(train_groups.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
+    reused = asyncio.run(step_groups.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
     assert len(ctx.policy.answered) == before and [len(g) for g in reused] == [4, 4]
     assert sorted(t.reward for t in reused[0].trajectories) == [1 / 3, 1 / 2, 1.0, 1.0]
     # the figures and the sample are in the stage's own artifact

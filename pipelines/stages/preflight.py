@@ -42,7 +42,7 @@ from ..records import evaluation as records
 from ..records.preflight import FILE, NAME, SAMPLE, kept_inputs
 from ..sampling import InputQueue
 from ..stage_context import StageContext
-from . import train_groups
+from ..steps import groups as step_groups
 
 UPSTREAM = ("inputs", "system_prompt", "baseline")
 INPUTS_CHECKED = 8
@@ -55,7 +55,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.preflight == "off":
         return {"off": True}
     return {
-        **train_groups.group_settings(task, config),  # it makes training's step 1 groups, as that step would
+        **step_groups.group_settings(task, config),  # it makes training's step 1 groups, as that step would
         "audit_groups": config.audit_groups,
         "learnability_groups": config.learnability_groups,
     }
@@ -144,7 +144,7 @@ async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:
         saved = [path if path.exists() else None for path in saved]
     saved += [None] * (total - config.groups_per_step)
     base = await ctx.policy.serve_step(0)
-    return await train_groups.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
+    return await step_groups.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
 
 
 def mostly_tied(signal: dict[str, Any]) -> bool:
@@ -164,7 +164,7 @@ async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal:
     sampled = {g.trajectories[0].metadata.get("input") for g in sample if g.trajectories}
     missing = [text for text in train_inputs if text not in sampled]
     base = await ctx.policy.serve_step(0)
-    more = await train_groups.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
+    more = await step_groups.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
     action = drop_tied_inputs(train_inputs, [*sample, *more], config.groups_per_step)
     if action["kept"] < len(train_inputs):
         by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}

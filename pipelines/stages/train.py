@@ -2,9 +2,9 @@
 
 Per step: the policy answers the step's training inputs `group_size` times each, the judge scores each group
 as soon as its answers are in (each scored group is saved at once), and while too few groups differ in score
-the step draws more inputs (dynamic sampling: `train_groups`, `pipelines.sampling`); then one GRPO update
+the step draws more inputs (dynamic sampling: `pipelines.steps.groups`, `pipelines.sampling`); then one GRPO update
 writes checkpoint NNNN, its history line and what the step took (`STEP_COST`); every `validate_every` steps the
-newest checkpoint is validated on held-out inputs (`train_validation`: the best checkpoint), and the
+newest checkpoint is validated on held-out inputs (`pipelines.steps.validation`: the best checkpoint), and the
 checkpoints that `keep_checkpoints` leaves out are deleted (the newest stays, and so does the best when it is
 kept: the one `best_step` names). The stage's artifact directory is the training directory itself
 (checkpoints/, history.jsonl, log_history.jsonl, steps/, trajectories/, logs/); its manifest is written when
@@ -12,7 +12,7 @@ the asked-for steps exist, and a later run asking for more steps continues it. A
 newest checkpoint and reuses the scored groups of the step it was in.
 
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
-run acts as `--on-drift` says (`train_sentinel.act_on_drift`): warn, stop, or roll back to an earlier
+run acts as `--on-drift` says (`pipelines.steps.on_drift.act_on_drift`): warn, stop, or roll back to an earlier
 checkpoint with a stronger KL penalty and train those steps again. Its actions are recorded in
 `pipelines.records.train.SENTINEL_ACTIONS`; what each step took in `pipelines.records.step_costs`.
 """
@@ -46,9 +46,9 @@ from ..records.step_costs import STEP_COST, cost_metrics, group_cost, step_cost
 from ..records.train import NAME, VAL_METRIC, best_step, last_step, rl_history, sentinel_actions, steps_done
 from ..sampling import InputQueue
 from ..stage_context import StageContext
-from .train_groups import group_settings, sampled_groups
-from .train_sentinel import act_on_drift, adjusted_config
-from .train_validation import due, validate
+from ..steps.groups import group_settings, sampled_groups
+from ..steps.on_drift import act_on_drift, adjusted_config
+from ..steps.validation import due, validate
 
 UPSTREAM = ("inputs", "system_prompt", "sft", "baseline")  # validation judges beside the base answers
 
@@ -300,5 +300,5 @@ def check_unscored_steps(history: list[dict], limit: int) -> None:
 
 def best_metric(config: RunConfig) -> str:
     """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward where
-    training validates (`train_validation`), else the mean training reward of its step."""
+    training validates (`pipelines.steps.validation`), else the mean training reward of its step."""
     return VAL_METRIC if config.validate_every else "train/reward"
