@@ -11,17 +11,28 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
 from autorl.backends.remote.config import ServeConfig
 from autorl.config import LOSS_DEFAULTS
 from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
+from autorl.inputs.files import check_writable, write_inputs_jsonl
+from autorl.inputs.generation import GenerationConfig, generate_inputs
+from autorl.progress import progress_bar
+from autorl.redaction import RedactingFilter, RedactingStream
+from autorl.task import load_task
 
+from . import staged_run
 from .benchmark.config import BenchmarkConfig
+from .benchmark.scoreboard import RESULTS, markdown_table
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
 from .cli_capture import capture_command
 from .cli_export import chat_command, export_command
 from .cli_options import command_signature, field_flags, given_values
 from .config import DEFAULT_HOME, RunConfig
+from .runs import calls_table, cost_table, load_run, runs_table, show_table, step_cost_table
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -32,8 +43,6 @@ app = typer.Typer(
 
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False) -> None:
-    from autorl.redaction import RedactingFilter, RedactingStream
-
     if not isinstance(sys.stdout, RedactingStream):  # every line the command prints: no secret's value
         sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     logging.basicConfig(
@@ -94,15 +103,12 @@ def run_command(
     run continues from its last checkpoint. A flag overrides the task file's train and trainer tables
     (and --max-turns its max_turns).
     """
-    from autorl.task import load_task
-    from pipelines.pipeline import run_pipeline
-
     with user_errors(RUN_FLAGS, "interrupted; rerun the same command to resume from the last checkpoint"):
         spec = load_task(task)
         if max_turns is not None:
             spec = spec.model_copy(update={"max_turns": max_turns})
         config = RunConfig.for_task(spec, given_values(ctx, RUN_FLAGS, values))
-        run_async(run_pipeline(spec, config, err))
+        run_async(staged_run.run_stages(spec, config, err))
 
 
 run_command.__signature__ = command_signature(  # type: ignore[attr-defined]
@@ -116,8 +122,6 @@ def runs_command(
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """List runs with their status, steps and validation rewards."""
-    from pipelines.runs import runs_table
-
     if not home.is_dir():
         fail(f"{home} is no autorl home (no such directory); give --home or AUTORL_HOME of one that ran")
     damaged: list[str] = []
@@ -134,8 +138,6 @@ def show_command(
     """Print a run's stages (cache key, whether cached, time, model calls, figures), its model requests
     (per stage: the judge's and the generator's requests, failures by cause, seconds, tokens) and its cost
     (per stage: seconds, tokens, USD; per training step: the fewest, median and most, and the last step's)."""
-    from pipelines.runs import calls_table, cost_table, load_run, show_table, step_cost_table
-
     try:
         console = Console(width=200)
         console.print(show_table(home, run))
@@ -170,15 +172,6 @@ def inputs_command(
     ] = DEFAULT_VAL_FRACTION,
 ) -> None:
     """Generate a system prompt and N deduplicated train/validation inputs for TASK; print and write them."""
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    from autorl.inputs.files import check_writable, write_inputs_jsonl
-    from autorl.inputs.generation import GenerationConfig, generate_inputs
-    from autorl.progress import progress_bar
-    from autorl.task import load_task
-
     prompt_path = out.with_suffix(".system_prompt.txt")
     try:
         spec = load_task(task)
@@ -245,8 +238,7 @@ def benchmark_command(
     Answers, tuned prompts and judge results are cached: a rerun makes no model call. A variant whose
     model cannot be reached is reported as failed and the others finish.
     """
-    from pipelines.benchmark.head_to_head import check_finished, run_benchmark
-    from pipelines.benchmark.scoreboard import RESULTS, markdown_table
+    from pipelines.benchmark.head_to_head import check_finished, run_benchmark  # dspy: loaded for a benchmark only
 
     with user_errors(BENCHMARK_FLAGS, "interrupted; rerun the same command to reuse the answers already made"):
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))
@@ -293,7 +285,7 @@ def serve_command(ctx: typer.Context, **values: Any) -> None:
     server resumes every model from its newest checkpoint. Agents in any language are captured under a model's
     rollout addresses (URL/models/NAME/rollouts/ID/v1: RemoteBackend.capture_rollout, finish_rollout).
     """
-    from autorl.backends.remote.server import serve
+    from autorl.backends.remote.server import serve  # fastapi: loaded for `autorl serve` only
 
     with user_errors(SERVE_FLAGS, "stopped"):
         config = ServeConfig(**given_values(ctx, SERVE_FLAGS, values))

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from autorl.errors import AutoRLError
+from autorl.serving.lifetime import stop_all_servers
 from ruler.errors import RulerError
 
 from .cli_options import FieldFlag, flag_for
@@ -58,8 +60,6 @@ def exit_interrupted(message: str) -> NoReturn:
     model call (input generation runs in threads; one call can take minutes on CPU), which a normal
     exit would wait for: stop every server this process started and leave without waiting.
     """
-    from autorl.serving.lifetime import stop_all_servers
-
     print_error(message)
     stop_all_servers()
     logging.shutdown()
@@ -82,8 +82,6 @@ def fail(message: str) -> None:
 def user_errors(flags: list[FieldFlag], interrupted: str) -> Iterator[None]:
     """A command's body: a user's mistake ends in one error line (an invalid option value names its flag
     among `flags`), Ctrl-C in the line `interrupted`."""
-    from pydantic import ValidationError
-
     try:
         yield
     except ValidationError as exc:

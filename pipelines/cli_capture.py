@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from autorl.backends.remote.limits import ServeLimits
+from autorl.capture.command import capture, gateway_key, upstream
 from autorl.serving.config import LOOPBACK_HOSTS
+from ruler.endpoint import ModelEndpoint
 
 from .cli_base import USER_ERRORS, err, fail, run_async
 
@@ -61,8 +63,6 @@ def capture_command(
     (`autorl.Trajectory.model_validate_json`). Rollouts without a reward are written when the gateway stops
     (Ctrl-C), with metadata reward_posted false. Every route needs the key; loopback unless --host says otherwise.
     """
-    from autorl.capture.command import capture, gateway_key, upstream
-    from ruler.endpoint import ModelEndpoint
 
     def announce(line: str) -> None:
         if line.startswith("OPENAI_API_KEY="):  # the one line the user needs the key on: past the redaction

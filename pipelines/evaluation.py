@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autorl.trajectories import Trajectory, TrajectoryGroup, scores_frame
+from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .stats import mean_ci
 
@@ -16,10 +15,8 @@ if TYPE_CHECKING:  # for annotations only: the benchmark's judge key covers this
     from autorl.task import TaskSpec
 
     from .config import RunConfig
-    from .context import StageContext
+    from .stage_context import StageContext
 
-GROUPS_FILE = "groups.jsonl"
-SCORES_FILE = "scores.parquet"
 SUCCESS = 0.5
 """An answer scored at least this counts as a success (the base model's success rate, a worked example)."""
 
@@ -35,7 +32,7 @@ def judged_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     }
 
 
-async def judged_groups(
+async def judged_per_input(
     ctx: StageContext, items: list[list[Trajectory | Awaitable[Trajectory]]], desc: str
 ) -> list[TrajectoryGroup]:
     """One judged group per validation input; each trajectory's `metadata["variant"]` names its source."""
@@ -53,17 +50,6 @@ async def _tagged(answer: Awaitable[Trajectory], variant: str) -> Trajectory:
     trajectory = await answer
     trajectory.metadata["variant"] = variant
     return trajectory
-
-
-def save(out: Path, groups: list[TrajectoryGroup]) -> pd.DataFrame:
-    (out / GROUPS_FILE).write_text("".join(g.model_dump_json() + "\n" for g in groups))
-    frame = scores_frame(groups)
-    frame.to_parquet(out / SCORES_FILE, index=False)
-    return frame
-
-
-def load_groups(directory: Path) -> list[TrajectoryGroup]:
-    return [TrajectoryGroup.model_validate_json(line) for line in (directory / GROUPS_FILE).read_text().splitlines()]
 
 
 MIN_COVERAGE = 0.8

@@ -19,12 +19,11 @@ from autorl.backends.run_dir import read_history
 from autorl.serving.embedded import embedded_gguf, embedded_model, resolve_base_model
 from autorl.training.checkpoints import checkpoint_name
 
+from .records import inputs
+from .records.train import rl_history, sentinel_actions
 from .run_view import RunView
 from .runs import judge_verdict
-from .stages import inputs
 from .stages.report import sentinel_section, validation_table
-from .stages.train import rl_history
-from .stages.train_sentinel import sentinel_actions
 
 BENCHMARK_RESULTS = Path("benchmark") / "results.md"
 """Where `autorl benchmark RUN` leaves its table by default (under HOME/runs/RUN)."""

@@ -15,9 +15,9 @@ from autorl.task import TaskSpec, load_task
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.context import Policy
+from pipelines.policy import Policy
+from pipelines.records import inputs, system_prompt, train
 from pipelines.runs import load_run
-from pipelines.stages import inputs, system_prompt, train
 from ruler.retry import describe
 
 CHECKPOINT_FORMS = "latest, best or a step"
@@ -35,7 +35,7 @@ def split_target(target: str) -> tuple[str, str]:
 class RunView:
     """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
 
-    It is a `pipelines.context.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
+    It is a `pipelines.records.run.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
     `train.best_step`) read its artifacts.
     """
 

@@ -11,7 +11,9 @@ from rich.table import Table
 from autorl.errors import AutoRLError
 
 from .config import STAGES, check_run_name
-from .pipeline import RUN_FILE, read_record
+from .records.pricing import KINDS
+from .records.run import RUN_FILE, read_record
+from .records.step_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
 
 
 def load_runs(home: Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:
@@ -132,8 +134,6 @@ def calls_table(record: dict[str, Any]) -> Table | None:
 def cost_table(record: dict[str, Any]) -> Table | None:
     """What making a run's artifacts cost (run.json's `cost` per stage and in all: `pipelines.costs`): seconds,
     tokens per kind, USD of this machine's time and of API models; None for a run recorded before costs were."""
-    from .costs import KINDS
-
     if "cost" not in record:
         return None
     table = Table(title="cost (tokens of every model call; USD: --price-per-hour and LiteLLM's prices)")
@@ -154,9 +154,7 @@ def cost_table(record: dict[str, Any]) -> Table | None:
 
 def step_cost_table(record: dict[str, Any]) -> Table | None:
     """What each training step cost (run.json's train `step_costs`), in a few rows however many steps ran
-    (`train_costs.step_cost_summary`); None for a run with no priced step."""
-    from .stages.train_costs import STEP_COST_COLUMNS, STEP_COST_NOTE, step_cost_summary
-
+    (`records.step_costs.step_cost_summary`); None for a run with no priced step."""
     if not (steps := record.get("stages", {}).get("train", {}).get("step_costs")):
         return None
     title, rows = step_cost_summary(steps)

@@ -21,7 +21,7 @@ from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history, reconcile_hi
 from autorl.errors import AutoRLError
 from autorl.task import TaskSpec
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
+from pipelines.staged_run import stage_keys
 from tests.helpers.cli import TASK, run_error_line
 from tests.helpers.training import backend_with_model, groups
 from tests.helpers.wandb_records import history as wandb_history

@@ -1,4 +1,4 @@
-"""Pricing a run (pipelines/costs.py): tokens at LiteLLM's own price table (no call made), this machine's time at
+"""Pricing a run (pipelines/records/pricing.py, pipelines/costs.py): tokens at LiteLLM's own price table (no call made), this machine's time at
 --price-per-hour, sums per stage and run, the budget's threshold, and `autorl show`'s cost table."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
-from pipelines.costs import BudgetReached, Meter, added, check_budget, cost_lines, priced, token_price
+from pipelines.costs import BudgetReached, check_budget, cost_lines
+from pipelines.records.pricing import Meter, added, priced, token_price
 from ruler.calls import CallRecord
 from ruler.endpoint import import_litellm
 

@@ -15,9 +15,9 @@ from autorl.tracking import Tracker
 from autorl.training.checkpoints import checkpoint_name
 from autorl.training.loss import advantages
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
-from pipelines.costs import Meter
+from pipelines.records.pricing import Meter
 from pipelines.sampling import REVISIT_AFTER, SAMPLING_FILE, InputQueue, step_draws
+from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts

@@ -329,6 +329,7 @@ def stage_context(server: FakeOpenAIServer, tmp_path, **config):
 def test_with_the_check_off_the_task_text_is_the_system_prompt_and_nothing_is_generated(fake_server, tmp_path):
     import asyncio
 
+    from pipelines.records import system_prompt as records
     from pipelines.stages import system_prompt as stage
 
     server = fake_server(system_prompts(SYSTEM_PROMPT[7:]))
@@ -336,7 +337,7 @@ def test_with_the_check_off_the_task_text_is_the_system_prompt_and_nothing_is_ge
     ctx.artifact = lambda name: ctx.store.path(name, ctx.keys[name])
     summary = asyncio.run(stage.run(ctx))
     assert summary["fallback"] is None and summary["generator_calls"] == 0 and server.requests == []
-    assert stage.load(ctx) == TASK.description
+    assert records.load(ctx) == TASK.description
     assert ctx.console.export_text().strip() == (
         "system_prompt: the task text is the system prompt, no other prompt was checked: the check is off "
         "(--system-prompt-check 0)"

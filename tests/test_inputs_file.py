@@ -18,7 +18,8 @@ from autorl.inputs.files import GeneratedInput, inputs_from_file, read_input_row
 from autorl.task import TaskSpec
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
+from pipelines.records import inputs as records
+from pipelines.staged_run import stage_keys
 from pipelines.stages import inputs as stage
 
 TASK = TaskSpec(description="Answer questions about the capitals of countries")
@@ -142,8 +143,8 @@ def test_the_inputs_stage_reads_the_file_without_a_model_call(tmp_path):
     summary = asyncio.run(stage.run(ctx))
     assert summary["generator_calls"] == 0 and sum(ctx.calls.values()) == 0
     assert (summary["inputs"], summary["train"], summary["val"]) == (10, 8, 2)
-    assert sorted(stage.load(ctx, "train") + stage.load(ctx, "val")) == sorted(QUESTIONS)
-    assert json.loads((ctx.artifact("inputs") / stage.FILE).read_text().splitlines()[0]).keys() == {"input", "split"}
+    assert sorted(records.load(ctx, "train") + records.load(ctx, "val")) == sorted(QUESTIONS)
+    assert json.loads((ctx.artifact("inputs") / records.FILE).read_text().splitlines()[0]).keys() == {"input", "split"}
 
 
 @pytest.mark.parametrize(

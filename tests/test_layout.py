@@ -89,7 +89,7 @@ def test_a_docstring_edit_of_a_real_module_leaves_every_stage_key_unchanged_and_
     from autorl.task import TaskSpec
     from pipelines import artifacts
     from pipelines.config import RunConfig
-    from pipelines.pipeline import stage_keys
+    from pipelines.staged_run import stage_keys
 
     real = REPO / (module.replace(".", "/") + ".py")
     copy = tmp_path / real.name
@@ -171,3 +171,123 @@ def test_no_package_module_is_over_max_lines():
         if (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+HEAVY_LIBRARIES = ("dspy", "fastapi", "transformers")
+"""The libraries a module of `pipelines/` may import inside a function (the import's line says which in a
+comment), so that the commands that never use them do not load them: DSPy's optimizers (`autorl benchmark`),
+`autorl serve`'s web server, the tokenizer of the base model. Any other import is at the top of its module,
+where a reader and `test_pipelines_has_no_import_cycle` see it."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _function_imports(path: Path) -> list[tuple[int, str]]:
+    """Each import statement inside a function of the module at `path`: its line number and its line."""
+    lines = path.read_text().splitlines()
+    return sorted(
+        {
+            (node.lineno, lines[node.lineno - 1].strip())
+            for function in ast.walk(ast.parse("\n".join(lines)))
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            for node in ast.walk(function)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        }
+    )
+
+
+def test_no_import_inside_a_function_in_pipelines_but_a_heavy_library():
+    """An import inside a function hides what a module depends on (from a reader, and from the cycle check
+    below); in `pipelines/` one is allowed only for a library of `HEAVY_LIBRARIES`, named in a comment on its
+    line."""
+    offenders = []
+    for path in sorted((REPO / "pipelines").rglob("*.py")):
+        for number, line in _function_imports(path):
+            comment = line.partition("#")[2]
+            if not any(re.search(rf"\b{name}\b", comment) for name in HEAVY_LIBRARIES):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line}")
+    assert offenders == []
+
+
+def _pipelines_graph() -> dict[str, set[str]]:
+    """Module of `pipelines` -> the modules of `pipelines` it imports, every import counted: at the top,
+    inside functions, under `TYPE_CHECKING` (an annotation's module is a dependency too). `from package
+    import module` counts as an import of `module` and of the package's `__init__`, as Python runs both, but
+    for the importer's own packages, which Python has begun to run before it."""
+    graph = {}
+    for path in sorted((REPO / "pipelines").rglob("*.py")):
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.rsplit(".", node.level - 1)[0]
+                    base = f"{parent}.{base}".rstrip(".")
+                imported |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+        own = {name.rsplit(".", depth)[0] for depth in range(name.count(".") + 1)}
+        graph[name] = {m for m in imported if m.split(".")[0] == "pipelines" and m not in own}
+    return {name: {m for m in imported if m in graph} for name, imported in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph` with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_pipelines_has_no_import_cycle():
+    """`pipelines/` is in floors: the records of a run (`pipelines.records`) at the bottom, the stages above
+    them, the application (the pipeline, `autorl show`, `report`, `benchmark`, the CLI) on top, each importing
+    only downward; so no module imports, through any chain of imports, one that imports it."""
+    assert _cycles(_pipelines_graph()) == []
+
+
+def test_no_stage_imports_another_stage():
+    """A stage reads what its upstream stages wrote through `pipelines.records`, not through their modules."""
+    from pipelines.stages import STAGE_MODULES
+
+    stages = {module.__name__ for module in STAGE_MODULES.values()}
+    graph = _pipelines_graph()
+    assert {stage: sorted(graph[stage] & stages) for stage in sorted(stages) if graph[stage] & stages} == {}
+
+
+def test_the_records_import_nothing_above_them():
+    """`pipelines.records` is the bottom floor of the application: it imports, of `pipelines`, only itself and
+    the modules under it (the config, the artifact store, the statistics)."""
+    below = {"pipelines.records", "pipelines.config", "pipelines.artifacts", "pipelines.stats"}
+    graph = _pipelines_graph()
+    above = {
+        name: sorted(m for m in imported if not any(m == b or m.startswith(f"{b}.") for b in below))
+        for name, imported in graph.items()
+        if name.startswith("pipelines.records")
+    }
+    assert "pipelines.records" in graph and {name: up for name, up in above.items() if up} == {}

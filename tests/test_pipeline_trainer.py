@@ -30,10 +30,11 @@ from autorl.tracking import Tracker
 from autorl.training.loss import clipped_policy_loss
 from autorl.training.sequences import TOKEN_ID_PREFIX
 from pipelines.config import RunConfig
-from pipelines.context import Policy, StageContext
+from pipelines.policy import Policy
+from pipelines.records.step_costs import STEP_COST
+from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from pipelines.stages.train import step_config, train_pipelined
-from pipelines.stages.train_costs import STEP_COST
 from ruler import FunctionJudge
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.pipeline import TASK, upstream_artifacts

@@ -15,7 +15,7 @@ from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
 from pipelines.evaluation import answers
-from pipelines.pipeline import forced_stages, stage_keys
+from pipelines.staged_run import forced_stages, stage_keys
 from pipelines.stages.train import check_unscored_steps
 from pipelines.stats import mean_ci
 
@@ -172,7 +172,7 @@ def test_a_stage_key_covers_the_code_of_every_project_module_it_runs():
         "autorl.training.trainer",
         "autorl.config",
         "ruler.prompt",
-        "pipelines.context",
+        "pipelines.stage_context",
     } <= train
     assert "autorl.training.trainer" not in imported_modules("pipelines.stages.inputs", PROJECT_PACKAGES)
 
@@ -247,7 +247,7 @@ def test_the_stage_context_counts_what_the_judge_did():
     from collections import Counter
 
     from autorl.trajectories import Trajectory, TrajectoryGroup
-    from pipelines.context import StageContext
+    from pipelines.stage_context import StageContext
     from ruler import TrajectoryScore
 
     class Judge:  # answers as RulerJudge does after two attempts with the second answer shortened; fails on "bad"
@@ -297,7 +297,8 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
 
     from rich.console import Console
 
-    from pipelines.context import StageContext
+    from pipelines.records import system_prompt as records
+    from pipelines.stage_context import StageContext
     from pipelines.stages import system_prompt
 
     given = TASK.model_copy(update={"system_prompt": "You write formal business English."})
@@ -316,7 +317,7 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
     config = RunConfig(generator="nobody@http://127.0.0.1:9/v1")
     ctx = StageContext(given, config, ArtifactStore(tmp_path), keys, None, None, None, tmp_path, Console(quiet=True))
     assert asyncio.run(system_prompt.run(ctx)) == {"chars": 34, "generator_calls": 0, "fallback": None, "check": None}
-    assert system_prompt.load(ctx) == "You write formal business English." and ctx.calls == Counter()
+    assert records.load(ctx) == "You write formal business English." and ctx.calls == Counter()
     with pytest.raises(ValueError, match="must not be empty"):
         TaskSpec(description="x", system_prompt="  ")
 
@@ -326,7 +327,7 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
     `autorl show` prints them: a slow or flaky judge is explained by the record."""
     import json
 
-    from pipelines.pipeline import call_log
+    from pipelines.staged_run import call_log
     from ruler.calls import CallRecord
 
     judge = [
@@ -372,7 +373,7 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
 def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached, settings, needed):
     from types import SimpleNamespace
 
-    from pipelines.pipeline import servers_needed
+    from pipelines.staged_run import servers_needed
 
     (tmp_path / "checkpoints" / "0002").mkdir(parents=True)
     for name in ("adapter_model.safetensors", "metrics.json"):
@@ -387,7 +388,7 @@ def test_a_steps_cost_counts_its_groups_made_earlier_by_the_preflight_stage(tmp_
     from collections import Counter
 
     from autorl.trajectories import TrajectoryGroup
-    from pipelines.stages.train_costs import GROUP_COST, group_cost, step_cost
+    from pipelines.records.step_costs import GROUP_COST, group_cost, step_cost
 
     saved = tmp_path / "group_00.json"
     made = {"seconds": 7.5, "model_calls": {"policy": 4, "judge": 2}}

@@ -18,9 +18,14 @@ from autorl.errors import AutoRLError
 from autorl.trajectories import TrajectoryGroup
 from pipelines import evaluation, sentinel
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
+from pipelines.records import baseline, step_costs
+from pipelines.records import evaluation as records
+from pipelines.records import preflight as preflight_records
+from pipelines.records import train as train_records
 from pipelines.sampling import InputQueue
-from pipelines.stages import baseline, preflight, report, train, train_costs, train_groups
+from pipelines.stage_context import StageContext
+from pipelines.stages import preflight, report, train
+from pipelines.steps import groups as step_groups
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts
 
@@ -42,7 +47,7 @@ def context(tmp_path: Path, judge, answers: list[str], **settings) -> StageConte
         return [await ctx.score(TrajectoryGroup(answers)) for answers in items]
 
     with store.write(baseline.NAME, keys[baseline.NAME], {}) as out:
-        evaluation.save(out, asyncio.run(judged_baseline()))
+        records.save(out, asyncio.run(judged_baseline()))
     policy.answered.clear()
     return ctx
 
@@ -71,11 +76,11 @@ def test_preflight_audits_the_judge_and_measures_the_signal_on_step_one_s_groups
     before = len(ctx.policy.answered)
     texts = InputQueue(TRAIN).draw(2, 1)  # what the train stage's step 1 draws
     saved = [ctx.policy.run_dir / "steps" / "0001" / f"group_{i:02d}.json" for i in range(2)]
-    reused = asyncio.run(train_groups.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
+    reused = asyncio.run(step_groups.judged_groups(ctx, TASK.system_prompt, texts, saved, "step 1"))
     assert len(ctx.policy.answered) == before and [len(g) for g in reused] == [4, 4]
     assert sorted(t.reward for t in reused[0].trajectories) == [1 / 3, 1 / 2, 1.0, 1.0]
     # the figures and the sample are in the stage's own artifact
-    assert preflight.load(ctx) == json.loads(json.dumps(summary))
+    assert preflight_records.load(ctx) == json.loads(json.dumps(summary))
     sample = (ctx.artifact(preflight.NAME) / preflight.SAMPLE).read_text().splitlines()
     assert [len(TrajectoryGroup.model_validate_json(line)) for line in sample] == [4, 4, 4]
 
@@ -87,7 +92,7 @@ def test_after_training_the_check_reads_step_one_s_groups_and_writes_nothing_bes
     checkpoint.mkdir(parents=True)
     for name in ("adapter_model.safetensors", "metrics.json"):  # what makes a checkpoint complete
         (checkpoint / name).write_text("{}")
-    assert train.steps_done(ctx) == 1
+    assert train_records.steps_done(ctx) == 1
     (ctx.policy.run_dir / "steps" / "0001" / "group_01.json").unlink()  # as if lost
     ctx.policy.answered.clear()
     summary = asyncio.run(preflight.run(ctx))
@@ -141,13 +146,13 @@ def test_when_most_groups_tie_the_check_drops_the_inputs_that_carry_no_signal(tm
     step_one = ctx.policy.run_dir / "steps" / "0001"
     saved = [TrajectoryGroup.model_validate_json((step_one / f"group_{i:02d}.json").read_text()) for i in range(2)]
     assert [g.trajectories[0].metadata["input"] for g in saved] == TRAIN[3:5]
-    # with what each took, which step 1's cost counts (train_costs.step_cost)
-    assert [train_costs.group_cost(step_one / f"group_{i:02d}.json")["model_calls"]["policy"] for i in range(2)] == [
+    # with what each took, which step 1's cost counts (step_costs.step_cost)
+    assert [step_costs.group_cost(step_one / f"group_{i:02d}.json")["model_calls"]["policy"] for i in range(2)] == [
         4,
         4,
     ]
     # the report says what was done
-    assert learn in "\n".join(report._preflight_section(preflight.load(ctx)))
+    assert learn in "\n".join(report._preflight_section(preflight_records.load(ctx)))
 
 
 def test_the_check_only_warns_under_on_tied_warn_or_when_no_input_carries_signal(tmp_path):
@@ -167,7 +172,7 @@ def test_preflight_off_asks_nothing(tmp_path):
     ctx = context(tmp_path, FunctionJudge(words), ["Paris"], preflight="off")
     assert asyncio.run(preflight.run(ctx)) == {"off": True}
     assert ctx.policy.answered == [] and ctx.policy.served == []
-    assert preflight.load(ctx) == {"off": True}
+    assert preflight_records.load(ctx) == {"off": True}
     preflight.gate(ctx, {"off": True})
     assert "preflight off" in ctx.console.export_text()
 
@@ -282,7 +287,7 @@ def test_groups_are_judged_after_every_answer_only_where_the_embedded_judge_shar
     ctx.policy.delays = {VAL[2]: 0.3}  # the last input's answers come late
     judged.clear()
     items = [evaluation.answers(ctx, "One word only.", text, "step-0", "base") for text in VAL]
-    groups = asyncio.run(evaluation.judged_groups(ctx, items, "evaluate"))
+    groups = asyncio.run(evaluation.judged_per_input(ctx, items, "evaluate"))
     assert [g.trajectories[0].metadata["input"] for g in groups] == VAL  # in order, all judged
     assert all(t.reward is not None for g in groups for t in g.trajectories)
     first = judged[0]

@@ -25,7 +25,8 @@ from autorl.task import McpServerSpec, TaskSpec
 from autorl.tracking import Tracker
 from pipelines.artifacts import ArtifactStore, write_json
 from pipelines.config import RunConfig
-from pipelines.pipeline import RUN_FILE, _open_record
+from pipelines.records.run import RUN_FILE
+from pipelines.staged_run import _open_record
 
 SECRET = "s3cret-0123456789-never-written"
 CREDENTIALED = f"m@http://judge:{SECRET}@10.0.0.5:8000/v1"

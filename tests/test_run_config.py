@@ -19,8 +19,8 @@ from autorl.errors import AutoRLError
 from autorl.task import RUN_SETTINGS, TaskSpec, load_task
 from pipelines.cli import RUN_FLAGS, app
 from pipelines.config import RunConfig
-from pipelines.context import Policy
-from pipelines.pipeline import stage_keys
+from pipelines.policy import Policy
+from pipelines.staged_run import stage_keys
 from pipelines.stages.train import step_config
 from tests.helpers.cli import TASK, run_error_line
 from tests.helpers.docs import DOCS, marked_block
@@ -191,7 +191,7 @@ def test_the_policy_is_built_with_the_runs_trainer_config(tmp_path):
 
 
 def test_changing_the_tables_or_the_inputs_file_keeps_the_run_name(tmp_path):
-    from pipelines.pipeline import _open_record
+    from pipelines.staged_run import _open_record
 
     first = TaskSpec(description=TASK).model_dump(mode="json", exclude=RUN_SETTINGS)  # the task as a record keeps it
     run_dir = tmp_path / "runs" / "mine"

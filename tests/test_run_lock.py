@@ -16,8 +16,8 @@ from autorl.home import LockedError
 from autorl.task import TaskSpec
 from pipelines.cli import app
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
 from pipelines.run_lock import run_locks
+from pipelines.staged_run import stage_keys
 
 HOLD = """
 import subprocess, sys, time

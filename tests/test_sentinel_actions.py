@@ -21,11 +21,13 @@ from autorl.errors import AutoRLError
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
 from autorl.trajectories import Trajectory
-from pipelines import costs, sentinel
+from pipelines import sentinel
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
-from pipelines.costs import Meter
-from pipelines.stages import report, train, train_costs, train_sentinel
+from pipelines.records import step_costs
+from pipelines.records import train as train_records
+from pipelines.records.pricing import Meter
+from pipelines.stage_context import StageContext
+from pipelines.stages import report, train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, upstream_artifacts
 from tests.helpers.tiny import choice
@@ -65,7 +67,7 @@ class TinyPolicy:
 
     def drifts_now(self) -> bool:
         latest = latest_checkpoint(self.run_dir / "checkpoints")
-        rolled_back = (self.run_dir / train_sentinel.SENTINEL_ACTIONS).exists()
+        rolled_back = (self.run_dir / train_records.SENTINEL_ACTIONS).exists()
         return self.drifting and (latest[0] if latest else 0) >= DRIFT_FROM and (self.persistent or not rolled_back)
 
     async def answer(self, prompt: str, text: str, config: RunConfig, name: str | None = None) -> Trajectory:
@@ -123,7 +125,7 @@ def test_a_policy_that_stays_near_the_base_is_left_alone(tiny_model, tmp_path):
     measured = [h for h in history if "kl_to_base" in h]  # TrainerConfig.drift_every's steps (kl_beta 0)
     assert [h["step"] for h in measured] == [1, 4, 7]
     assert max(h["kl_to_base"] for h in measured) < 0.01  # ... with the policy at the base model
-    assert train_sentinel.sentinel_actions(policy.run_dir) == []
+    assert train_records.sentinel_actions(policy.run_dir) == []
     assert "It never fired" in "\n".join(report.sentinel_section([], ctx.config))
 
 
@@ -131,7 +133,7 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True)
     ctx = stage_context(tmp_path, policy)
     asyncio.run(train.run(ctx))
-    (action,) = train_sentinel.sentinel_actions(policy.run_dir)
+    (action,) = train_records.sentinel_actions(policy.run_dir)
     # checkpoint 3 answered step 4 with the gamed answers: the sentinel fires there (the figures of steps 2-4 that
     # were measured: step 4's, TrainerConfig.drift_every being 3)
     assert (action["action"], action["step"], action["restored"]) == ("rollback", 4, 4 - sentinel.RISE_STEPS)
@@ -141,22 +143,20 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     assert [h["step"] for h in history] == list(range(1, 8))  # trained on to the asked-for steps
     assert "kl" not in history[0] and all("kl" in h for h in history[1:])  # the KL penalty from the rollback on
     assert all("kl_to_base" in h for h in history) and max(h["kl_to_base"] for h in history) < 0.5  # kl_beta > 0
-    assert sorted(p.name for p in (policy.run_dir / train_sentinel.ROLLED_BACK / "1" / "steps").iterdir()) == [
+    assert sorted(p.name for p in (policy.run_dir / train_records.ROLLED_BACK / "1" / "steps").iterdir()) == [
         "0002", "0003", "0004"
     ]  # fmt: skip
     assert "rolled back to step 1" in ctx.console.export_text()
     # the run's cost counts the dropped steps too: 7 checkpointed steps and the 3 trained again
-    assert len(costs.steps_cost(policy.run_dir, 7)) == 10
-    assert len(costs.steps_cost(policy.run_dir, 1)) == 1  # checkpoint 1 was made before them
-    calls = [
-        sum(json.loads(p.read_text())["model_calls"].values()) for p in policy.run_dir.rglob(train_costs.STEP_COST)
-    ]
-    assert len(calls) == 10 and train_costs.training_cost(ctx, 7)[0] == sum(
+    assert len(step_costs.steps_cost(policy.run_dir, 7)) == 10
+    assert len(step_costs.steps_cost(policy.run_dir, 1)) == 1  # checkpoint 1 was made before them
+    calls = [sum(json.loads(p.read_text())["model_calls"].values()) for p in policy.run_dir.rglob(step_costs.STEP_COST)]
+    assert len(calls) == 10 and step_costs.training_cost(ctx, 7)[0] == sum(
         calls
     )  # the benchmark's calls count them too
-    per_step = [(cost["step"], "dropped" in cost) for cost in train_costs.step_costs(ctx)]  # run.json's, in order
+    per_step = [(cost["step"], "dropped" in cost) for cost in step_costs.step_costs(ctx)]  # run.json's, in order
     assert per_step == [(2, True), (3, True), (4, True), *((n, False) for n in range(1, 8))]
-    section = "\n".join(report.sentinel_section(train_sentinel.sentinel_actions(policy.run_dir), ctx.config))
+    section = "\n".join(report.sentinel_section(train_records.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
 
 
@@ -166,7 +166,7 @@ def test_a_policy_that_keeps_drifting_is_stopped(tiny_model, tmp_path, on_drift)
     ctx = stage_context(tmp_path, policy, sentinel={"on_drift": on_drift, "max_rollbacks": 1})
     with pytest.raises(AutoRLError, match="the policy moved far from the base model"):
         asyncio.run(train.run(ctx))
-    actions = [a["action"] for a in train_sentinel.sentinel_actions(policy.run_dir)]
+    actions = [a["action"] for a in train_records.sentinel_actions(policy.run_dir)]
     assert actions == (["stop"] if on_drift == "stop" else ["rollback", "stop"])
 
 
@@ -174,6 +174,6 @@ def test_warn_warns_once_and_goes_on(tiny_model, tmp_path):
     policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True, persistent=True)
     ctx = stage_context(tmp_path, policy, sentinel={"on_drift": "warn"})
     asyncio.run(train.run(ctx))
-    assert [(a["action"], a["step"]) for a in train_sentinel.sentinel_actions(policy.run_dir)] == [("warn", 4)]
+    assert [(a["action"], a["step"]) for a in train_records.sentinel_actions(policy.run_dir)] == [("warn", 4)]
     assert len(read_history(policy.run_dir)) == 7
     assert ctx.console.export_text().count("warning: step 4") == 1

@@ -25,9 +25,13 @@ from autorl.trajectories import Trajectory
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import RunConfig
-from pipelines.context import Policy, StageContext
-from pipelines.pipeline import stage_keys
-from pipelines.stages import report, sft, train, train_costs
+from pipelines.policy import Policy
+from pipelines.records import sft as sft_records
+from pipelines.records import train as train_records
+from pipelines.records.step_costs import training_cost
+from pipelines.stage_context import StageContext
+from pipelines.staged_run import stage_keys
+from pipelines.stages import report, sft, train
 from ruler import FunctionJudge
 from tests.helpers.cli import error_line
 from tests.helpers.pipeline import TASK as PIPELINE_TASK
@@ -60,7 +64,7 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
     tracker = Tracker([], tmp_path, "run", "id", {})
     ctx = StageContext(TASK, config, store, keys, policy, None, tracker, tmp_path / "run", Console(file=printed))
     try:
-        assert not sft.is_done(ctx) and train.last_step(ctx) == 2  # before the warm-up: RL's steps alone
+        assert not sft.is_done(ctx) and train_records.last_step(ctx) == 2  # before the warm-up: RL's steps alone
         summary = asyncio.run(sft.run(ctx))
         # 5 conversations in batches of 2: 3 batches, a chunk of 1 batch per model step
         assert {k: summary[k] for k in ("steps", "conversations", "epochs")} == {
@@ -68,7 +72,7 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
             "conversations": 5,
             "epochs": 1,
         }
-        assert sft.is_done(ctx) and sft.first_rl_step(ctx) == 4 and train.last_step(ctx) == 5
+        assert sft.is_done(ctx) and sft_records.first_rl_step(ctx) == 4 and train_records.last_step(ctx) == 5
         warm_up = read_history(ctx.artifact("sft"))
         assert [(h["step"], h["sft"]) for h in warm_up] == [(1, 1.0), (2, 1.0), (3, 1.0)]
         assert [h["learning_rate"] for h in warm_up] == pytest.approx([2e-4, 1e-4, 0.0])  # linear from the peak
@@ -85,9 +89,9 @@ def test_the_warm_up_trains_in_art_s_steps_and_rl_starts_from_its_last_checkpoin
         train.start_from_sft(ctx)
         work = policy.run_dir
         assert [step for step, _ in complete_checkpoints(work / "checkpoints")] == [3]
-        assert read_history(work) == warm_up and train.steps_done(ctx) == 3
-        assert train.history_frame(ctx).empty and train.best_step(ctx) is None  # no RL step yet
-        assert train_costs.training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
+        assert read_history(work) == warm_up and train_records.steps_done(ctx) == 3
+        assert train_records.history_frame(ctx).empty and train_records.best_step(ctx) is None  # no RL step yet
+        assert training_cost(ctx, 3) == (0, sum(h["seconds"] for h in step_costs(ctx)))
         train.start_from_sft(ctx)  # the training directory has its checkpoint: nothing is written again
         assert read_history(work) == warm_up
 
@@ -181,7 +185,7 @@ def test_the_bootstrap_warm_up_fine_tunes_on_the_policy_s_best_answers_to_traini
         for i in (0, 2, 4)
     ]  # fmt: skip
     assert "warm-up: kept 3 of 8 groups' best answers (scored at least 0.5)" in printed.getvalue()
-    assert sft.first_rl_step(ctx) == 2 and [h["step"] for h in read_history(ctx.artifact("sft"))] == [1]
+    assert sft_records.first_rl_step(ctx) == 2 and [h["step"] for h in read_history(ctx.artifact("sft"))] == [1]
     assert report._sft_lines(ctx)[0].startswith(
         "Warmed up with SFT before RL: the policy's own best answers (3 of 8 groups of training inputs had one "
         "scoring at least 0.5), 1 epoch(s), in 1 model steps (1-1, final loss"
@@ -201,7 +205,7 @@ def test_the_bootstrap_warm_up_fine_tunes_on_the_policy_s_best_answers_to_traini
 )
 def test_no_answer_good_enough_or_a_judge_found_unreliable_is_no_warm_up(tiny_model, tmp_path, judge, why):
     ctx, summary, printed = bootstrap_run(tiny_model, tmp_path, judge, min_reward=0.75)
-    assert summary["steps"] == 0 and summary["conversations"] == 0 and sft.first_rl_step(ctx) == 1
+    assert summary["steps"] == 0 and summary["conversations"] == 0 and sft_records.first_rl_step(ctx) == 1
     assert f"warm-up: kept 0 of 8 groups' best answers {why}" in printed.getvalue()
     assert not (ctx.artifact("sft") / "checkpoints" / "0001").exists()
     assert report._sft_lines(ctx)[0].startswith("No warm-up from the policy's own answers: ")

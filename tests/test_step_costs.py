@@ -18,10 +18,11 @@ from autorl.training.checkpoints import METRICS_FILE, checkpoint_name
 from pipelines import costs
 from pipelines.cli import app
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
-from pipelines.costs import Meter
-from pipelines.pipeline import _record_cost
-from pipelines.stages import train, train_costs
+from pipelines.records import step_costs
+from pipelines.records.pricing import Meter
+from pipelines.stage_context import StageContext
+from pipelines.staged_run import _record_cost
+from pipelines.stages import train
 from ruler import FunctionJudge
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts
 
@@ -74,7 +75,7 @@ def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_pa
     asyncio.run(train.run(ctx))
     tracker.finish()
     spent = [
-        json.loads((policy.run_dir / "steps" / checkpoint_name(n) / train_costs.STEP_COST).read_text())["spent"]
+        json.loads((policy.run_dir / "steps" / checkpoint_name(n) / step_costs.STEP_COST).read_text())["spent"]
         for n in (1, 2, 3)
     ]
     assert all(s["usd"]["total"] > 0 and s["tokens_total"] == 100 for s in spent)  # 2 answers of 50 tokens
@@ -111,7 +112,7 @@ def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_pa
     assert [line for line in shown.output.splitlines() if "median" in line and f"{usd[1]:.4f}" in line]
 
     # the report's cost section (and a budget-stopped run's report): the same rows as a Markdown table
-    lines = train_costs.step_cost_lines(train_costs.step_costs(ctx))
+    lines = step_costs.step_cost_lines(step_costs.step_costs(ctx))
     section = costs.report_section(ctx, costs.run_costs(ctx))
     assert section[-len(lines) :] == lines and "\n".join(lines) in costs.budget_report("r", "budget", ctx)
     assert lines[1] == "Cost per training step (3 steps):" and lines[3] == "| steps | seconds | tokens | total USD |"
@@ -123,7 +124,7 @@ def test_each_step_s_cost_is_in_the_trackers_run_json_show_and_the_report(tmp_pa
 def test_the_summary_stays_four_rows_for_many_steps_and_counts_those_a_rollback_dropped():
     steps = [{"step": n, "seconds": float(n), "tokens_total": 10 * n, "usd_total": n / 100} for n in range(1, 25)]
     dropped = [{**steps[1], "dropped": True}, {**steps[2], "dropped": True}]
-    title, rows = train_costs.step_cost_summary([*dropped, *steps])
+    title, rows = step_costs.step_cost_summary([*dropped, *steps])
     assert title == "cost per training step (26 steps, 2 of them dropped by a rollback and trained again)"
     assert rows == [
         ("min", "1.0", "10", "0.0100"),
@@ -131,4 +132,4 @@ def test_the_summary_stays_four_rows_for_many_steps_and_counts_those_a_rollback_
         ("max", "24.0", "240", "0.2400"),
         ("last (step 24)", "24.0", "240", "0.2400"),
     ]
-    assert train_costs.step_cost_lines([]) == []  # a run trained before steps were priced: no section
+    assert step_costs.step_cost_lines([]) == []  # a run trained before steps were priced: no section

@@ -17,7 +17,8 @@ from autorl.inputs.generation import WrittenSystemPrompt
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.config import RunConfig
-from pipelines.context import StageContext
+from pipelines.records import system_prompt as records
+from pipelines.stage_context import StageContext
 from pipelines.stages import report, system_prompt
 from ruler import FunctionJudge
 from tests.helpers.pipeline import NoisyModelJudge, ScriptedPolicy, upstream_artifacts
@@ -80,11 +81,11 @@ def test_worked_examples_from_the_policy_s_own_best_answers_replace_the_task_tex
     assert check["checked"] is True and check["kept"] == "examples" and check["inputs"] == 3
     assert check["scores"] == {"task": 0.5, "generated": 0.0, "examples": 1.0} and check["examples"] == 3
     assert check["gains"] == {"generated": [-0.5, -0.5, -0.5], "examples": [0.5, 0.5, 0.5]}
-    kept = system_prompt.load(ctx)
+    kept = records.load(ctx)
     assert kept.startswith(TASK.description) and "Example input: train question 3?\nExample answer: Paris" in kept
     # the examples come from the training inputs after the scored ones: never a scored or a validation input
     assert all(f"question {i}?" not in kept for i in range(3)) and "validation" not in kept
-    (line,) = report._system_prompt_check(system_prompt.load_check(ctx), TASK)
+    (line,) = report._system_prompt_check(records.load_check(ctx), TASK)
     assert line == (
         "Checked on 3 training inputs (program judge), mean score and gain over the task text with its 95% "
         "interval: the task text 0.500; the generated prompt 0.000 (-0.500 [-0.500, -0.500]); the task text with "
@@ -103,14 +104,14 @@ def test_a_generated_prompt_that_does_better_is_kept(tmp_path, monkeypatch):
     summary, ctx = run_stage(tmp_path, monkeypatch, HELPFUL, FunctionJudge(says_paris))
     check = summary["check"]  # no base answer scored: no examples to show
     assert check["kept"] == "generated" and check["examples"] == 0 and set(check["scores"]) == {"task", "generated"}
-    assert system_prompt.load(ctx) == HELPFUL
+    assert records.load(ctx) == HELPFUL
 
 
 def test_the_task_text_wins_a_tie(tmp_path, monkeypatch):
     summary, ctx = run_stage(tmp_path, monkeypatch, HELPFUL, FunctionJudge(says_paris), task_hits=1)
     check = summary["check"]  # every answer is right under every candidate
     assert check["gains"]["generated"] == [0.0, 0.0, 0.0] and check["kept"] == "task"
-    assert system_prompt.load(ctx) == TASK.description
+    assert records.load(ctx) == TASK.description
 
 
 @pytest.mark.parametrize("noisy, why", [(True, "the judge is not reliable"), (False, "the check is off")])
@@ -118,8 +119,8 @@ def test_without_a_reliable_judge_the_task_text_is_the_prompt_and_the_report_say
     judge, settings = (NoisyModelJudge(), {}) if noisy else (FunctionJudge(says_paris), {"system_prompt_check": 0})
     summary, ctx = run_stage(tmp_path, monkeypatch, HARMFUL, judge, task_hits=4, **settings)
     assert summary["check"]["checked"] is False and summary["check"]["why"].startswith(why)
-    assert system_prompt.load(ctx) == TASK.description
-    (line,) = report._system_prompt_check(system_prompt.load_check(ctx), TASK)
+    assert records.load(ctx) == TASK.description
+    (line,) = report._system_prompt_check(records.load_check(ctx), TASK)
     assert line.startswith("The task text is the system prompt, no other prompt was checked: " + why)
     assert summary["written"] == int(noisy)  # off: no prompt written
     assert (ctx.policy.answered == []) is (not noisy)  # off: not a single answer

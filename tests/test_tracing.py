@@ -26,8 +26,9 @@ from autorl import TrajectoryGroup, tracing
 from autorl.agents.rollout import agent_rollout
 from autorl.task import TaskSpec
 from pipelines.config import RunConfig
-from pipelines.context import Policy, StageContext, judge_attributes
-from pipelines.pipeline import run_totals
+from pipelines.policy import Policy
+from pipelines.stage_context import StageContext, judge_attributes
+from pipelines.staged_run import run_totals
 from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer, completion, read_request, send_json
 from tests.helpers.judge_server import by_content
@@ -129,7 +130,7 @@ def test_attributes_are_values_opentelemetry_takes_and_tracing_off_is_a_shared_n
     }
     assert not tracing.enabled() and tracing.span("x") is tracing.span("y") and tracing.begin("z").span is None
     # off, the pipeline imports no OpenTelemetry package
-    code = "import pipelines.pipeline, sys; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+    code = "import pipelines.staged_run, sys; print(any(m.startswith('opentelemetry') for m in sys.modules))"
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"

@@ -2,7 +2,7 @@
 
 vLLM computes them in a prefill (its `prompt_logprobs` sampling parameter on a completion of the tokens,
 one new token long), on the engine and weights that sampled the rollouts: the evaluate stage scores its
-answers this way under the base model (`pipelines.context.Policy.base_logprobs`), which needs no second
+answers this way under the base model (`pipelines.policy.Policy.base_logprobs`), which needs no second
 copy of the weights beside the trainer's, and whose numbers are the sampler's own.
 """
 

@@ -23,13 +23,14 @@ from pathlib import Path
 import pandas as pd
 from _common import write_result
 
-from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore
 from pipelines.benchmark import gain_cost
 from pipelines.benchmark.scoreboard import SCORES, SPENT, per_input_scores
 from pipelines.benchmark.variants import Cost
 from pipelines.config import DEFAULT_HOME
-from pipelines.costs import added, cost_lines, priced, token_price
+from pipelines.costs import cost_lines
+from pipelines.records import evaluation
+from pipelines.records.pricing import added, priced, token_price
 from pipelines.runs import load_run
 
 
@@ -45,7 +46,7 @@ def per_point(home: Path, record: dict, usd: dict[str, float]) -> list[dict]:
 
 
 def judge_as_api(cost: dict, judge_as: str, price_per_hour: float) -> dict[str, float]:
-    """The USD of a cost record (`pipelines.costs.priced`) with its judge tokens at `judge_as`'s LiteLLM price and
+    """The USD of a cost record (`pipelines.records.pricing.priced`) with its judge tokens at `judge_as`'s LiteLLM price and
     its seconds at `price_per_hour`; its other tokens as recorded (the policy and the embedded generator run here)."""
     judge = cost["tokens"].get("judge", {"prompt": 0, "completion": 0})
     tokens = Counter({("judge", judge_as, side): count for side, count in judge.items()})

@@ -80,10 +80,19 @@ MEASURES: dict[str, Measures] = {
         for name in ("server_start", "server_start_eager")
     },
     "merged_reload": Measures("benchmarks/perf/perf_merged_reload.py", SERVING),
-    "cost_of_a_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
-    "cost_of_the_readme_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
-    "cost_of_a_content_run": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py",)),
-    "cost_of_a_benchmark": Measures("benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/benchmark/")),
+    "cost_of_a_run": Measures(
+        "benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/records/pricing.py")
+    ),
+    "cost_of_the_readme_run": Measures(
+        "benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/records/pricing.py")
+    ),
+    "cost_of_a_content_run": Measures(
+        "benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/records/pricing.py")
+    ),
+    "cost_of_a_benchmark": Measures(
+        "benchmarks/perf/cost_of_a_run.py",
+        ("pipelines/costs.py", "pipelines/records/pricing.py", "pipelines/benchmark/"),
+    ),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
     "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e

@@ -27,8 +27,8 @@ from autorl.model import Model
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
-from pipelines.context import Policy, task_rollout
-from pipelines.costs import Meter, counted_as
+from pipelines.policy import Policy, task_rollout
+from pipelines.records.pricing import Meter, counted_as
 from ruler.endpoint import LiteLLMTarget, import_litellm
 from ruler.retry import describe
 

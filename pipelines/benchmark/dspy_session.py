@@ -13,22 +13,19 @@ import statistics
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import dspy
 
 from autorl.inputs.checks import SYSTEM_PROMPT_CHARS
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from pipelines.artifacts import canonical_json
-from pipelines.costs import counted_as
-from ruler import ruler_score_group
+from pipelines.records.pricing import counted_as
+from ruler import Judge, ruler_score_group
 from ruler.endpoint import ModelEndpoint, use_local_cost_map
 
 from .optimized_prompt import OptimizedPrompt
-from .optimizer_plan import MINIBATCH
-
-if TYPE_CHECKING:
-    from .optimize import PromptOptimizer
+from .optimizer_plan import MINIBATCH, OptimizerSettings, Plan
 
 MAX_DEMOS = 4
 """Most demonstrations bootstrap puts before the input."""
@@ -38,6 +35,20 @@ REFLECTION_MAX_TOKENS = 4000
 """Completion token cap of one reflection call."""
 THREADS = 8
 """Answers DSPy asks for at once."""
+
+
+class SessionOwner(Protocol):
+    """What a session reads of the optimizer that made it (`optimize.PromptOptimizer`)."""
+
+    settings: OptimizerSettings
+    plan: Plan
+    judge: Judge
+    judge_model: str
+    rubric: str
+    task: str | None
+    relative: bool
+
+
 TIE = 1e-9
 
 logger = logging.getLogger(__name__)
@@ -109,7 +120,7 @@ class OptimizationSession:
 
     def __init__(
         self,
-        owner: PromptOptimizer,
+        owner: SessionOwner,
         system_prompt: str,
         rollout: Rollout,
         tools: list[dict] | None,
@@ -122,7 +133,7 @@ class OptimizationSession:
         self.calls: Counter = Counter()
         self.tokens: Counter = Counter()
         """(kind, model, "prompt" | "completion") -> tokens of this optimization's answers (`answered_as`: the
-        variant's kind and model), judge requests and reflection calls, for `pipelines.costs.priced`."""
+        variant's kind and model), judge requests and reflection calls, for `pipelines.records.pricing.priced`."""
         self._answers: dict[str, list[dict[str, Any]]] = {}
         self._scores: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
@@ -238,7 +249,7 @@ class OptimizationSession:
         return self._result(self.system_prompt, demos, improved, scores, len(candidates))
 
     def _gepa(self, pool: list[dspy.Example], selection: list[dspy.Example]) -> OptimizedPrompt:
-        from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+        from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer  # dspy's GEPA, when it runs
 
         settings = self.owner.settings
         reflection = reflection_lm(settings.reflection_model)

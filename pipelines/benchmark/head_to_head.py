@@ -24,9 +24,9 @@ from rich.console import Console
 from autorl.errors import AutoRLError
 from autorl.progress import progress_bar
 from autorl.redaction import REDACTED, redact_text
-from autorl.trajectories import TrajectoryGroup
-from pipelines import evaluation
+from autorl.trajectories import TrajectoryGroup, scores_frame
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
+from pipelines.records import evaluation
 from ruler import DEFAULT_RUBRIC, Judge, RulerJudge, load_judge, ruler_score_group
 from ruler.endpoint import EMBEDDED
 
@@ -51,7 +51,7 @@ class BenchmarkResult:
     out: Path
     model_calls: int
     spent: dict[str, Any]
-    """What this invocation spent answering and judging (`pipelines.costs.priced`); 0 where all was cached."""
+    """What this invocation spent answering and judging (`pipelines.records.pricing.priced`); 0 where all was cached."""
 
 
 async def run_benchmark(config: BenchmarkConfig, console: Console | None = None) -> BenchmarkResult:
@@ -122,7 +122,7 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
         for run in runs.values():
             await run.policy.aclose()
     spent = questions.meter.since(start, judge_records, [], config.price_per_hour)
-    frame = evaluation.scores_frame(scored)
+    frame = scores_frame(scored)
     outcomes = {v.label: _outcome(answers[v.label], len(texts)) for v in variants}
     results = scoreboard.results_table(frame, outcomes, {v.label: v.cost for v in variants})
     wins = scoreboard.win_rates(scoreboard.per_input_scores(frame, labels))

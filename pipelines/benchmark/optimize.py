@@ -16,7 +16,7 @@ benchmarked run's train inputs (never the held-out ones), the run's judge as the
 The train inputs are split, seeded, into the selection inputs (at most `SELECTION`, which every
 candidate prompt answers) and the pool (demonstrations for bootstrap, GEPA's reflection minibatches).
 Every answer goes through the agent loop that answers the held-out inputs
-(`pipelines.context.task_rollout`: the task's tools and turns): DSPy's `Predict` calls an
+(`pipelines.policy.task_rollout`: the task's tools and turns): DSPy's `Predict` calls an
 `AgentLoopAdapter`, which makes the signature's instructions the system prompt and each demonstration's
 conversation earlier turns.
 
@@ -50,7 +50,7 @@ from rich.console import Console
 
 from autorl.agents.rollout import RolloutConfig
 from pipelines.artifacts import ArtifactStore, code_version, stage_key
-from pipelines.costs import counted_as, priced
+from pipelines.records.pricing import counted_as, priced
 from ruler import Judge, RulerJudge
 from ruler.endpoint import ModelEndpoint
 

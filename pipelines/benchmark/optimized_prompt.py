@@ -39,7 +39,7 @@ class OptimizedPrompt(BaseModel):
     """Model calls made, by kind: policy (the variant's answers), judge, reflection."""
     seconds: float
     spent: dict[str, Any] | None = None
-    """What making it cost (`pipelines.costs.priced`: its answers', judge's and reflection's tokens, its seconds
+    """What making it cost (`pipelines.records.pricing.priced`: its answers', judge's and reflection's tokens, its seconds
     at the `--price-per-hour` of the benchmark that made it); None in an artifact made before autorl priced it."""
 
     @property

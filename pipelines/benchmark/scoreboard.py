@@ -34,7 +34,7 @@ COLUMNS = [
     "error",
 ]
 SPENT = "cost.json"
-"""What the benchmark itself spent answering and judging (`pipelines.costs.priced`), beside results.md."""
+"""What the benchmark itself spent answering and judging (`pipelines.records.pricing.priced`), beside results.md."""
 TIE = 1e-9
 """Per-input scores closer than this count as a tie."""
 

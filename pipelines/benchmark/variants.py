@@ -13,7 +13,7 @@ Any of these may end in `+optimized`: the same model with that prompt tuned on t
 inputs (`pipelines.benchmark.optimize`).
 
 Each variant has a cost (`Cost`): what making it took, in model calls and seconds. A plain variant costs 0,
-a checkpoint its training steps (the train stage records each step's, `train_costs.training_cost`), an optimized
+a checkpoint its training steps (the train stage records each step's, `records.step_costs.training_cost`), an optimized
 prompt the optimizer's calls, on top of its model's.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 from autorl.errors import AutoRLError
 from autorl.inputs.files import read_input_rows
 from autorl.redaction import redact_text, redacted
-from pipelines import costs
+from pipelines.records import step_costs
+from pipelines.records.pricing import added
 from pipelines.run_view import RunView
-from pipelines.stages import train_costs
 from ruler.endpoint import ModelEndpoint
 from ruler.errors import ModelSpecError
 
@@ -136,9 +136,9 @@ def resolve(label: str, main: RunView, runs: dict[str, RunView]) -> Variant:
         step = _checkpoint_step(run, match["which"], label)
         lora = run.checkpoint_dir(step) / "adapter_model.safetensors"
         identity = {"base_model": run.config.model, "lora": hashlib.sha256(lora.read_bytes()).hexdigest()[:20]}
-        calls, seconds = train_costs.training_cost(run, step) or (None, None)
-        spent = costs.steps_cost(run.policy.run_dir, step)
-        usd = costs.added(spent)["usd"]["total"] if len(spent) == step else None
+        calls, seconds = step_costs.training_cost(run, step) or (None, None)
+        spent = step_costs.steps_cost(run.policy.run_dir, step)
+        usd = added(spent)["usd"]["total"] if len(spent) == step else None
         cost = Cost(calls, seconds, f"{step} training steps", usd)
         variant = Variant(label, run.system_prompt(), identity, run, step, cost=cost)
     else:

@@ -8,13 +8,13 @@ from typing import Any, Protocol
 from autorl.task import TaskSpec
 
 from ..config import STAGES, RunConfig
-from ..context import StageContext
+from ..stage_context import StageContext
 from . import baseline, evaluate, inputs, preflight, report, sft, system_prompt, train
 
 
 class Stage(Protocol):
     """What a stage module defines. Its artifact is stored under `NAME` and a key made of `settings(...)`,
-    the stage's code and the keys of the `UPSTREAM` stages it reads (`pipelines.pipeline.stage_keys`)."""
+    the stage's code and the keys of the `UPSTREAM` stages it reads (`pipelines.staged_run.stage_keys`)."""
 
     NAME: str
     """The stage's name: in `STAGES`, in `--force`, and the artifact store's folder for its artifacts."""

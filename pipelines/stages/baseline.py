@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from autorl.task import TaskSpec
-from autorl.trajectories import Trajectory
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
-from . import inputs, system_prompt
+from ..records import evaluation as records
+from ..records import inputs, system_prompt
+from ..records.baseline import NAME, VARIANT
+from ..stage_context import StageContext
 
-NAME = "baseline"
 UPSTREAM = ("inputs", "system_prompt")
-VARIANT = "base"
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -30,16 +29,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     base = await ctx.policy.serve_step(0)
     texts = inputs.load(ctx, "val")
     items = [evaluation.answers(ctx, prompt, text, base, VARIANT) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, "baseline")
+    groups = await evaluation.judged_per_input(ctx, items, "baseline")
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
-        frame = evaluation.save(out, groups)
+        frame = records.save(out, groups)
     return evaluation.stage_summary(ctx, frame, len(texts))
-
-
-def answers_by_input(ctx: RunArtifacts) -> dict[str, list[Trajectory]]:
-    """The base model's judged answers in this stage's artifact, by the validation input they answer."""
-    answers: dict[str, list[Trajectory]] = {}
-    for group in evaluation.load_groups(ctx.artifact(NAME)):
-        for trajectory in group.trajectories:
-            answers.setdefault(trajectory.metadata["input"], []).append(trajectory)
-    return answers

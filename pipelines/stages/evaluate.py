@@ -13,10 +13,11 @@ from autorl.trajectories import Trajectory, TrajectoryGroup
 
 from .. import evaluation, sentinel
 from ..config import RunConfig
-from ..context import MAX_FAILED_ROLLOUTS, StageContext
-from . import baseline, inputs, system_prompt, train
+from ..records import baseline, inputs, system_prompt, train
+from ..records import evaluation as records
+from ..records.evaluate import NAME
+from ..stage_context import MAX_FAILED_ROLLOUTS, StageContext
 
-NAME = "evaluate"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "train")
 
 
@@ -51,10 +52,10 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             answers[group.metadata["input"]] += group.trajectories
     name = await ctx.policy.serve_step(last_step)
     items = [answers[text] + evaluation.answers(ctx, prompt, text, name, last) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, "evaluate")
+    groups = await evaluation.judged_per_input(ctx, items, "evaluate")
     drift = await variant_drift(ctx, groups)
     with ctx.store.write(NAME, ctx.keys[NAME], {"steps": steps}) as out:
-        frame = evaluation.save(out, groups)
+        frame = records.save(out, groups)
     summary = evaluation.stage_summary(ctx, frame, len(texts), steps)
     summary["drift"] = drift
     for variant, figures in sentinel.evaluation_figures(drift).items():

@@ -11,18 +11,18 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from autorl.inputs.files import inputs_file_digest, inputs_from_file, read_inputs_jsonl, write_inputs_jsonl
+from autorl.inputs.files import inputs_file_digest, inputs_from_file, write_inputs_jsonl
 from autorl.inputs.generation import GenerationConfig, generate_inputs
 from autorl.progress import progress_bar
 from autorl.task import TaskSpec
 
+from ..records.inputs import FILE, NAME
+
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import RunArtifacts, StageContext
+    from ..stage_context import StageContext
 
-NAME = "inputs"
 UPSTREAM: tuple[str, ...] = ()
-FILE = "inputs.jsonl"
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -102,8 +102,3 @@ async def with_tools_shown(ctx: StageContext) -> TaskSpec:
     extra = f"{TOOLS_INSTRUCTIONS}\n\n{toolbox.describe()}"
     instructions = f"{ctx.task.generator_instructions}\n\n{extra}" if ctx.task.generator_instructions else extra
     return ctx.task.model_copy(update={"generator_instructions": instructions})
-
-
-def load(ctx: RunArtifacts, split: str) -> list[str]:
-    """The inputs of one split ("train" or "val") from this stage's artifact."""
-    return [row.input for row in read_inputs_jsonl(ctx.artifact(NAME) / FILE) if row.split == split]

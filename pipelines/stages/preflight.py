@@ -35,16 +35,16 @@ from ruler.audit import audit_judge, check_inputs, reads_rubric
 from ruler.judges import judge_name
 from ruler.prompt import canonical_json
 
-from .. import evaluation
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
 from ..evaluation import SUCCESS
+from ..records import baseline, inputs, system_prompt, train
+from ..records import evaluation as records
+from ..records.preflight import FILE, NAME, SAMPLE, kept_inputs
 from ..sampling import InputQueue
-from . import baseline, inputs, system_prompt, train, train_groups
+from ..stage_context import StageContext
+from ..steps import groups as step_groups
 
-NAME = "preflight"
 UPSTREAM = ("inputs", "system_prompt", "baseline")
-FILE, SAMPLE = "preflight.json", "learnability.jsonl"
 INPUTS_CHECKED = 8
 """Inputs (train and validation, evenly spread) the inputs check shows a reliable judge."""
 MIN_SIGNAL_SHARE = 0.5
@@ -55,7 +55,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     if config.preflight == "off":
         return {"off": True}
     return {
-        **train.group_settings(task, config),  # it makes training's step 1 groups, as that step would
+        **step_groups.group_settings(task, config),  # it makes training's step 1 groups, as that step would
         "audit_groups": config.audit_groups,
         "learnability_groups": config.learnability_groups,
     }
@@ -111,7 +111,7 @@ async def _audit(ctx: StageContext, sample: list[TrajectoryGroup]) -> dict[str, 
     answers: the learnability sample's first (`group_size` answers each: the groups GRPO trains on, and
     `group_size` - 1 degrees of freedom each for the noise, where a baseline pair of `eval_samples` = 2 has
     one), then the baseline's."""
-    judged = [*sample, *evaluation.load_groups(ctx.artifact(baseline.NAME))]
+    judged = [*sample, *records.load_groups(ctx.artifact(baseline.NAME))]
     chosen = [g for g in judged if len({canonical_json(t.messages()) for t in g.trajectories}) >= 2]
     chosen = chosen[: ctx.config.audit_groups]
     result = await audit_judge(
@@ -144,7 +144,7 @@ async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:
         saved = [path if path.exists() else None for path in saved]
     saved += [None] * (total - config.groups_per_step)
     base = await ctx.policy.serve_step(0)
-    return await train_groups.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
+    return await step_groups.judged_groups(ctx, prompt, texts, saved, "learnability", name=base)
 
 
 def mostly_tied(signal: dict[str, Any]) -> bool:
@@ -164,7 +164,7 @@ async def _act_on_ties(ctx: StageContext, sample: list[TrajectoryGroup], signal:
     sampled = {g.trajectories[0].metadata.get("input") for g in sample if g.trajectories}
     missing = [text for text in train_inputs if text not in sampled]
     base = await ctx.policy.serve_step(0)
-    more = await train_groups.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
+    more = await step_groups.judged_groups(ctx, prompt, missing, [None] * len(missing), "every input", name=base)
     action = drop_tied_inputs(train_inputs, [*sample, *more], config.groups_per_step)
     if action["kept"] < len(train_inputs):
         by_input = {g.trajectories[0].metadata.get("input"): g for g in [*sample, *more] if g.trajectories}
@@ -196,12 +196,6 @@ def drop_tied_inputs(train_inputs: list[str], groups: list[TrajectoryGroup], gro
         "kept": len(train_inputs) - len(dropped),
         "dropped": dropped,
     }
-
-
-def kept_inputs(train_inputs: list[str], action: dict[str, Any] | None) -> list[str]:
-    """The training inputs left after the learnability check's action (all of them without one)."""
-    dropped = set(action["dropped"]) if action else set()
-    return [text for text in train_inputs if text not in dropped]
 
 
 def learnability(groups: list[TrajectoryGroup]) -> dict[str, Any]:
@@ -276,8 +270,3 @@ def verdict_lines(summary: dict[str, Any], config: RunConfig) -> tuple[list[str]
     else:
         lines.append(f"inputs: not checked ({checked['why']})")
     return lines, problems
-
-
-def load(ctx: RunArtifacts) -> dict[str, Any]:
-    """The stage's figures (`{"off": true}` when it was off)."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text())

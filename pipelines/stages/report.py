@@ -17,10 +17,13 @@ from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
 from .. import costs, evaluation, sentinel
+from ..benchmark import gain_cost, scoreboard
 from ..config import RunConfig
-from ..context import StageContext
+from ..records import evaluate, inputs, preflight, sft, system_prompt, train
+from ..records import evaluation as records
+from ..records.pricing import added
 from ..sampling import step_draws
-from . import evaluate, inputs, preflight, sft, system_prompt, train, train_sentinel, train_validation
+from ..stage_context import StageContext
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -38,7 +41,7 @@ def is_done(ctx: StageContext) -> bool:
 
 async def run(ctx: StageContext) -> dict[str, Any]:
     history = train.history_frame(ctx)
-    frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / evaluation.SCORES_FILE)
+    frame = pd.read_parquet(ctx.artifact(evaluate.NAME) / records.SCORES_FILE)
     summary = ctx.store.summary(evaluate.NAME, ctx.keys[evaluate.NAME])
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         figure = reward_curve(history, summary["variants"], noise_floor(preflight.load(ctx)))
@@ -102,7 +105,7 @@ def validation_table(summary: dict) -> list[str]:
 
 def _best_line(ctx: StageContext, summary: dict) -> str:
     """Which checkpoint is `best`, and by what (`train.best_step`)."""
-    config, validated = ctx.config, train_validation.validated_steps(ctx.policy.run_dir)
+    config, validated = ctx.config, train.validated_steps(ctx.policy.run_dir)
     best = summary["variants"].get("best", summary["variants"].get("latest", {})).get("step", 0)
     if validated:
         return (
@@ -270,10 +273,8 @@ def _per_point_section(spent: dict[str, dict[str, Any]], frame: pd.DataFrame) ->
     """What a point of validation score gained over the base cost (`gain_cost`): the training's USD (SFT
     warm-up and RL steps) and the whole run's (`spent`: the run's `costs.run_costs`), each over the trained
     LoRA's mean per-input gain."""
-    from ..benchmark import gain_cost, scoreboard  # the benchmark's modules read runs through the pipeline
-
     training = sum(spent[stage]["usd"]["total"] for stage in (sft.NAME, train.NAME) if stage in spent)
-    whole = costs.added(list(spent.values()))["usd"]["total"]
+    whole = added(list(spent.values()))["usd"]["total"]
     table = gain_cost.run_gain_costs(frame, {"training": training, "whole run": whole})
     if table.empty:
         return []
@@ -366,7 +367,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
             for h in history.to_dict("records")
         ],
     ]
-    lines += ["", *sentinel_section(train_sentinel.sentinel_actions(ctx.policy.run_dir), ctx.config)]
+    lines += ["", *sentinel_section(train.sentinel_actions(ctx.policy.run_dir), ctx.config)]
     trained = frame[frame["variant"] != "base"].sort_values("reward", ascending=False)
     for title, rows in (("Best", trained.head(SHOWN)), ("Worst", trained.tail(SHOWN).iloc[::-1])):
         lines += ["", f"## {title} validation answers of the trained model", ""]

@@ -41,19 +41,17 @@ from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
 
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
-from . import inputs, system_prompt
-from .train_groups import judged_groups
+from ..records import inputs, system_prompt
+from ..records.sft import NAME, skipped
+from ..records.step_costs import STEP_COST
+from ..stage_context import StageContext
+from ..steps.groups import judged_groups, unreliable
 
-NAME = "sft"
 UPSTREAM = ("inputs", "system_prompt")  # what the bootstrap warm-up answers, and under which prompt
 SAMPLES_FILE = "bootstrap.jsonl"
 """The bootstrap warm-up's conversations, in ART's SFT format: what it kept of the policy's answers."""
 FOUND_FILE = "bootstrap.json"
 """What the bootstrap's sampling found (`bootstrapped`), written with `SAMPLES_FILE`."""
-STEP_COST = "cost.json"
-"""Written into a warm-up step's `steps/NNNN/` when it ends, as the train stage writes its steps' (`seconds`,
-`model_calls`: none), so that the cost of a checkpoint counts the warm-up's steps before it."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -122,7 +120,7 @@ async def bootstrapped(ctx: StageContext, work: Path) -> tuple[list[Trajectory],
     saved[0].parent.mkdir(parents=True, exist_ok=True)
     groups = await judged_groups(ctx, system_prompt.load(ctx), texts, saved, "warm-up samples")
     found: dict[str, Any] = {"answered": len(groups) * config.group_size, "groups": len(groups)}
-    why = await system_prompt.unreliable(ctx, groups) if groups else "the judge scored no group"
+    why = await unreliable(ctx, groups) if groups else "the judge scored no group"
     kept = [] if why else best_answers(groups, config.sft.min_reward)
     found |= {"kept": len(kept)} | ({"why": why} if why else {})
     atomic_text(work / FOUND_FILE, canonical_json(found))
@@ -150,11 +148,6 @@ def chunks(config: RunConfig, found: list[Trajectory]) -> list[SFTChunk]:
             seed=config.seed, show_progress=False,
         )
     )  # fmt: skip
-
-
-def skipped(config: RunConfig) -> str | None:
-    """Why the stage has nothing to do (no file, no bootstrap), or None."""
-    return None if config.sft.file is not None or config.sft.bootstrap else "no --sft-file or --sft-bootstrap"
 
 
 def is_done(ctx: StageContext) -> bool:
@@ -208,18 +201,3 @@ async def _train(ctx: StageContext, work: Path, steps: list[SFTChunk], done: int
                 )
         finally:
             trainer.close()
-
-
-def load(ctx: RunArtifacts) -> dict[str, Any]:
-    """The warm-up's summary (`steps`, `conversations`, `epochs`, `file`, `final_loss`); empty without one, or
-    before it is complete."""
-    path = ctx.artifact(NAME) / MANIFEST if not skipped(ctx.config) else None
-    if path is None or not path.is_file():
-        return {}
-    manifest = json.loads(path.read_text())
-    return {name: value for name, value in manifest.items() if name not in ("stage", "key")}
-
-
-def first_rl_step(ctx: RunArtifacts) -> int:
-    """The model step RL starts at: 1, or the one after the warm-up's steps."""
-    return load(ctx).get("steps", 0) + 1

@@ -29,26 +29,24 @@ from autorl.inputs.generation import WrittenSystemPrompt, generate_system_prompt
 from autorl.progress import waiting
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
-from ruler.audit import audit_judge, reads_rubric
+from ruler.audit import reads_rubric
 
+from ..records import inputs
+from ..records.system_prompt import EXAMPLES, FILE, GENERATED, NAME, TASK, check_line
 from ..stats import mean_ci
-from . import inputs
+from ..steps.groups import unreliable
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
-    from ..context import RunArtifacts, StageContext
+    from ..stage_context import StageContext
 
-NAME = "system_prompt"
 UPSTREAM: tuple[str, ...] = ("inputs",)  # the check answers training inputs
-FILE = "system_prompt.json"
 BOOTSTRAP_INPUTS = 6
 """Training inputs (after the check's own) whose judged base answers may become worked examples."""
 MAX_EXAMPLES = 3
 """Most worked examples a candidate shows."""
 MAX_EXAMPLE_CHARS = 400
 """An answer longer than this is not shown as an example (the prompt stays short)."""
-TASK, GENERATED, EXAMPLES = "task", "generated", "examples"
-"""The candidates' names: the task text, the generator's prompt, the task text with worked examples."""
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -157,21 +155,6 @@ async def _judged(
     return [g for g in await ctx.gather_judged(groups, desc) if g.trajectories]
 
 
-async def unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
-    """Why the judge's scores of `groups` cannot choose a prompt (a model judge whose audit is not reliable);
-    None for a program judge or a reliable one."""
-    if not reads_rubric(ctx.judge):
-        return None
-    audit = await audit_judge(
-        ctx.judge,
-        [[t.messages() for t in g.trajectories] for g in groups],
-        rubric=ctx.rubric,
-        task=ctx.task.description,
-        scores=[[t.reward for t in g.trajectories] for g in groups],
-    )
-    return None if audit.verdict == "reliable" else f"the judge is not reliable on these answers ({audit.verdict})"
-
-
 def worked_examples(groups: list[TrajectoryGroup]) -> list[tuple[str, str]]:
     """Up to `MAX_EXAMPLES` (input, answer) pairs from judged groups of answers: each group's best answer of
     those that scored above 0 and are short enough to show, best first (earlier groups first on a tie). Not
@@ -197,31 +180,3 @@ def with_examples(description: str, examples: list[tuple[str, str]]) -> str:
     """The task text followed by worked examples."""
     shown = "\n\n".join(f"Example input: {question}\nExample answer: {reply}" for question, reply in examples)
     return f"{description}\n\n{shown}"
-
-
-CANDIDATE_NAMES = {TASK: "the task text", GENERATED: "the generated prompt", EXAMPLES: "the task text with examples"}
-
-
-def check_line(check: dict[str, Any]) -> str:
-    """The choice in one sentence, for the console and the report."""
-    if not check.get("checked"):
-        return f"the task text is the system prompt, no other prompt was checked: {check['why']}"
-    scored = []
-    for name, score in check["scores"].items():
-        gain = check["gains"].get(name)
-        interval = f" ({gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}])" if gain else ""
-        scored.append(f"{CANDIDATE_NAMES[name]} {score:.3f}{interval}")
-    return (
-        f"checked on {check['inputs']} training inputs ({check['judge']} judge), mean score and gain over the task "
-        f"text with its 95% interval: {'; '.join(scored)}; kept {CANDIDATE_NAMES[check['kept']]}"
-    )
-
-
-def load(ctx: RunArtifacts) -> str:
-    """The system prompt in this stage's artifact."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text())["system_prompt"]
-
-
-def load_check(ctx: RunArtifacts) -> dict[str, Any] | None:
-    """How the prompt was chosen (`choose`) in this stage's artifact; None for a prompt given by the task."""
-    return json.loads((ctx.artifact(NAME) / FILE).read_text()).get("check")

@@ -2,9 +2,9 @@
 
 Per step: the policy answers the step's training inputs `group_size` times each, the judge scores each group
 as soon as its answers are in (each scored group is saved at once), and while too few groups differ in score
-the step draws more inputs (dynamic sampling: `train_groups`, `pipelines.sampling`); then one GRPO update
+the step draws more inputs (dynamic sampling: `pipelines.steps.groups`, `pipelines.sampling`); then one GRPO update
 writes checkpoint NNNN, its history line and what the step took (`STEP_COST`); every `validate_every` steps the
-newest checkpoint is validated on held-out inputs (`train_validation`: the best checkpoint), and the
+newest checkpoint is validated on held-out inputs (`pipelines.steps.validation`: the best checkpoint), and the
 checkpoints that `keep_checkpoints` leaves out are deleted (the newest stays, and so does the best when it is
 kept: the one `best_step` names). The stage's artifact directory is the training directory itself
 (checkpoints/, history.jsonl, log_history.jsonl, steps/, trajectories/, logs/); its manifest is written when
@@ -12,9 +12,9 @@ the asked-for steps exist, and a later run asking for more steps continues it. A
 newest checkpoint and reuses the scored groups of the step it was in.
 
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
-run acts as `--on-drift` says (`train_sentinel.act_on_drift`): warn, stop, or roll back to an earlier
+run acts as `--on-drift` says (`pipelines.steps.on_drift.act_on_drift`): warn, stop, or roll back to an earlier
 checkpoint with a stronger KL penalty and train those steps again. Its actions are recorded in
-`train_sentinel.SENTINEL_ACTIONS`; what each step took in `train_costs`.
+`pipelines.records.train.SENTINEL_ACTIONS`; what each step took in `pipelines.records.step_costs`.
 """
 
 from __future__ import annotations
@@ -26,31 +26,30 @@ import time
 from collections import Counter
 from typing import Any
 
-import pandas as pd
-
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
-from autorl.backends.retention import best_step as best_by
-from autorl.backends.run_dir import LOG_HISTORY_FILE, ensure_writable, read_history, save_trajectories
+from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
 from autorl.errors import AutoRLError
+from autorl.pipeline_trainer import PipelineTrainer
 from autorl.task import TaskSpec
-from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
+from autorl.training.checkpoints import checkpoint_name
 from autorl.trajectories import TrajectoryGroup
 from ruler.audit import reads_rubric
 
 from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
-from ..context import RunArtifacts, StageContext
+from ..records import inputs, preflight, sft, system_prompt
+from ..records.run import RunArtifacts
+from ..records.step_costs import STEP_COST, cost_metrics, group_cost, step_cost
+from ..records.train import NAME, VAL_METRIC, best_step, last_step, rl_history, sentinel_actions, steps_done
 from ..sampling import InputQueue
-from . import inputs, sft, system_prompt
-from .train_costs import STEP_COST, cost_metrics, group_cost, step_cost
-from .train_groups import sampled_groups
-from .train_sentinel import act_on_drift, adjusted_config, sentinel_actions
-from .train_validation import VAL_METRIC, due, validate
+from ..stage_context import StageContext
+from ..steps.groups import group_settings, sampled_groups
+from ..steps.on_drift import act_on_drift, adjusted_config
+from ..steps.validation import due, validate
 
-NAME = "train"
 UPSTREAM = ("inputs", "system_prompt", "sft", "baseline")  # validation judges beside the base answers
 
 
@@ -60,22 +59,6 @@ def step_config(config: RunConfig) -> TrainConfig:
     if config.train.max_completion_tokens is not None:
         return config.train
     return config.train.model_copy(update={"max_completion_tokens": config.rollout.max_tokens})
-
-
-def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    """What a step's judged groups depend on: the policy's sampling and the judge (the preflight stage makes
-    step 1's groups by them too)."""
-    return {
-        "model": config.model,
-        **config.judging(),
-        "task": task.description,  # the judge is told the task
-        "rubric": task.rubric,
-        "group_size": config.group_size,
-        "groups_per_step": config.groups_per_step,
-        "rollout": config.rollout.model_dump(),
-        "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
-        **task.agent_settings(),  # the rollouts' tools and turns
-    }
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
@@ -104,22 +87,6 @@ def keyed_when_set(train: TrainConfig) -> set[str]:
     return {name for name in KEYED_WHEN_SET if getattr(train, name) == TrainConfig.model_fields[name].default}
 
 
-SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
-"""Server settings that say where, how patiently, how persistently and how quickly started the server runs,
-not what it computes."""
-
-
-def steps_done(ctx: RunArtifacts) -> int:
-    """The newest checkpoint's step (0 before the first)."""
-    latest = latest_checkpoint(ctx.policy.run_dir / "checkpoints")
-    return latest[0] if latest else 0
-
-
-def last_step(ctx: RunArtifacts) -> int:
-    """The model step training ends at: the SFT warm-up's steps (`sft.first_rl_step`), then `steps` RL steps."""
-    return sft.first_rl_step(ctx) - 1 + ctx.config.steps
-
-
 def is_done(ctx: StageContext) -> bool:
     """Whether the artifact exists and has its last checkpoint (asking for more steps continues training)."""
     return ctx.has_artifact(NAME) and steps_done(ctx) >= last_step(ctx)
@@ -137,7 +104,7 @@ def start_from_sft(ctx: StageContext) -> None:
     records = read_history(warm_up)[: first - 1]
     atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     for step in range(1, first):
-        cost = warm_up / "steps" / checkpoint_name(step) / sft.STEP_COST
+        cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
         if cost.is_file():  # not for a step killed before its cost was written: its cost is then unknown
             (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
             atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, cost.read_text())
@@ -235,8 +202,6 @@ async def train_pipelined(
     here) with the `autorl.update` span under it; its rollouts' spans sit under the stage's. When the sentinel
     fires the pipeline stops after that step (groups in flight are not trained), acts as `--on-drift` says, and
     goes on from there. Returns the newest step."""
-    from autorl.pipeline_trainer import PipelineTrainer
-
     config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
     actions = sentinel_actions(work)
     warned = any(a["action"] == "warn" for a in actions)
@@ -301,8 +266,6 @@ async def train_pipelined(
 def training_inputs(ctx: RunArtifacts) -> list[str]:
     """The training inputs steps take in turn: all of them, less those the learnability check dropped
     (`RunConfig.on_tied`)."""
-    from . import preflight  # it builds on this stage's groups
-
     train_inputs = inputs.load(ctx, "train")
     if ctx.config.preflight == "off":
         return train_inputs
@@ -313,8 +276,6 @@ def judge_noise(ctx: StageContext) -> tuple[float, bool]:
     """The judge's noise floor as the judge audit measured it (0 for a program judge, or when the checks were
     off), and whether a step may draw more inputs when its groups tie: where the judge is a program or the
     audit found it reliable (more draws judged by noise find only noise)."""
-    from . import preflight  # it builds on this stage's groups
-
     program = not reads_rubric(ctx.judge)
     if ctx.config.preflight == "off":
         return 0.0, program
@@ -339,27 +300,5 @@ def check_unscored_steps(history: list[dict], limit: int) -> None:
 
 def best_metric(config: RunConfig) -> str:
     """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward where
-    training validates (`train_validation`), else the mean training reward of its step."""
+    training validates (`pipelines.steps.validation`), else the mean training reward of its step."""
     return VAL_METRIC if config.validate_every else "train/reward"
-
-
-def best_step(ctx: RunArtifacts, last: int | None = None) -> int:
-    """The best step up to `last` (default `last_step`): the validated one with the highest validation reward
-    (its latest record), else, without validation, the one with the highest mean training reward; ties go to
-    the later step."""
-    work, last = ctx.policy.run_dir, last or last_step(ctx)
-    if ctx.config.validate_every:
-        logged = {r["step"]: r for r in read_history(work, LOG_HISTORY_FILE) if r.get("step", 0) <= last}
-        if (best := best_by(list(logged.values()), VAL_METRIC)) is not None:
-            return best
-    return best_by([r for r in read_history(work) if r.get("step", 0) <= last], "reward")
-
-
-def history_frame(ctx: RunArtifacts) -> pd.DataFrame:
-    """The RL steps' history up to `last_step`, one row per step (the SFT warm-up's steps left out)."""
-    return pd.DataFrame(rl_history(read_history(ctx.policy.run_dir)[: last_step(ctx)]))
-
-
-def rl_history(history: list[dict]) -> list[dict]:
-    """The RL steps' records of a training history (an SFT step's record has `sft`)."""
-    return [record for record in history if not record.get("sft")]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import pipelines.pipeline
+import pipelines.staged_run
 from autorl.task import TaskSpec
 from pipelines.cli import app
 from pipelines.config import RunConfig
@@ -32,7 +32,7 @@ def run(monkeypatch, tmp_path):
     async def record(task, config, console=None):
         seen.update(task=task, config=config)
 
-    monkeypatch.setattr(pipelines.pipeline, "run_pipeline", record)
+    monkeypatch.setattr(pipelines.staged_run, "run_stages", record)
     monkeypatch.delenv("AUTORL_HOME", raising=False)
 
     def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[TaskSpec, RunConfig]:

@@ -13,11 +13,10 @@ from pathlib import Path
 from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
 from autorl.task import TaskSpec
 from autorl.trajectories import Trajectory, TrajectoryGroup
-from pipelines import evaluation
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
-from pipelines.pipeline import stage_keys
-from pipelines.stages import baseline, inputs, system_prompt
+from pipelines.records import baseline, evaluation, inputs, system_prompt
+from pipelines.staged_run import stage_keys
 from ruler import TrajectoryScore
 
 TASK = TaskSpec(description="Answer with one word", system_prompt="One word only.")

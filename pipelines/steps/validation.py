@@ -13,18 +13,14 @@ is chosen on part of its own inputs: the report says on how many.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
-from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.trajectories import TrajectoryGroup
 
 from .. import evaluation
 from ..config import RunConfig
-from ..context import StageContext
-from . import baseline, inputs
+from ..records import baseline, inputs
+from ..stage_context import StageContext
 
-VAL_METRIC = "val/reward"
-"""What the best checkpoint is best by when training validates (`delete_checkpoints`' name for it)."""
 VARIANT = "step"
 
 
@@ -36,11 +32,6 @@ def due(config: RunConfig, rl_step: int, rl_steps: int, trusted: bool) -> bool:
     return trusted and 0 < every < rl_steps and (rl_step % every == 0 or rl_step == rl_steps)
 
 
-def validated_steps(run_dir: Path) -> list[int]:
-    """The steps validated during training (their `val/reward` records), in order."""
-    return [r["step"] for r in read_history(run_dir, LOG_HISTORY_FILE) if VAL_METRIC in r]
-
-
 async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:
     """Validate checkpoint `step` (the newest, served): log its `val/reward` and return it (None when the judge
     scored none of its answers)."""
@@ -49,7 +40,7 @@ async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:
     base = baseline.answers_by_input(ctx)
     name = await ctx.policy.serve_step(step)
     items = [base.get(text, []) + evaluation.answers(ctx, prompt, text, name, VARIANT) for text in texts]
-    groups = await evaluation.judged_groups(ctx, items, f"validation of step {step}")
+    groups = await evaluation.judged_per_input(ctx, items, f"validation of step {step}")
     own = [TrajectoryGroup([t for t in g.trajectories if t.metadata.get("variant") == VARIANT]) for g in groups]
     own = [g for g in own if g.trajectories]
     if not own:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from autorl.atomic import atomic_text
+from autorl.task import TaskSpec
 from autorl.training.loss import tied
 from autorl.trajectories import TrajectoryGroup
+from ruler.audit import audit_judge, reads_rubric
 
 from ..artifacts import canonical_json
-from ..context import StageContext
+from ..config import RunConfig
+from ..records.step_costs import GROUP_COST
 from ..sampling import SAMPLING_FILE, InputQueue, step_record
-from .train_costs import GROUP_COST
+from ..stage_context import StageContext
 
 
 async def sampled_groups(
@@ -94,3 +98,39 @@ async def judged_groups(
 
     await ctx.policy.start()
     return await ctx.gather_judged(groups, desc, score_and_save)
+
+
+def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
+    """What a step's judged groups depend on: the policy's sampling and the judge (the preflight stage makes
+    step 1's groups by them too)."""
+    return {
+        "model": config.model,
+        **config.judging(),
+        "task": task.description,  # the judge is told the task
+        "rubric": task.rubric,
+        "group_size": config.group_size,
+        "groups_per_step": config.groups_per_step,
+        "rollout": config.rollout.model_dump(),
+        "server": config.server.model_dump(exclude=SERVER_PLACEMENT),
+        **task.agent_settings(),  # the rollouts' tools and turns
+    }
+
+
+SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforce_eager"}
+"""Server settings that say where, how patiently, how persistently and how quickly started the server runs,
+not what it computes."""
+
+
+async def unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
+    """Why the judge's scores of `groups` cannot choose a prompt (a model judge whose audit is not reliable);
+    None for a program judge or a reliable one."""
+    if not reads_rubric(ctx.judge):
+        return None
+    audit = await audit_judge(
+        ctx.judge,
+        [[t.messages() for t in g.trajectories] for g in groups],
+        rubric=ctx.rubric,
+        task=ctx.task.description,
+        scores=[[t.reward for t in g.trajectories] for g in groups],
+    )
+    return None if audit.verdict == "reliable" else f"the judge is not reliable on these answers ({audit.verdict})"

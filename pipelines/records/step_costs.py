@@ -2,7 +2,7 @@
 metadata), a step's (`STEP_COST` in its directory: its seconds and model calls, its groups made earlier
 included) and what training up to a checkpoint took (`training_cost`, which `autorl benchmark`'s cost column
 reads); and each step's spending where a user reads it (`step_costs` in run.json, `step_cost_summary` in `autorl
-show` and the report, `cost_metrics` in the trackers). Apart from `train` so the step loop reads on its own."""
+show` and the report, `cost_metrics` in the trackers)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from typing import Any
 
 from autorl.training.checkpoints import checkpoint_name
 
-from ..context import RunArtifacts
-from .train_sentinel import dropped_step_dirs
+from .run import RunArtifacts
+from .train import dropped_step_dirs, last_step, steps_done
 
 STEP_COST = "cost.json"
 """Written into a step's directory when it ends: `seconds` (its rollouts, judging and GRPO update) and
 `model_calls` by kind (policy, judge), its groups made earlier included (`step_cost`); `autorl benchmark`'s
-cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.costs.priced`)."""
+cost column adds them up. `spent`: what the step itself spent, tokens and USD (`pipelines.records.pricing.priced`)."""
 
 
 GROUP_COST = "cost"
@@ -46,7 +46,7 @@ def step_cost(seconds: float, calls: Counter, made_earlier: list[dict[str, Any]]
 def step_dirs(work: Path, step: int) -> list[tuple[Path, bool]]:
     """The step directories whose work training up to checkpoint `step` took, in the order trained, each with
     whether a rollback dropped it: those rollbacks dropped on the way (trained, paid for, then trained again),
-    then steps 1..`step` (as `costs.steps_cost` counts them)."""
+    then steps 1..`step` (as `steps_cost` counts them)."""
     return [
         *((path, True) for path in dropped_step_dirs(work, step)),
         *((work / "steps" / checkpoint_name(n), False) for n in range(1, step + 1)),
@@ -83,8 +83,6 @@ def step_costs(ctx: RunArtifacts) -> list[dict[str, Any]]:
     `autorl show`, the report): `step`, `seconds`, `tokens_total` and `usd_total` of its `STEP_COST`'s `spent`,
     in the order trained (`priced_steps` of the newest checkpoint, as the stage's cost counts them: these add up
     to it), a step a rollback dropped marked `dropped`."""
-    from .train import last_step, steps_done  # train imports this module
-
     return [
         {
             "step": int(step_dir.name), "seconds": spent["seconds"], "tokens_total": spent["tokens_total"],
@@ -140,3 +138,10 @@ def step_cost_lines(steps: list[dict[str, Any]]) -> list[str]:
         "",
         f"{STEP_COST_NOTE[0].upper()}{STEP_COST_NOTE[1:]}.",
     ]
+
+
+def steps_cost(train_dir: Path, steps: int) -> list[dict[str, Any]]:
+    """The cost records of training steps 1..`steps` (`spent` in each step's cost file) and of the steps that a
+    sentinel rollback dropped on the way there (trained, paid for, then trained again), skipping a step that
+    has none (trained before autorl priced steps): `priced_steps`."""
+    return [spent for _, _, spent in priced_steps(train_dir, steps)]

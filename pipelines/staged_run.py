@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -38,11 +37,15 @@ from ruler.ruler_judge import RulerJudge
 from . import costs
 from .artifacts import ArtifactStore, code_version, stage_key, write_json
 from .config import STAGES, RunConfig
-from .context import Policy, StageContext
+from .policy import Policy
+from .records import step_costs
+from .records.pricing import added
+from .records.run import RUN_FILE, read_record
 from .run_lock import run_locks
-from .stages import STAGE_MODULES, sft, train_costs
+from .stage_context import StageContext
+from .stages import STAGE_MODULES, sft
+from .stages.report import CURVE, REPORT
 
-RUN_FILE = "run.json"
 EXPLAINED_STAGES = ("evaluate",)
 """The stages whose judge explanations the report shows (`RunConfig.judge_explanations` "report": only these)."""
 LINKS = ("checkpoints", "history.jsonl", "trajectories")
@@ -77,7 +80,7 @@ def forced_stages(force: list[str]) -> set[str]:
     return set(STAGES[first:])
 
 
-async def run_pipeline(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
+async def run_stages(task: TaskSpec, config: RunConfig, console: Console | None = None) -> dict[str, Any]:
     """Run (or reuse) every stage for `task`; returns the run record (also in run.json).
 
     The run's settings are `config`'s: build it with `RunConfig.for_task(task, ...)` to take the task
@@ -252,14 +255,14 @@ def servers_needed(task: TaskSpec, config: RunConfig, forced: set[str], ctx: Sta
 
 def _record_cost(record: dict[str, Any], ctx: StageContext) -> None:
     """Each stage's cost (`pipelines.costs.run_costs`) into its entry, and their sum as the run's; the train
-    entry also gets each step's (`train_costs.step_costs`: they add up to its cost)."""
+    entry also gets each step's (`records.step_costs.step_costs`: they add up to its cost)."""
     per_stage = costs.run_costs(ctx)
     for stage, entry in record["stages"].items():
         if stage in per_stage:
             entry["cost"] = per_stage[stage]
     if "train" in per_stage and "train" in record["stages"]:
-        record["stages"]["train"]["step_costs"] = train_costs.step_costs(ctx)
-    record["cost"] = costs.added(list(per_stage.values()))
+        record["stages"]["train"]["step_costs"] = step_costs.step_costs(ctx)
+    record["cost"] = added(list(per_stage.values()))
 
 
 def call_intervals(ctx: StageContext, marks: tuple[int, int]) -> list[tuple[activity.Kind, float, float]]:
@@ -302,22 +305,6 @@ def _open_record(run_dir: Path, name: str, task: TaskSpec, config: RunConfig) ->
     return {"name": name, **written, "wandb_id": wandb_id}
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """A run record (run.json) as a dict; one `AutoRLError` line naming the file when it is damaged (cut short,
-    binary, not a run's record)."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AutoRLError(f"run record {path} cannot be read ({exc.strerror})") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        record, why = None, f"not JSON: {str(exc).splitlines()[0]}"
-    else:
-        why = "not a run's record"
-    if not isinstance(record, dict) or not isinstance(record.get("task"), dict):
-        raise AutoRLError(f"run record {path} is damaged ({why}); remove it, and the same command writes a new one")
-    return record
-
-
 def _link_training(run_dir: Path, train_dir: Path) -> None:
     """Point the run directory's checkpoints/history/trajectories at the current training directory."""
     for name in LINKS:
@@ -331,7 +318,5 @@ def _link_training(run_dir: Path, train_dir: Path) -> None:
 
 
 def _copy_report(report_dir: Path, run_dir: Path) -> None:
-    from .stages.report import CURVE, REPORT
-
     for name in (REPORT, CURVE):
         shutil.copyfile(report_dir / name, run_dir / name)

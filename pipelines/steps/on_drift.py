@@ -1,45 +1,19 @@
 """What the train stage does when the reward-hacking sentinel fires (`act_on_drift`, as `--on-drift` says:
-warn, stop, or roll back to an earlier checkpoint with a stronger KL penalty), and the record of those
-actions in the training directory (`SENTINEL_ACTIONS`, the dropped steps moved to `ROLLED_BACK`). Apart from
-`train` so the step loop reads on its own; the report and the costs read the records from here."""
+warn, stop, or roll back to an earlier checkpoint with a stronger KL penalty), recording each action in the
+training directory (`pipelines.records.train.SENTINEL_ACTIONS`, the dropped steps moved to `ROLLED_BACK`, where
+the report and the costs read them). Apart from `train` so the step loop reads on its own."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from autorl.backends.run_dir import append_history, read_history
+from autorl.backends.run_dir import append_history
 from autorl.config import TrainConfig
 from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 
 from .. import sentinel
-from ..context import StageContext
-
-SENTINEL_ACTIONS = "sentinel.jsonl"
-"""The sentinel's actions in the training directory, one JSON record each: `step` (where it fired), `action`
-(warn, stop, rollback), `warning`; a rollback's `restored` checkpoint, the history records of the steps it
-dropped (`dropped`: their figures, kept here) and the `kl_beta` and `learning_rate` it set."""
-
-
-ROLLED_BACK = "rolled_back"
-"""Where a rollback moves the dropped steps' groups and trajectories: `rolled_back/<n>/`, n the rollback's number."""
-
-
-def sentinel_actions(run_dir: Path) -> list[dict[str, Any]]:
-    """The sentinel's actions so far (`SENTINEL_ACTIONS`), in order."""
-    return read_history(run_dir, SENTINEL_ACTIONS)
-
-
-def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
-    """The step directories that rollbacks moved aside (`ROLLED_BACK`) on the way to checkpoint `step`: those
-    of each rollback that restored a checkpoint before `step`. Their cost was spent making it."""
-    rollbacks = [a for a in sentinel_actions(run_dir) if a["action"] == "rollback"]
-    return [
-        path
-        for number, action in enumerate(rollbacks, start=1)
-        if action["restored"] < step
-        for path in sorted((run_dir / ROLLED_BACK / str(number) / "steps").glob("[0-9]*"))
-    ]
+from ..records.train import ROLLED_BACK, SENTINEL_ACTIONS, sentinel_actions
+from ..stage_context import StageContext
 
 
 def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> TrainConfig:
