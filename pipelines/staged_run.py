@@ -57,14 +57,19 @@ def default_run_name(task: TaskSpec, model: str) -> str:
     return f"{slug}-{digest}"
 
 
+def skipped_because(stage: str, config: RunConfig) -> str | None:
+    """Why `stage` has nothing to do under `config` (its module's optional `skipped`), or None."""
+    skipped = getattr(STAGE_MODULES[stage], "skipped", None)
+    return skipped(config) if skipped is not None else None
+
+
 def stage_keys(task: TaskSpec, config: RunConfig) -> dict[str, str]:
     """Every stage's key, from settings and upstream keys alone: computable before anything runs. A stage
     skipped under `config` reads nothing upstream."""
     keys: dict[str, str] = {}
     for name in STAGES:
         module = STAGE_MODULES[name]
-        skip = getattr(module, "skipped", None)
-        upstream = {} if skip is not None and skip(config) else {u: keys[u] for u in module.UPSTREAM}
+        upstream = {} if skipped_because(name, config) else {u: keys[u] for u in module.UPSTREAM}
         keys[name] = stage_key(name, module.settings(task, config), code_version(module), upstream)
     return keys
 
@@ -149,8 +154,7 @@ async def _run_locked(
             started, before = time.monotonic(), sum(calls.values())
             marks = len(ctx.judge_calls()), len(ctx.generator_calls)
             reading = policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
-            skip = getattr(STAGE_MODULES[stage], "skipped", None)
-            if skip is not None and (why := skip(config)):
+            if why := skipped_because(stage, config):
                 entry = {"cached": True, "summary": {"skipped": why}}  # nothing computed; `autorl show` says why
                 console.print(f"[dim]{stage}: skipped ({why})[/dim]")
             elif STAGE_MODULES[stage].is_done(ctx):
