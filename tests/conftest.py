@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.serving.config import EAGER_ENV
+from autorl.serving.config import EAGER_ENV, cuda_available
+from autorl.serving.environment import LAUNCHER_ENV
+from autorl.serving.launcher import RunningLauncher, start_launcher
 from tests.helpers import phoenix
 from tests.helpers.cli import run  # noqa: F401 (a fixture: `autorl run` up to the pipeline)
 from tests.helpers.limits import SHARERS, scaled
@@ -18,6 +20,33 @@ os.environ.setdefault(EAGER_ENV, "1")
 """Every vLLM server the suite starts (in this process and in the runs it starts) skips torch.compile: on CPU
 a start takes about half as long, and starts are most of the slow tests' time. test_backend_embedded.py runs
 the compiled default (`enforce_eager=False`)."""
+
+
+LAUNCHER = pytest.StashKey[RunningLauncher]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite (README's `-n 2`, slow tests not deselected) starts its CPU vLLM servers through one launcher
+    (`autorl.serving.launcher`), which imports vLLM's server once for the whole run instead of once per start:
+    servers the workers start, and those of the runs they start, which inherit `LAUNCHER_ENV`. A test that
+    looks at the processes a run started takes `own_servers`; tests/test_launcher.py tests the launcher."""
+    if hasattr(config, "workerinput") or LAUNCHER_ENV in os.environ or not config.getoption("numprocesses", None):
+        return
+    if "not slow" in (config.getoption("markexpr") or "") or cuda_available():
+        return
+    config.stash[LAUNCHER] = start_launcher()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if launcher := config.stash.get(LAUNCHER, None):
+        launcher.stop()
+
+
+@pytest.fixture
+def own_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vLLM servers this test starts (itself or through the runs it starts) are descendants of the process
+    that starts them, not forked by the suite's launcher: for tests that look at a run's process tree."""
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
 
 
 RAY_FILES = frozenset(

@@ -49,6 +49,7 @@ def test_group_size_one_gives_no_signal(tmp_path):
     assert "--group-size" in error_line(run_cli(TASK, "--group-size", "1", "--home", str(tmp_path)))
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.slow
 @pytest.mark.timeout(180)  # vLLM's import and a failed start: well under a minute
 def test_vllm_failing_to_start_shows_its_log(tmp_path):

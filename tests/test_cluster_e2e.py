@@ -50,6 +50,7 @@ def replica_actors(run: subprocess.Popen) -> set[int]:
     return with_command_line(descendants(run.pid), b"ray::ReplicaActor")
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(1080)  # 135 s alone on 2 cores with native bf16, 586 s on an AVX2-only EPYC
 def test_an_async_two_replica_two_worker_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
     cluster = ["--async", "1", "--ray", "local", "--replicas", "2", "--trainer-workers", "2"]

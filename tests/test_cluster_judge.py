@@ -69,6 +69,7 @@ async def completions(target, count: int) -> list[str]:
     return await asyncio.gather(*(one() for _ in range(count)))
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(480)  # ~180 s on 2 cores: two replica starts
 def test_embedded_judge_and_generator_calls_spread_over_replicas_behind_one_keyed_proxy(tmp_path):
     from autorl.backends.cluster.backend import ClusterBackend

@@ -262,6 +262,7 @@ KEEP = ["--keep-checkpoints", "latest,best"]
 """ART's checkpoint policy: a run ends with its newest checkpoint and its best (by training reward)."""
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(1500)  # ~410 s: two runs and a server restart (and first_run when run alone)
 def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     """Killed in step 2, the run resumes at step 2; its server's engine killed in step 3, it loses no step; with
@@ -309,6 +310,7 @@ def test_sigkill_during_step_two_then_rerun_resumes_exactly(home, first_run):
     assert stages["train"]["cached"] is False
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(1200)  # two runs, each with a vLLM start (and first_run when run alone)
 def test_an_async_run_killed_in_step_two_resumes_with_the_same_command(home, first_run):
     """`--async 1`: SIGKILLed once step 1 is trained and the pipeline's counts saved, the same command trains
@@ -336,6 +338,7 @@ def test_an_async_run_killed_in_step_two_resumes_with_the_same_command(home, fir
     assert sum(after["staleness"].values()) == 3 and set(after["staleness"]) <= {"0", "1"}
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(400)  # a server start, then at most 180 s + 90 s of waiting
 def test_ctrl_c_stops_the_run_and_its_server(home):
     process = autorl(home, "interrupted", "--steps", "50", "--lr", "4e-5", "--no-wandb", *PROGRAM_JUDGE)
@@ -348,6 +351,7 @@ def test_ctrl_c_stops_the_run_and_its_server(home):
     assert record(home, "interrupted")["status"] == "interrupted"
 
 
+@pytest.mark.usefixtures("own_servers")  # looks at the processes the run started
 @pytest.mark.timeout(600)  # ~230 s on CI: the generator's server start
 def test_sigterm_while_inputs_are_generated_stops_the_run_and_its_servers_at_once(home):
     """SIGTERM (what schedulers and containers send) stops a run as Ctrl-C does, also while the input
