@@ -21,13 +21,14 @@ from pipelines.config import RunConfig
 from pipelines.records import baseline, step_costs
 from pipelines.records import evaluation as records
 from pipelines.records import preflight as preflight_records
+from pipelines.records import system_prompt as prompt_records
 from pipelines.records import train as train_records
 from pipelines.sampling import InputQueue
 from pipelines.stage_context import StageContext
 from pipelines.stages import preflight, report, train
 from pipelines.steps import groups as step_groups
 from ruler import FunctionJudge
-from tests.helpers.pipeline import TASK, TRAIN, VAL, ScriptedPolicy, upstream_artifacts
+from tests.helpers.pipeline import TASK, TRAIN, VAL, NoisyModelJudge, ScriptedPolicy, upstream_artifacts
 
 
 def words(messages: list[dict]) -> float:
@@ -298,3 +299,39 @@ def test_groups_are_judged_after_every_answer_only_where_the_embedded_judge_shar
     assert ctx.judge_after_rollouts is shares_cpu
     ctx.config = ctx.config.model_copy(update={"judge": "openai/gpt-4o"})
     assert ctx.judge_after_rollouts is False  # an API judge does not share the cores
+
+
+class CountingNoisyJudge(NoisyModelJudge):
+    """A noisy model-like judge that counts the groups it is asked to score."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = 0
+
+    async def score_group(self, message_lists, **kwargs):
+        self.asked += 1
+        return await super().score_group(message_lists, **kwargs)
+
+
+@pytest.mark.parametrize("found_before", [True, False])
+def test_a_judge_the_system_prompt_check_found_to_be_noise_is_not_audited_again(tmp_path, found_before):
+    ctx = context(tmp_path, CountingNoisyJudge(), ["Paris", "It is Paris", "Paris, France", "Lyon"])
+    if found_before:  # the system prompt check audited the judge on its own groups (here: the baseline's)
+        audit = asyncio.run(step_groups.judge_audit(ctx, records.load_groups(ctx.artifact(baseline.NAME))))
+        assert audit["verdict"] == "noise"
+        prompt_file = ctx.artifact(prompt_records.NAME) / prompt_records.FILE
+        recorded = json.loads(prompt_file.read_text())
+        prompt_file.write_text(json.dumps({**recorded, "check": {"checked": False, "why": "noise", "audit": audit}}))
+    ctx.judge.asked = 0
+    summary = asyncio.run(preflight.run(ctx))
+    audit = summary["audit"]
+    assert audit["verdict"] == "noise" and summary["lines"][0].startswith(audit["line"])
+    learnability = 3  # the groups judged for the learnability check
+    if found_before:  # the judge scored the learnability check's groups and nothing more
+        assert audit["reused"] == "system prompt check" and audit["line"].endswith("not asked again)")
+        assert ctx.judge.asked == learnability
+        assert "in the system prompt check (its verdict, noise, not asked again here" in "\n".join(
+            report._preflight_section(summary)
+        )
+    else:  # two re-judgings of each audited group
+        assert "reused" not in audit and ctx.judge.asked == learnability + 2 * ctx.config.audit_groups

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +119,8 @@ def _run_server(request: dict, fds: list[int], keep_closed: list[socket.socket])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [vllm_entry.VLLM_SERVER, *request["argv"][3:]]
+        # runpy's note that the module it runs is imported already: it is, on purpose
+        warnings.filterwarnings("ignore", "'vllm.entrypoints", RuntimeWarning)
         with contextlib.suppress(ImportError):
             import setproctitle  # a dependency of vLLM: `ps` shows the server's command line, not the launcher's
 

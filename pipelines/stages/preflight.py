@@ -4,7 +4,8 @@
   learnability sample's, then the baseline's) asked about again, in reverse order (other positions, other
   ids: another prompt, not the cache's copy) and with one answer shown twice; the re-judging noise against
   the spread between answers gives a verdict, and the noise floor that the report attaches to the
-  base-vs-trained comparison. A program judge comes out exactly consistent.
+  base-vs-trained comparison. A program judge comes out exactly consistent. A judge the system prompt
+  check already found to be noise is not asked again (`steps.groups.judge_audit`): its audit is this one.
 - The learnability check: `learnability_groups` groups of `group_size` base-model answers to training
   inputs, judged: the share of groups whose answers differ in score (what GRPO learns from), the base
   model's mean reward and success rate. The first `groups_per_step` groups are training step 1's: they are
@@ -30,9 +31,7 @@ from autorl.inputs.files import read_inputs_jsonl
 from autorl.task import TaskSpec
 from autorl.training.loss import advantages
 from autorl.trajectories import TrajectoryGroup
-from ruler.api import group_tools
-from ruler.audit import audit_judge, check_inputs, reads_rubric
-from ruler.judges import judge_name
+from ruler.audit import check_inputs, reads_rubric
 from ruler.prompt import canonical_json
 
 from ..config import RunConfig
@@ -43,6 +42,7 @@ from ..records.preflight import FILE, NAME, SAMPLE, kept_inputs
 from ..sampling import InputQueue
 from ..stage_context import StageContext
 from ..steps import groups as step_groups
+from ..steps.groups import judge_audit
 
 UPSTREAM = ("inputs", "system_prompt", "baseline")
 INPUTS_CHECKED = 8
@@ -114,18 +114,8 @@ async def _audit(ctx: StageContext, sample: list[TrajectoryGroup]) -> dict[str, 
     judged = [*sample, *records.load_groups(ctx.artifact(baseline.NAME))]
     chosen = [g for g in judged if len({canonical_json(t.messages()) for t in g.trajectories}) >= 2]
     chosen = chosen[: ctx.config.audit_groups]
-    result = await audit_judge(
-        ctx.judge,
-        [[t.messages() for t in g.trajectories] for g in chosen],
-        rubric=ctx.rubric,
-        tools=group_tools(chosen[0]) if chosen else None,
-        task=ctx.task.description,
-        scores=[[t.reward for t in g.trajectories] for g in chosen],
-    )
-    ctx.calls["judge"] += result.attempts
-    ctx.judging["groups"] += 2 * result.groups + result.failed
-    ctx.judging["failed"] += result.failed
-    return {**result.as_dict(), "line": result.line(), "judge": judge_name(ctx.judge)}
+    check = system_prompt.load_check(ctx) or {}
+    return await judge_audit(ctx, chosen, earlier=("system prompt check", check.get("audit")))
 
 
 async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:

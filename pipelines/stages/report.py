@@ -132,10 +132,14 @@ def _preflight_section(checks: dict) -> list[str]:
     lines += [f"**{line}**" if line in checks["problems"] else line for line in checks["lines"][:1]]
     lines += [
         "",
-        f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the groups judged before training "
-        f"(the learnability check's, then the baseline's; {audit['answers']} answers, {audit['attempts']} judge "
-        "requests): once with each group's answers in reverse order (other positions and ids), once with its first "
-        "answer shown a second time at the end.",
+        f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the groups judged "
+        + (
+            f"in the {audit['reused']} (its verdict, noise, not asked again here; "
+            if audit.get("reused")
+            else "before training (the learnability check's, then the baseline's; "
+        )
+        + f"{audit['answers']} answers, {audit['attempts']} judge requests): once with each group's answers in "
+        "reverse order (other positions and ids), once with its first answer shown a second time at the end.",
         "",
         "| figure | value | what it says |",
         "|---|---|---|",

@@ -38,6 +38,7 @@ from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name, latest_checkpoint
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from autorl.utils.sft import SFTChunk, create_sft_dataset_iterator, iterate_file
+from ruler.audit import reads_rubric
 
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
@@ -45,7 +46,7 @@ from ..records import inputs, system_prompt
 from ..records.sft import NAME, skipped
 from ..records.step_costs import STEP_COST
 from ..stage_context import StageContext
-from ..steps.groups import judged_groups, unreliable
+from ..steps.groups import judge_audit, judged_groups, unreliable
 
 UPSTREAM = ("inputs", "system_prompt")  # what the bootstrap warm-up answers, and under which prompt
 SAMPLES_FILE = "bootstrap.jsonl"
@@ -120,7 +121,13 @@ async def bootstrapped(ctx: StageContext, work: Path) -> tuple[list[Trajectory],
     saved[0].parent.mkdir(parents=True, exist_ok=True)
     groups = await judged_groups(ctx, system_prompt.load(ctx), texts, saved, "warm-up samples")
     found: dict[str, Any] = {"answered": len(groups) * config.group_size, "groups": len(groups)}
-    why = await unreliable(ctx, groups) if groups else "the judge scored no group"
+    if not groups:
+        why = "the judge scored no group"
+    elif reads_rubric(ctx.judge):
+        check = system_prompt.load_check(ctx) or {}
+        why = unreliable(await judge_audit(ctx, groups, earlier=("system prompt check", check.get("audit"))))
+    else:
+        why = None
     kept = [] if why else best_answers(groups, config.sft.min_reward)
     found |= {"kept": len(kept)} | ({"why": why} if why else {})
     atomic_text(work / FOUND_FILE, canonical_json(found))

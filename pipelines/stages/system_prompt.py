@@ -34,7 +34,7 @@ from ruler.audit import reads_rubric
 from ..records import inputs
 from ..records.system_prompt import EXAMPLES, FILE, GENERATED, NAME, TASK, check_line
 from ..stats import mean_ci
-from ..steps.groups import unreliable
+from ..steps.groups import judge_audit, unreliable
 
 if TYPE_CHECKING:  # for annotations only: this stage's key does not cover the trainer's code
     from ..config import RunConfig
@@ -106,8 +106,9 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
     pool = [] if ctx.task.has_tools() else train_inputs[len(scored_on) : len(scored_on) + BOOTSTRAP_INPUTS]
     await ctx.policy.start()
     sampled = await _judged(ctx, prompts, [[TASK] * config.group_size] * len(pool), pool, "worked examples")
-    if sampled and (why := await unreliable(ctx, sampled)):
-        return unchecked | {"why": why}
+    audit = await judge_audit(ctx, sampled) if sampled and reads_rubric(ctx.judge) else None
+    if why := unreliable(audit):
+        return unchecked | {"why": why, "audit": audit}
     examples = worked_examples(sampled)
     if examples:
         prompts[EXAMPLES] = with_examples(description, examples)
@@ -116,8 +117,10 @@ async def choose(ctx: StageContext, generated: str | None) -> dict[str, Any]:
                             f"base answer to {len(pool)} training inputs scored above 0)"}  # fmt: skip
     names = [name for name in prompts for _ in range(config.eval_samples)]
     judged = await _judged(ctx, prompts, [names] * len(scored_on), scored_on, "system prompt check")
-    if not sampled and (why := await unreliable(ctx, judged)):
-        return unchecked | {"why": why}
+    if not sampled and reads_rubric(ctx.judge):
+        audit = await judge_audit(ctx, judged)
+        if why := unreliable(audit):
+            return unchecked | {"why": why, "audit": audit}
     rewards = [  # per input scored, each candidate's rewards
         {n: [t.reward for t in g.trajectories if t.metadata["system_prompt"] == n] for n in prompts} for g in judged
     ]

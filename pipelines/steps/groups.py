@@ -11,7 +11,9 @@ from autorl.atomic import atomic_text
 from autorl.task import TaskSpec
 from autorl.training.loss import tied
 from autorl.trajectories import TrajectoryGroup
-from ruler.audit import audit_judge, reads_rubric
+from ruler.api import group_tools
+from ruler.audit import audit_judge
+from ruler.judges import judge_name
 
 from ..artifacts import canonical_json
 from ..config import RunConfig
@@ -121,16 +123,34 @@ SERVER_PLACEMENT = {"host", "port", "startup_timeout_s", "max_restarts", "enforc
 not what it computes."""
 
 
-async def unreliable(ctx: StageContext, groups: list[TrajectoryGroup]) -> str | None:
-    """Why the judge's scores of `groups` cannot choose a prompt (a model judge whose audit is not reliable);
-    None for a program judge or a reliable one."""
-    if not reads_rubric(ctx.judge):
-        return None
-    audit = await audit_judge(
+async def judge_audit(
+    ctx: StageContext, groups: list[TrajectoryGroup], earlier: tuple[str, dict[str, Any] | None] = ("", None)
+) -> dict[str, Any]:
+    """The judge audit (`ruler.audit_judge`) of `groups` as a run records it: its figures, `line` and `judge`,
+    its requests counted in the stage's calls. `earlier` (where, and the record) is an audit an upstream stage of
+    this run made: a judge it found to be noise is not asked again (minutes of re-judging, and nothing chosen by
+    its scores either way), and its record comes back with `reused` naming where it was made."""
+    where, record = earlier
+    if record and record.get("verdict") == "noise":
+        line = record["line"] if record.get("reused") else f"{record['line']} (the {where}'s audit; not asked again)"
+        return {**record, "line": line, "reused": record.get("reused") or where}
+    result = await audit_judge(
         ctx.judge,
         [[t.messages() for t in g.trajectories] for g in groups],
         rubric=ctx.rubric,
+        tools=group_tools(groups[0]) if groups else None,
         task=ctx.task.description,
         scores=[[t.reward for t in g.trajectories] for g in groups],
     )
-    return None if audit.verdict == "reliable" else f"the judge is not reliable on these answers ({audit.verdict})"
+    ctx.calls["judge"] += result.attempts
+    ctx.judging["groups"] += 2 * result.groups + result.failed
+    ctx.judging["failed"] += result.failed
+    return {**result.as_dict(), "line": result.line(), "judge": judge_name(ctx.judge)}
+
+
+def unreliable(audit: dict[str, Any] | None) -> str | None:
+    """Why a judge with this audit cannot choose among answers (its verdict is not reliable); None when it can,
+    or when there is no audit (a program judge is not audited where it chooses)."""
+    if audit is None or audit["verdict"] == "reliable":
+        return None
+    return f"the judge is not reliable on these answers ({audit['verdict']})"
