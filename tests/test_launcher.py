@@ -20,7 +20,7 @@ from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.environment import LAUNCHER_ENV, shared_environment
 from autorl.serving.launcher import attached, declined, start_launcher
 from autorl.serving.vllm_server import VLLMServer
-from benchmarks.perf.processes import alive, children, descendants, wait_gone
+from benchmarks.perf.processes import alive, children, descendants, wait_gone, with_command_line
 from tests.helpers.limits import scaled
 
 OWNER = """
@@ -75,6 +75,7 @@ def test_a_launched_server_answers_stops_and_ends_with_the_process_that_asked_fo
         server.start()
         pid = launched(launcher.process.pid, set())  # the launcher's child, not its supervisor's
         assert pid not in descendants(server._process.pid)
+        assert with_command_line({pid}, vllm_entry.__name__.encode())  # `ps` shows it as the server it is
         reply = httpx.post(server.base_url + "/chat/completions", headers=server.headers, timeout=scaled(60),
                            json={"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})  # fmt: skip
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1

@@ -115,16 +115,16 @@ def _run_server(request: dict, fds: list[int], keep_closed: list[socket.socket])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        with contextlib.suppress(ImportError):  # vLLM's dependency, which also names its engine processes
+            import setproctitle  # in the child only, and before its environment is replaced, which it relies on
+
+            setproctitle.setproctitle(" ".join(request["argv"]))  # `ps` shows the server, not the launcher
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [vllm_entry.VLLM_SERVER, *request["argv"][3:]]
         # runpy's note that the module it runs is imported already: it is, on purpose
         warnings.filterwarnings("ignore", "'vllm.entrypoints", RuntimeWarning)
-        with contextlib.suppress(ImportError):
-            import setproctitle  # a dependency of vLLM: `ps` shows the server's command line, not the launcher's
-
-            setproctitle.setproctitle(" ".join(request["argv"]))
         runpy.run_module(vllm_entry.VLLM_SERVER, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
