@@ -1,8 +1,8 @@
 """Integration: the embedded model behind a real vLLM server, one GRPO step, the new LoRA served (merged into
 the weights in place, and back to the base weights), a server that lets no request in without its key but
-its health check. Its first server runs the CPU default, torch.compile included; the other slow tests' start
-eager (tests/conftest.py). A new server resuming at a run's newest merged checkpoint is tested by the resumed
-runs of test_budget_e2e.py and test_pipeline_e2e.py."""
+its health check, and a restarted backend that resumes at the newest checkpoint. Its first server runs the CPU
+default, torch.compile included; the restarted one starts eager, as the other slow tests' servers do
+(tests/conftest.py)."""
 
 import asyncio
 import tempfile
@@ -31,22 +31,22 @@ def merged_dirs() -> set[Path]:
     return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("autorl-merged-*")}
 
 
-def server_config(serving: str) -> art.ServerConfig:
-    """The CPU default, torch.compile included (the suite's other servers start eager, tests/conftest.py: a
-    compiled start spends about a minute warming up)."""
-    return art.ServerConfig(lora_serving=serving, startup_timeout_s=scaled(240), enforce_eager=False)
+def server_config(serving: str, compiled: bool) -> art.ServerConfig:
+    """The CPU default with torch.compile (`compiled`; the suite's other servers start eager, tests/conftest.py:
+    a compiled start spends about a minute warming up) or eager."""
+    return art.ServerConfig(lora_serving=serving, startup_timeout_s=scaled(240), enforce_eager=not compiled)
 
 
 # How each serving mode names what it serves: (before training, after step 1).
 NAMES = {"adapter": ("embedded:smollm2-135m", "agent@0001"), "merged": ("agent", "agent")}
 
 
-@pytest.mark.timeout(600)  # ~110-330 s on CI: a compiled server start and a step
+@pytest.mark.timeout(600)  # ~110-330 s on CI: a compiled server start, a step, a restarted backend
 # merged: the CPU default; adapter serving (CUDA's) trains, serves and deletes checkpoints in test_art_programs.py
 @pytest.mark.parametrize("serving", ["merged"])
 def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
     async def scenario():
-        backend = art.LocalBackend(tmp_path, server=server_config(serving))
+        backend = art.LocalBackend(tmp_path, server=server_config(serving, compiled=True))
         model = art.TrainableModel(name="agent", project="it")
         left = merged_dirs()
         await model.register(backend)
@@ -134,8 +134,25 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
         finally:
             backend.close()
 
+    async def restarted():
+        """A new backend on the same directory resumes at the newest checkpoint and serves it (eager: the first
+        start tried the compiled default)."""
+        again = art.TrainableModel(name="agent", project="it")
+        backend = art.LocalBackend(tmp_path, server=server_config(serving, compiled=False))
+        await again.register(backend)
+        try:
+            assert await again.get_step() == 1
+            assert again.get_inference_name() == NAMES[serving][1]
+            if serving == "merged":
+                assert backend.serving(again).resident == 1
+            served = {m.id for m in (await again.openai_client().models.list()).data}
+            assert NAMES[serving][1] in served
+            log = (tmp_path / "it" / "agent" / "logs" / "vllm.log").read_text()
+            assert log.count("Warming up model for the compilation") == 1  # the compiled start's, not the eager one's
+        finally:
+            backend.close()
+
     base_url = asyncio.run(scenario())
     with pytest.raises(httpx.HTTPError):
         httpx.get(base_url.removesuffix("/v1") + "/health", timeout=2)
-    log = (tmp_path / "it" / "agent" / "logs" / "vllm.log").read_text()
-    assert "Warming up model for the compilation" in log  # the CPU default compiles
+    asyncio.run(restarted())

@@ -20,7 +20,7 @@ system_prompt = "Answer in one short sentence."
 inputs_file = "inputs.jsonl"
 """
 INPUTS = ["What colour is the sky?", "Name a fruit.", "What is 2 + 2?", "Name a planet.", "Say hello.", "Name a tree."]
-RUN = ["--group-size", "2", "--groups-per-step", "1", "--max-tokens", "16", "--eval-samples", "2", "--steps", "2",
+RUN = ["--group-size", "2", "--groups-per-step", "1", "--max-tokens", "16", "--eval-samples", "2", "--steps", "3",
        "--preflight", "off", "--judge", "benchmarks.perf.learning_tasks.judges:uppercase", "--price-per-hour", "3.6",
        "--report-to", "mlflow,tensorboard"]  # fmt: skip
 
@@ -66,7 +66,7 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
     done = record()
     assert done["status"] == "done" and "stopped" not in done, output
     history = [json.loads(line)["step"] for line in (run_dir / "history.jsonl").read_text().splitlines()]
-    assert history == [1, 2]
+    assert history == [1, 2, 3]
     train_dir = home / "artifacts" / "train" / done["keys"]["train"]
     assert json.loads((train_dir / "steps" / "0001" / "cost.json").read_text())["spent"] == step_one
     stages = done["stages"]
@@ -75,9 +75,9 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
         stage["cost"]["tokens_total"] for stage in stages.values() if "cost" in stage
     )
     per_step = stages["train"]["step_costs"]  # each step's, in the order trained
-    assert [c["step"] for c in per_step] == [1, 2] and per_step[0]["tokens_total"] == step_one["tokens_total"]
+    assert [c["step"] for c in per_step] == [1, 2, 3] and per_step[0]["tokens_total"] == step_one["tokens_total"]
     report = (run_dir / "report.md").read_text()
-    assert "## Cost" in report and "--budget-usd 1000" in report and "Cost per training step (2 steps):" in report
+    assert "## Cost" in report and "--budget-usd 1000" in report and "Cost per training step (3 steps):" in report
     per_point = report.split("## Cost per point gained")[1]  # training's and the whole run's USD over the gain
     assert "| training |" in per_point and "| whole run |" in per_point
 
@@ -87,8 +87,8 @@ def test_a_budget_stops_the_run_after_the_step_that_crosses_it_and_a_higher_one_
 
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
     (mlflow_run,) = client.search_runs([client.get_experiment_by_name("autorl").experiment_id])
-    assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/reward")) == [1, 2]
-    assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/cost/usd")) == [1, 2]
+    assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/reward")) == [1, 2, 3]
+    assert sorted(m.step for m in client.get_metric_history(mlflow_run.info.run_id, "train/cost/usd")) == [1, 2, 3]
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
-    assert sorted({e.step for e in events.Scalars("train/reward")}) == [1, 2]
+    assert sorted({e.step for e in events.Scalars("train/reward")}) == [1, 2, 3]
