@@ -25,7 +25,16 @@ pytestmark = pytest.mark.slow
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 SECRET = "sk-autorl-test-0123456789abcdef-never-write-me"
 """A fake API key in every run's environment: no file a run writes may hold it."""
-ENV = {**os.environ, "OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HF_TOKEN": SECRET}
+SECRETS = {"OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "HF_TOKEN": SECRET}
+"""Keys in every run's environment, which no file the run writes may hold."""
+
+
+def environment() -> dict[str, str]:
+    """A run's environment: this process's as it is now (a test's `own_servers` takes out the launcher), and
+    `SECRETS`."""
+    return {**os.environ, **SECRETS}
+
+
 SMALL = ["--group-size", "2", "--groups-per-step", "1", "--inputs", "6", "--max-tokens", "24", "--eval-samples", "2",
          "--learnability-groups", "1", "--system-prompt-check", "0"]  # fmt: skip
 """The smallest run that exercises every stage. The system prompt check is off (so the task text is the system
@@ -56,7 +65,7 @@ def autorl(home: Path, name: str, *args: str, task: str = TASK) -> subprocess.Po
         stderr=subprocess.STDOUT,
         text=True,
         preexec_fn=_foreground_signals,
-        env=ENV,
+        env=environment(),
     )
     _started.append(process)
     return process
@@ -233,7 +242,7 @@ def test_benchmark_of_the_run_writes_the_tables_and_chart_and_reruns_from_cache(
     def benchmark() -> str:
         args = ["benchmark", "first", "--variants", "base,first@latest", "--out", str(tmp_path), "--home", str(home)]
         command = [sys.executable, "-m", "pipelines.cli", *args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=scaled(600), env=ENV)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=scaled(600), env=environment())
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout + result.stderr
 
