@@ -141,7 +141,7 @@ MEASURES: dict[str, Measures] = {
         )
         for name in ("structured_output", "structured_output_concurrent")
     },
-    "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
+    "faults": Measures("benchmarks/perf/faults.py", ("tests/helpers/processes.py", *LEARNING, *EVERYTHING)),
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
@@ -213,7 +213,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "gpu_check": Measures("benchmarks/perf/gpu_check.py", (*SERVING, *LOCAL_BACKEND, *TRAINING, *LEARNING)),
 }
-"""Result name (`results/NAME.json`) -> what it measures; `tests/test_stale.py` checks that every results file
+"""Result name (`results/NAME.json`) -> what it measures; `benchmarks/tests/test_stale.py` checks that every results file
 and every script that writes one has an entry."""
 
 
