@@ -25,8 +25,8 @@ from autorl.redaction import RedactingFilter, RedactingStream
 from autorl.task import TaskSpec, load_task
 
 from . import staged_run
-from .benchmark.config import BenchmarkConfig
-from .benchmark.scoreboard import RESULTS, markdown_table
+from .benchmarking.config import BenchmarkConfig
+from .benchmarking.scoreboard import RESULTS, markdown_table
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
 from .cli_capture import capture_command
 from .cli_export import chat_command, export_command
@@ -242,7 +242,7 @@ def benchmark_command(
     Answers, tuned prompts and judge results are cached: a rerun makes no model call. A variant whose
     model cannot be reached is reported as failed and the others finish.
     """
-    from pipelines.benchmark.head_to_head import check_finished, run_benchmark  # dspy: loaded for a benchmark only
+    from pipelines.benchmarking.head_to_head import check_finished, run_benchmark  # dspy: loaded for a benchmark only
 
     with user_errors(BENCHMARK_FLAGS, "interrupted; rerun the same command to reuse the answers already made"):
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))

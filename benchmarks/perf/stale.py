@@ -91,7 +91,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "cost_of_a_benchmark": Measures(
         "benchmarks/perf/cost_of_a_run.py",
-        ("pipelines/costs.py", "pipelines/records/pricing.py", "pipelines/benchmark/"),
+        ("pipelines/costs.py", "pipelines/records/pricing.py", "pipelines/benchmarking/"),
     ),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
