@@ -7,7 +7,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-from .progress import progress_bar
+from .progress import gather_counted, progress_bar
 from .trajectories import Trajectory, TrajectoryGroup, outcome
 
 AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None] | TrajectoryGroup | None]
@@ -82,18 +82,7 @@ async def gather_trajectories(
     """Await rollouts concurrently (ART's `gather_trajectories`, e.g. a validation batch for `Model.log`) and
     return their trajectories in input order; a failed rollout's place holds its exception while at most
     `max_exceptions` fail (a float below 1: that share of them), else the first failure is raised."""
-    awaitables = list(trajectories)
-    bar = progress_bar(pbar_desc, len(awaitables), "rollout")
-
-    async def run(awaitable: Awaitable[Trajectory]) -> Trajectory | BaseException:
-        result = await outcome(awaitable)
-        bar.update(1)
-        return result
-
-    try:
-        results = await asyncio.gather(*(run(a) for a in awaitables))
-    finally:
-        bar.close()
+    results = await gather_counted((outcome(a) for a in trajectories), pbar_desc, "rollout")
     raise_past_limit([r for r in results if isinstance(r, BaseException)], len(results), max_exceptions)
     return results
 

@@ -1,20 +1,22 @@
-"""Long waits said on stderr: a bar for counted work (`progress_bar`), a status line for a wait with no count
-(`waiting`: a server starting). On a terminal they redraw in place (tqdm); anywhere else (a log file, CI, a
+"""Long waits said on stderr: a bar for counted work (`progress_bar`; `gather_counted` awaits many things at once
+under one), a status line for a wait with no count (`waiting`: a server starting). On a terminal they redraw in place (tqdm); anywhere else (a log file, CI, a
 pipe) they print a plain line when they start, every `PLAIN_EVERY_S` seconds while they last, and when they
 end, so a log says what a run was doing at any minute.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, TextIO
+from collections.abc import Awaitable, Iterable, Iterator
+from typing import Any, TextIO, TypeVar
 
 from tqdm.auto import tqdm
 
+T = TypeVar("T")
 PLAIN_EVERY_S = 10.0
 """Seconds between two plain progress lines when stderr is not a terminal."""
 
@@ -62,6 +64,23 @@ def progress_bar(desc: str | None, total: int | None, unit: str, stream: TextIO 
     if desc is None or _interactive(stream):
         return tqdm(total=total or None, desc=desc, unit=unit, disable=desc is None, file=stream)
     return _PlainBar(desc, total, unit, stream)
+
+
+async def gather_counted(awaitables: Iterable[Awaitable[T]], desc: str | None, unit: str) -> list[T]:
+    """Await `awaitables` concurrently under one bar (`progress_bar`) that counts each as it finishes, and
+    return their results in input order; the first exception is raised, as `asyncio.gather` raises it."""
+    waits = list(awaitables)
+    bar = progress_bar(desc, len(waits), unit)
+
+    async def counted(awaitable: Awaitable[T]) -> T:
+        result = await awaitable
+        bar.update(1)
+        return result
+
+    try:
+        return await asyncio.gather(*(counted(a) for a in waits))
+    finally:
+        bar.close()
 
 
 @contextlib.contextmanager

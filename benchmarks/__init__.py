@@ -1,2 +1,3 @@
-"""Benchmarks: `pipelines.benchmark`, the agent-variant benchmark behind `autorl benchmark` (a product feature),
-and `benchmarks/perf/`, the performance and learning measurements of autorl itself (scripts and their results)."""
+"""Measurements of autorl itself, not installed: `perf/` (the performance and learning scripts and their
+results) and `tests/` (the benchmarks' own tests). The agent-variant benchmark behind `autorl benchmark`, a product
+feature, is `pipelines.benchmarking`."""

@@ -1,8 +1,10 @@
-"""MkDocs hooks: the CLI reference written from the commands' `--help` at build time, and the figures the
-results pages show copied from `benchmarks/perf/results/` (the benchmarks write them there)."""
+"""MkDocs hooks: the CLI reference written from the commands' `--help` at build time, the code map from the
+modules' docstrings, and the figures the results pages show copied from `benchmarks/perf/results/` (the
+benchmarks write them there)."""
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -37,8 +39,37 @@ def cli_reference() -> str:
     return "".join(parts)
 
 
+MAPPED = ("autorl", "ruler", "pipelines")
+"""The packages the code map shows, in the order imports point (the application's `pipelines` last)."""
+
+
+def _opening(path: Path) -> str:
+    """The first paragraph of the module docstring at `path`, on one line."""
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(docstring.split("\n\n")[0].split())
+
+
+def code_map(root: Path = ROOT) -> str:
+    """Every package of `MAPPED` and each of its modules with the first paragraph of its docstring, as one
+    Markdown page: the file-by-file map of where things live, read from the code so it cannot drift from it."""
+    parts = [
+        "# Code map\n\n",
+        "Every package and module of autorl, written at build time from their docstrings (`docs/hooks.py`); "
+        "CONTRIBUTING.md says how the floors fit together.\n",
+    ]
+    for name in MAPPED:
+        for init in sorted((root / name).rglob("__init__.py")):
+            package = init.parent
+            parts.append(f"\n## `{package.relative_to(root)}/`\n\n{_opening(init)}\n\n")
+            for module in sorted(package.glob("*.py")):
+                if module.name != "__init__.py":
+                    parts.append(f"- `{module.name}`: {_opening(module)}\n")
+    return "".join(parts)
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     files.append(File.generated(config, "cli.md", content=cli_reference()))
+    files.append(File.generated(config, "code-map.md", content=code_map()))
     for figure in sorted(FIGURES.glob("*.png")):
         files.append(File.generated(config, f"assets/results/{figure.name}", abs_src_path=str(figure)))
     return files

@@ -15,24 +15,25 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from autorl.agents.tools import Toolbox
 from autorl.backends.remote.config import ServeConfig
 from autorl.config import LOSS_DEFAULTS
 from autorl.inputs.dedup import DEFAULT_VAL_FRACTION
-from autorl.inputs.files import check_writable, write_inputs_jsonl
-from autorl.inputs.generation import GenerationConfig, generate_inputs
-from autorl.progress import progress_bar
+from autorl.inputs.files import GeneratedInputs, check_writable, write_inputs_jsonl
+from autorl.inputs.generation import GenerationConfig
 from autorl.redaction import RedactingFilter, RedactingStream
-from autorl.task import load_task
+from autorl.task import TaskSpec, load_task
 
 from . import staged_run
-from .benchmark.config import BenchmarkConfig
-from .benchmark.scoreboard import RESULTS, markdown_table
+from .benchmarking.config import BenchmarkConfig
+from .benchmarking.scoreboard import RESULTS, markdown_table
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async, user_errors
 from .cli_capture import capture_command
 from .cli_export import chat_command, export_command
 from .cli_options import command_signature, field_flags, given_values
 from .config import DEFAULT_HOME, RunConfig
 from .runs import calls_table, cost_table, load_run, runs_table, show_table, step_cost_table
+from .stages.inputs import generated
 
 app = typer.Typer(
     help="Train LLM agents with reinforcement learning from a plain-text task description.",
@@ -178,13 +179,7 @@ def inputs_command(
         for path in (out, prompt_path):  # before any model call: the generated inputs are never lost
             check_writable(path)
         config = GenerationConfig(val_fraction=val_fraction)
-        bar = progress_bar(f"inputs from {generator}", num_inputs or spec.num_inputs, "input")
-        try:
-            result = generate_inputs(
-                spec, num_inputs, generator, seed, config, progress=lambda done, wanted: bar.update(done - bar.n)
-            )
-        finally:
-            bar.close()
+        result = run_async(_inputs_with_tools(spec, num_inputs, generator, seed, config))
     except USER_ERRORS as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -207,6 +202,15 @@ def inputs_command(
         f"wrote {out} and {prompt_path}",
         highlight=False,
     )
+
+
+async def _inputs_with_tools(
+    spec: TaskSpec, n: int | None, generator: str, seed: int, config: GenerationConfig
+) -> GeneratedInputs:
+    """The inputs stage's inputs (`stages.inputs.generated`), the task's tools opened for it (its MCP servers
+    started, then stopped), and a system prompt written from the task."""
+    async with await Toolbox.open(spec) as toolbox:
+        return await generated(spec, n, generator, seed, toolbox, config, write_system_prompt=True)
 
 
 BENCHMARK_FLAGS = field_flags(
@@ -238,7 +242,7 @@ def benchmark_command(
     Answers, tuned prompts and judge results are cached: a rerun makes no model call. A variant whose
     model cannot be reached is reported as failed and the others finish.
     """
-    from pipelines.benchmark.head_to_head import check_finished, run_benchmark  # dspy: loaded for a benchmark only
+    from pipelines.benchmarking.head_to_head import check_finished, run_benchmark  # dspy: loaded for a benchmark only
 
     with user_errors(BENCHMARK_FLAGS, "interrupted; rerun the same command to reuse the answers already made"):
         config = BenchmarkConfig(run=run, **given_values(ctx, BENCHMARK_FLAGS, values))

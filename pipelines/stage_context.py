@@ -5,7 +5,6 @@ through it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from autorl import gather_trajectory_groups, tracing
-from autorl.progress import progress_bar
+from autorl.progress import gather_counted
 from autorl.task import TaskSpec
 from autorl.tracking import Tracker
 from autorl.trajectories import TrajectoryGroup
@@ -93,17 +92,7 @@ class StageContext:
                 groups, pbar_desc=desc, max_exceptions=MAX_FAILED_ROLLOUTS, after_each=judge
             )
         answered = await gather_trajectory_groups(groups, pbar_desc=desc, max_exceptions=MAX_FAILED_ROLLOUTS)
-        bar = progress_bar(f"{desc}: judging", len(answered), "group")
-
-        async def judged(group: TrajectoryGroup) -> TrajectoryGroup | None:
-            result = await judge(group)
-            bar.update(1)
-            return result
-
-        try:
-            results = await asyncio.gather(*(judged(g) for g in answered))
-        finally:
-            bar.close()
+        results = await gather_counted((judge(g) for g in answered), f"{desc}: judging", "group")
         return [g for g in results if g is not None]
 
     async def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:

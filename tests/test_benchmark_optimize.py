@@ -294,7 +294,7 @@ def test_a_checkpoint_costs_its_training_steps(home):
     """The train stage records each step's seconds and model calls; a checkpoint's cost adds up its steps."""
     from collections import Counter
 
-    from pipelines.benchmark.variants import RunView, resolve
+    from pipelines.benchmarking.variants import RunView, resolve
 
     steps = home / "artifacts" / "train" / "train-r" / "steps"
     for step, (seconds, calls) in enumerate([(30.5, {"policy": 8, "judge": 2}), (29.0, {"policy": 8})], 1):

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from autorl.errors import AutoRLError
 from pipelines.artifacts import ArtifactStore
-from pipelines.benchmark.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
-from pipelines.benchmark.variants import Cost, RunView, parse_variants, read_input_texts, resolve
+from pipelines.benchmarking.scoreboard import Outcome, markdown_table, per_input_scores, results_table, win_rates
+from pipelines.benchmarking.variants import Cost, RunView, parse_variants, read_input_texts, resolve
 from pipelines.cli import app
 from pipelines.stats import mean_ci
 from tests.helpers.benchmark_runs import PROMPT, VAL, benchmark, make_run
@@ -223,7 +223,7 @@ def test_the_benchmark_judge_is_told_the_task_and_its_cache_depends_on_it(tmp_pa
     import asyncio
 
     from autorl.trajectories import Trajectory, TrajectoryGroup
-    from pipelines.benchmark.head_to_head import judge_groups
+    from pipelines.benchmarking.head_to_head import judge_groups
     from ruler import TrajectoryScore
 
     told = []

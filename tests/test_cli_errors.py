@@ -7,9 +7,9 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from pipelines.cli import app
 from tests.helpers.cli import error_line
+from tests.helpers.processes import descendants, wait_gone, with_command_line
 
 TASK = "Reply to a customer asking for a refund, politely, in two sentences"
 

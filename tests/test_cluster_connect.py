@@ -16,8 +16,8 @@ from autorl.backends.cluster.config import ClusterConfig
 from autorl.backends.cluster.ray_cluster import connect
 from autorl.errors import AutoRLError
 from autorl.serving.die_with_parent import GRACE_S
-from benchmarks.perf.processes import alive, descendants, wait_gone
 from tests.helpers.limits import scaled
+from tests.helpers.processes import alive, descendants, wait_gone
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the dev extra has it)")
 

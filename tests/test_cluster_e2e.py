@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from tests.helpers.limits import scaled
+from tests.helpers.processes import descendants, wait_gone, with_command_line
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")

@@ -19,11 +19,11 @@ import pytest
 
 from autorl.serving.vllm_server import VLLMServer
 from autorl.trajectories import Trajectory, TrajectoryGroup
-from benchmarks.perf._common import vllm_metric
-from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler import ruler_score_group
 from ruler.endpoint import ModelEndpoint, import_litellm
 from tests.helpers.limits import scaled
+from tests.helpers.processes import descendants, wait_gone, with_command_line
+from tests.helpers.servers import vllm_metric
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")

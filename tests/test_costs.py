@@ -89,8 +89,8 @@ def test_cost_per_point_gained_over_the_base_with_its_interval(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from pipelines.benchmark.gain_cost import gain_costs, markdown
-    from pipelines.benchmark.variants import Cost
+    from pipelines.benchmarking.gain_cost import gain_costs, markdown
+    from pipelines.benchmarking.variants import Cost
     from pipelines.stats import mean_ci
 
     scores = pd.DataFrame(

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from autorl.serving.die_with_parent import GRACE_S, wrapped
-from benchmarks.perf.processes import alive, descendants, wait_gone
+from tests.helpers.processes import alive, descendants, wait_gone
 
 STUBBORN = ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"]
 """A command whose processes ignore SIGTERM (an ignored signal stays ignored in its children)."""

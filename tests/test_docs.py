@@ -31,6 +31,26 @@ def test_the_site_builds_strict(tmp_path):
     assert "TrainableModel" in (tmp_path / "site" / "api" / "autorl" / "index.html").read_text()
 
 
+def test_the_code_map_lists_every_module_with_its_docstring_s_opening():
+    """The file-by-file map (the docs' Code map page) is read from the code: a module added anywhere in the
+    packages appears in it with the first paragraph of its docstring, without a doc edited by hand."""
+    sys.path.insert(0, str(ROOT / "docs"))  # mkdocs loads its hooks by path, not as a package
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    page = hooks.code_map()
+    packages = [init.parent for name in hooks.MAPPED for init in sorted((ROOT / name).rglob("__init__.py"))]
+    modules = [m for package in packages for m in sorted(package.glob("*.py")) if m.name != "__init__.py"]
+    assert len(modules) > 100
+    sections = page.split("\n## ")
+    for module in modules:
+        (section,) = [s for s in sections if s.startswith(f"`{module.parent.relative_to(ROOT)}/`")]
+        assert f"- `{module.name}`: " in section, module
+    bookkeeping = "- `bookkeeping.py`: What a training step does once its update is written"
+    assert bookkeeping in page and "## `pipelines/steps/`" in page
+
+
 def test_the_readme_is_short_and_links_to_pages_that_exist():
     text = README.read_text()
     assert len(text.splitlines()) < 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -235,6 +236,25 @@ def test_cli_prints_a_table_and_writes_the_inputs(fake_server, tmp_path):
     assert len(frame) == 6 and set(frame["split"]) == {"train", "val"}
     assert out.with_suffix(".system_prompt.txt").read_text().strip() == SYSTEM_PROMPT
     assert frame["input"].iloc[0].split()[0] in result.output
+
+
+def test_cli_shows_the_generator_the_task_tools_as_the_inputs_stage_does(fake_server, tmp_path):
+    """`autorl inputs` on a task with a tool makes the inputs `autorl run` makes: its requests describe the tool
+    (`stages.inputs.with_tools_shown`), so the inputs it prints are the ones that need it."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from pipelines.stages.inputs import TOOLS_INSTRUCTIONS
+
+    server = fake_server(random_words)
+    task = Path(__file__).resolve().parents[1] / "pipelines" / "tasks" / "unit_conversion_tool.toml"
+    out = tmp_path / "inputs.jsonl"
+    command = ["inputs", str(task), "-n", "3", "--out", str(out), "--generator", f"fake@{server.base_url}"]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    asked = [str(m["content"]) for r in server.input_requests() for m in r["messages"]]
+    assert any(TOOLS_INSTRUCTIONS in text and "- convert:" in text for text in asked)
+    assert len(pd.read_json(out, lines=True)) == 3
 
 
 JUNK = ["example 1", "guidance", "new_input6", "customers_requested_urgent_requests", TASK.description, "<new input>"]

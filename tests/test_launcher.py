@@ -20,8 +20,8 @@ from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.environment import LAUNCHER_ENV, shared_environment
 from autorl.serving.launcher import attached, declined, start_launcher
 from autorl.serving.vllm_server import VLLMServer
-from benchmarks.perf.processes import alive, children, descendants, wait_gone, with_command_line
 from tests.helpers.limits import scaled
+from tests.helpers.processes import alive, children, descendants, wait_gone, with_command_line
 
 OWNER = """
 import sys, time

@@ -158,6 +158,24 @@ def test_no_test_file_imports_another():
     assert offenders == []
 
 
+def test_the_tests_import_nothing_of_the_benchmarks():
+    """The product's tests and the measurements stand apart: no file under `tests/` imports `benchmarks`, names it in
+    a program it runs, or puts a folder of it on `sys.path` to reach a script's module. What both use lives in
+    `tests/helpers/` (the benchmarks import it from there); the benchmarks' own code is tested beside it, in
+    `benchmarks/tests/`."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        written = set(re.findall(r"^\s*(?:from|import) (benchmarks\b[\w.]*)", text, re.M))  # in a program's source
+        reached = [m for m in sorted(imported | written) if m.split(".")[0] == "benchmarks"]
+        reached += ["sys.path"] if re.search(r"sys\.path\.(?:insert|append)\(.*benchmarks", text) else []
+        offenders += [f"{path.relative_to(REPO)}: {name}" for name in reached]
+    assert offenders == []
+
+
 MAX_LINES = 400
 """The most lines a package module may have: past it, a module holds more than one concern a reader takes in at
 once, and its parts go into sibling modules named by what they do."""

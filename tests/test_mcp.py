@@ -18,7 +18,7 @@ import pytest
 from autorl.agents.tools import Toolbox
 from autorl.errors import AutoRLError, McpServerDied
 from autorl.task import McpServerSpec, TaskSpec, load_task
-from benchmarks.perf.processes import children, wait_gone
+from tests.helpers.processes import children, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "pipelines" / "tasks" / "notes_agent"

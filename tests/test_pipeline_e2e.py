@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.perf.processes import descendants, wait_gone, with_command_line
 from ruler.scores import answer_tokens
 from tests.helpers.limits import scaled
+from tests.helpers.processes import descendants, wait_gone, with_command_line
 from tests.helpers.wandb_records import history as wandb_history
 
 pytestmark = pytest.mark.slow

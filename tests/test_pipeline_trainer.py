@@ -35,6 +35,7 @@ from pipelines.records.step_costs import STEP_COST
 from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from pipelines.stages.train import step_config, train_pipelined
+from pipelines.steps import bookkeeping
 from ruler import FunctionJudge
 from tests.helpers.chat_server import ChatCompletionServer
 from tests.helpers.pipeline import TASK, upstream_artifacts
@@ -384,7 +385,7 @@ def test_training_validates_every_k_steps_and_the_best_checkpoint_is_the_best_va
     logged = [r for r in read_history(ctx.policy.run_dir, LOG_HISTORY_FILE) if r.get("split") == "val"]
     assert [r["step"] for r in logged] == [2, 3]
     best = max(logged, key=lambda r: (r["val/reward"], r["step"]))["step"]
-    assert train.best_step(ctx) == best and train.best_metric(ctx.config) == "val/reward"
+    assert train.best_step(ctx) == best and bookkeeping.best_metric(ctx.config) == "val/reward"
     kept = sorted(int(p.name) for p in (ctx.policy.run_dir / "checkpoints").iterdir())
     assert kept == sorted({best, 3})
     text = " ".join(ctx.console.export_text().split())

@@ -16,8 +16,8 @@ from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
 from pipelines.evaluation import answers
 from pipelines.staged_run import forced_stages, stage_keys
-from pipelines.stages.train import check_unscored_steps
 from pipelines.stats import mean_ci
+from pipelines.steps.bookkeeping import check_unscored_steps
 
 TASK = TaskSpec(description="Turn a casual sentence into formal business English")
 

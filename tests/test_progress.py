@@ -6,7 +6,7 @@ import io
 import time
 
 from autorl import Trajectory, TrajectoryGroup, gather_trajectory_groups, progress
-from autorl.progress import progress_bar, waiting
+from autorl.progress import gather_counted, progress_bar, waiting
 from autorl.serving.config import ServerConfig
 
 
@@ -88,3 +88,27 @@ def test_gathering_counts_the_rollouts_it_runs_not_the_answers_given_already_mad
     assert [len(g) for g in gathered] == [4, 4]
     last = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluate: ")][-1]
     assert last.startswith("evaluate: 4/4 rollouts, groups done 2/2 (") and last.endswith(", done)"), last
+
+
+def test_gather_counted_returns_in_input_order_counts_each_as_it_ends_and_closes_on_a_failure(monkeypatch, capsys):
+    """The one bar-around-gather of the judge stages and `gather_trajectories`: results in the order given
+    (not the order they finished), the bar at every one done; a failure is raised and the bar still closed."""
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+
+    async def after(seconds: float, value: int) -> int:
+        await asyncio.sleep(seconds)
+        if value < 0:
+            raise ValueError("judge down")
+        return value
+
+    assert asyncio.run(gather_counted([after(0.03, 1), after(0.0, 2), after(0.01, 3)], "judging", "group")) == [1, 2, 3]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("judging: 0/3 groups (") and lines[-1].startswith("judging: 3/3 groups (")
+    assert lines[-1].endswith(", done)")
+    try:
+        asyncio.run(gather_counted([after(0.0, 1), after(0.0, -1)], "judging", "group"))
+    except ValueError as exc:
+        assert str(exc) == "judge down"
+    else:
+        raise AssertionError("the failure was not raised")
+    assert capsys.readouterr().err.splitlines()[-1].endswith(", done)")

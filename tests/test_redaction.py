@@ -159,7 +159,7 @@ def test_a_benchmark_reads_the_env_values_run_json_does_not_keep_from_the_task_f
     from collections import Counter
 
     from autorl.task import load_task
-    from pipelines.benchmark.variants import RunView
+    from pipelines.benchmarking.variants import RunView
 
     task_file = tmp_path / "notes.toml"
     task_file.write_text(

@@ -16,7 +16,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -147,18 +146,6 @@ def ratio_entry(
         "goal_met": None if goal is None else ratio >= goal,
         "conditions": conditions,
     }
-
-
-def vllm_metric(url: str, name: str, key: str) -> int:
-    """A counter or gauge of the vLLM server at `url` (without /v1) from its Prometheus metrics (`vllm:NAME`),
-    summed over its labels: what the server itself counted (requests answered, tokens generated, ...). `key`:
-    the server's key (`VLLMServer.api_key`, a replica's `Replica.key`), which its /metrics needs too."""
-    import httpx
-
-    response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=10)
-    response.raise_for_status()
-    text = response.text
-    return int(sum(float(v) for v in re.findall(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)))
 
 
 def median_ratio(

@@ -24,9 +24,9 @@ import pandas as pd
 from _common import write_result
 
 from pipelines.artifacts import ArtifactStore
-from pipelines.benchmark import gain_cost
-from pipelines.benchmark.scoreboard import SCORES, SPENT, per_input_scores
-from pipelines.benchmark.variants import Cost
+from pipelines.benchmarking import gain_cost
+from pipelines.benchmarking.scoreboard import SCORES, SPENT, per_input_scores
+from pipelines.benchmarking.variants import Cost
 from pipelines.config import DEFAULT_HOME
 from pipelines.costs import cost_lines
 from pipelines.records import evaluation

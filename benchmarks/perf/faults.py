@@ -45,10 +45,10 @@ from pathlib import Path
 
 import httpx
 from _common import LEARNING_JUDGES, LEARNING_TASKS, ROOT, summary, write_result
-from processes import command_lines, descendants, wait_gone, with_command_line
 
 from autorl.backends.run_dir import read_history
 from autorl.training.checkpoints import METRICS_FILE
+from tests.helpers.processes import command_lines, descendants, wait_gone, with_command_line
 
 TASK = LEARNING_TASKS / "one_word.toml"
 JUDGE = f"{LEARNING_JUDGES}:one_word"

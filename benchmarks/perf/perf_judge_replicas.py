@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import median_ratio, print_table, summary, vllm_metric, write_result
+from _common import median_ratio, print_table, summary, write_result
 
 from autorl.backends.cluster.backend import ClusterBackend
 from autorl.backends.cluster.config import ClusterConfig
@@ -37,6 +37,7 @@ from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from ruler import JudgeModel, ruler_score_group
+from tests.helpers.servers import vllm_metric
 
 TASK = "Turn a casual sentence into formal business English"
 ANSWERS = [

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 from _common import print_table, ratio_entry, rotations, summary, write_result
-from processes import rss_mib
 
 from autorl.config import TrainerConfig
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer
+from tests.helpers.processes import rss_mib
 
 WAYS = ("memory", "files")
 PROMPT = [{"role": "user", "content": "Name three colours and a fruit."}]

@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Loop, print_table, ratio_entry, summary, write_result
-from processes import process_group_cpu_s
 
 import autorl as art
 from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.serving.vllm_server import VLLMServer
+from tests.helpers.processes import process_group_cpu_s
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, ratio_entry, rotations, summary, write_result
 from perf_grpo_step import GROUP_SIZE, PROMPT, train_config
-from processes import rss_mib
 
 import autorl as art
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from autorl.training.sequences import TOKEN_ID_PREFIX
 from autorl.training.trainer import GRPOTrainer, release_freed_memory
+from tests.helpers.processes import rss_mib
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

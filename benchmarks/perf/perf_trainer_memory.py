@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, ratio_entry, write_result
-from processes import rss_mib
+
+from tests.helpers.processes import rss_mib
 
 SETTINGS: dict[str, dict] = {
     "chunked output head": {},

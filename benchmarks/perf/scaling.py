@@ -46,10 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, Loop, rotations, summary, write_result
 from perf_grpo_step import Ours, train_config
 from perf_rollout import PROMPTS, vllm_tokens_per_s
-from processes import descendants, rss_mib
 
 import autorl as art
 from autorl.serving.config import ServerConfig
+from tests.helpers.processes import descendants, rss_mib
 
 PARTS = ("judge", "concurrency", "steps", "group_size", "length")
 JUDGE_GROUPS = (4, 8, 16)

@@ -91,7 +91,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "cost_of_a_benchmark": Measures(
         "benchmarks/perf/cost_of_a_run.py",
-        ("pipelines/costs.py", "pipelines/records/pricing.py", "pipelines/benchmark/"),
+        ("pipelines/costs.py", "pipelines/records/pricing.py", "pipelines/benchmarking/"),
     ),
     "judge_tokens": Measures("benchmarks/perf/perf_judge_tokens.py", ("ruler/prompt.py", "ruler/rubric.py")),
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
@@ -141,7 +141,7 @@ MEASURES: dict[str, Measures] = {
         )
         for name in ("structured_output", "structured_output_concurrent")
     },
-    "faults": Measures("benchmarks/perf/faults.py", ("benchmarks/perf/processes.py", *LEARNING, *EVERYTHING)),
+    "faults": Measures("benchmarks/perf/faults.py", ("tests/helpers/processes.py", *LEARNING, *EVERYTHING)),
     "learning": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
@@ -213,7 +213,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "gpu_check": Measures("benchmarks/perf/gpu_check.py", (*SERVING, *LOCAL_BACKEND, *TRAINING, *LEARNING)),
 }
-"""Result name (`results/NAME.json`) -> what it measures; `tests/test_stale.py` checks that every results file
+"""Result name (`results/NAME.json`) -> what it measures; `benchmarks/tests/test_stale.py` checks that every results file
 and every script that writes one has an entry."""
 
 

@@ -11,7 +11,8 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from autorl.inputs.files import inputs_file_digest, inputs_from_file, write_inputs_jsonl
+from autorl.agents.tools import Toolbox
+from autorl.inputs.files import GeneratedInputs, inputs_file_digest, inputs_from_file, write_inputs_jsonl
 from autorl.inputs.generation import GenerationConfig, generate_inputs
 from autorl.progress import progress_bar
 from autorl.task import TaskSpec
@@ -55,21 +56,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     else:
         if config.generator == "embedded":
             await ctx.policy.start()  # the generator then shares the policy's server instead of starting one
-        n = config.num_inputs or ctx.task.num_inputs
-        task = await with_tools_shown(ctx)
-        bar = progress_bar(f"inputs from {config.generator}", n, "input")
-
-        def kept(done: int, wanted: int) -> None:
-            bar.update(done - bar.n)
-
-        try:
-            result = await asyncio.to_thread(
-                partial(
-                    generate_inputs, task, n, config.generator, config.seed, write_system_prompt=False, progress=kept
-                )
-            )
-        finally:
-            bar.close()
+        toolbox = await ctx.policy.toolbox() if ctx.task.has_tools() else None
+        result = await generated(ctx.task, config.num_inputs, config.generator, config.seed, toolbox)
     ctx.calls["generator"] += len(result.calls)
     ctx.generator_calls += result.calls
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
@@ -92,13 +80,49 @@ TOOLS_INSTRUCTIONS = (
 )
 
 
-async def with_tools_shown(ctx: StageContext) -> TaskSpec:
-    """The task with its tools described in the generator's instructions (as MCP•RL's scenario
-    generation does: names, descriptions, argument schemas, MCP resources), so that the inputs need
-    them; the task as is when it has none. Opens the task's tools (starting its MCP servers)."""
-    if not ctx.task.has_tools():
-        return ctx.task
-    toolbox = await ctx.policy.toolbox()
+async def generated(
+    task: TaskSpec,
+    n: int | None,
+    generator: str,
+    seed: int,
+    toolbox: Toolbox | None,
+    config: GenerationConfig | None = None,
+    *,
+    write_system_prompt: bool = False,
+) -> GeneratedInputs:
+    """`n` (default: the task's `num_inputs`) inputs for `task` from `generator`, with a bar, the task's tools
+    shown to it (`with_tools_shown`): what this stage makes, and what `autorl inputs` prints (it asks for the
+    system prompt too, `write_system_prompt`: the prompt the system_prompt stage would write from the task)."""
+    n = n or task.num_inputs
+    shown = with_tools_shown(task, toolbox)
+    bar = progress_bar(f"inputs from {generator}", n, "input")
+
+    def kept(done: int, wanted: int) -> None:
+        bar.update(done - bar.n)
+
+    try:
+        return await asyncio.to_thread(
+            partial(
+                generate_inputs,
+                shown,
+                n,
+                generator,
+                seed,
+                config,
+                write_system_prompt=write_system_prompt,
+                progress=kept,
+            )
+        )
+    finally:
+        bar.close()
+
+
+def with_tools_shown(task: TaskSpec, toolbox: Toolbox | None) -> TaskSpec:
+    """The task with its tools (`toolbox`, opened from the task) described in the generator's instructions (as
+    MCP•RL's scenario generation does: names, descriptions, argument schemas, MCP resources), so that the
+    inputs need them; the task as is when it has none."""
+    if toolbox is None or not task.has_tools():
+        return task
     extra = f"{TOOLS_INSTRUCTIONS}\n\n{toolbox.describe()}"
-    instructions = f"{ctx.task.generator_instructions}\n\n{extra}" if ctx.task.generator_instructions else extra
-    return ctx.task.model_copy(update={"generator_instructions": instructions})
+    instructions = f"{task.generator_instructions}\n\n{extra}" if task.generator_instructions else extra
+    return task.model_copy(update={"generator_instructions": instructions})

@@ -17,7 +17,7 @@ from autorl.redaction import redact_text
 from autorl.task import RUN_SETTINGS, TaskSpec
 
 from .. import costs, evaluation, sentinel
-from ..benchmark import gain_cost, scoreboard
+from ..benchmarking import gain_cost, scoreboard
 from ..config import RunConfig
 from ..records import evaluate, inputs, preflight, sft, system_prompt, train
 from ..records import evaluation as records

@@ -14,7 +14,8 @@ newest checkpoint and reuses the scored groups of the step it was in.
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
 run acts as `--on-drift` says (`pipelines.steps.on_drift.act_on_drift`): warn, stop, or roll back to an earlier
 checkpoint with a stronger KL penalty and train those steps again. Its actions are recorded in
-`pipelines.records.train.SENTINEL_ACTIONS`; what each step took in `pipelines.records.step_costs`.
+`pipelines.records.train.SENTINEL_ACTIONS`; what each step took in `pipelines.records.step_costs`. What a step
+does once its update is written, the synchronous loop and `--async` alike, is `pipelines.steps.bookkeeping`.
 """
 
 from __future__ import annotations
@@ -22,30 +23,27 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import time
-from collections import Counter
 from typing import Any
 
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
 from autorl.config import TrainConfig
-from autorl.errors import AutoRLError
 from autorl.pipeline_trainer import PipelineTrainer
 from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name
 from autorl.trajectories import TrajectoryGroup
 from ruler.audit import reads_rubric
 
-from .. import costs, sentinel
 from ..artifacts import MANIFEST, canonical_json
 from ..config import RunConfig
 from ..records import inputs, preflight, sft, system_prompt
 from ..records.run import RunArtifacts
-from ..records.step_costs import STEP_COST, cost_metrics, group_cost, step_cost
-from ..records.train import NAME, VAL_METRIC, best_step, last_step, rl_history, sentinel_actions, steps_done
+from ..records.step_costs import STEP_COST, group_cost
+from ..records.train import NAME, best_step, last_step, rl_history, sentinel_actions, steps_done
 from ..sampling import InputQueue
 from ..stage_context import StageContext
+from ..steps.bookkeeping import StepStart, Watch, close_step
 from ..steps.groups import group_settings, sampled_groups
 from ..steps.on_drift import act_on_drift, adjusted_config
 from ..steps.validation import due, validate
@@ -122,22 +120,36 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
-    actions = sentinel_actions(work)
-    warned = any(a["action"] == "warn" for a in actions)
-    train_config = adjusted_config(step_config(config), actions)
-    rollbacks = [a for a in actions if a["action"] == "rollback"]
-    watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
+    train_config = adjusted_config(step_config(config), sentinel_actions(work))
     if config.max_steps_off_policy:
         step = await train_pipelined(ctx, prompt, train_inputs, step, last, train_config)
     noise, extend = judge_noise(ctx)
-    train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, noise)})
-    queue = InputQueue.rebuilt(train_inputs, work / "steps", first, step + 1, config.groups_per_step)
+    watch = Watch(work)
+
+    def settings_from(after: int) -> tuple[TrainConfig, InputQueue]:
+        """The update's settings (the newest rollback's, the judge's noise as the tie spread) and the inputs
+        queue for the steps after step `after`."""
+        train = adjusted_config(step_config(config), sentinel_actions(work))
+        train = train.model_copy(update={"tie_spread": max(train.tie_spread, noise)})
+        return train, InputQueue.rebuilt(train_inputs, work / "steps", first, after + 1, config.groups_per_step)
+
+    train_config, queue = settings_from(step)
+
+    async def on_drift(warning: str) -> None:
+        nonlocal step, train_config, queue
+        restored = await act_on_drift(ctx, warning, step, train_config)
+        if restored is None:
+            watch.warned = True
+        else:  # trained on from the restored checkpoint, under the settings the rollback set
+            step = restored
+            watch.restored(restored)
+            train_config, queue = settings_from(step)
+
     while step < last:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
-        started, calls_before = time.monotonic(), Counter(ctx.calls)
-        reading = ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)
+        start = StepStart.now(ctx)
         step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
         made_earlier = [cost for path in sorted(step_dir.glob("group_*.json")) if (cost := group_cost(path))]
         desc, rl_step = f"step {step}/{last}", step - first + 1
@@ -155,33 +167,15 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"(best so far: step {best_step(ctx, step)})",
                 highlight=False,
             )
-        if config.keep_checkpoints != "all":
-            await ctx.policy.model.delete_checkpoints(best_metric(config), keep=config.keep_checkpoints)
-        cost = step_cost(time.monotonic() - started, ctx.calls - calls_before, made_earlier)
-        cost["spent"] = ctx.policy.meter.since(reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
-        atomic_text(step_dir / STEP_COST, canonical_json(cost))
-        step_span.end({"autorl.reward": metrics["reward"], "autorl.usd": cost["spent"]["usd"]["total"]})
-        ctx.tracker.log(
-            {**metrics, **cost_metrics(cost["spent"]), "inputs_drawn": len(drawn)}, step
-        )  # dynamic sampling
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
-        ctx.console.print(
-            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
-            f"loss {metrics['loss']:+.4f}  groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}  "
-            f"train {metrics['step_time_s']:.1f}s"
-        )
-        history = rl_history(read_history(work))
-        check_unscored_steps(history, config.max_unscored_steps)
-        if not warned and step > watch_from and (warning := sentinel.training_warning(history)):
-            restored = await act_on_drift(ctx, warning, step, train_config)
-            if restored is None:
-                warned = True
-            else:  # trained on from the restored checkpoint, under the settings the rollback set
-                step, watch_from = restored, restored + sentinel.RISE_STEPS
-                train_config = adjusted_config(step_config(config), sentinel_actions(work))
-                train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, noise)})
-                queue = InputQueue.rebuilt(train_inputs, work / "steps", first, step + 1, config.groups_per_step)
-        costs.check_run_budget(ctx, f"step {step}")  # the step's checkpoint is written: a clean stop
+        said = f"groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}"
+        try:
+            await close_step(
+                ctx, step, last, metrics, start, said, watch, on_drift,
+                made_earlier=made_earlier, logged={"inputs_drawn": len(drawn)},  # dynamic sampling
+            )  # fmt: skip
+        finally:
+            step_span.end()
     history = rl_history(read_history(work)[:last])
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     if first > 1:
@@ -196,50 +190,34 @@ async def train_pipelined(
     """`--async N`: the steps from `step` up to `last` by `autorl.PipelineTrainer`, at most N policy versions
     off-policy: `2 x groups_per_step` groups are answered and judged at a time, with the newest checkpoint served,
     and each step trains the first `groups_per_step` usable groups (stale and tied ones are dropped and counted in
-    the step's metrics). Per step, as the synchronous loop: its trajectories, the checkpoints kept, `STEP_COST`
-    (here the wall time and model calls since the previous step ended, groups still in flight included), its
-    metrics and line, the sentinel, the budget, and its `autorl.step` span (the pipeline's, given the step's cost
-    here) with the `autorl.update` span under it; its rollouts' spans sit under the stage's. When the sentinel
-    fires the pipeline stops after that step (groups in flight are not trained), acts as `--on-drift` says, and
-    goes on from there. Returns the newest step."""
+    the step's metrics). Per step, as the synchronous loop (`pipelines.steps.bookkeeping.close_step`): its
+    trajectories, the checkpoints kept, `STEP_COST` (here the wall time and model calls since the previous step
+    ended, groups still in flight included), its metrics and line, the sentinel, the budget, and its `autorl.step`
+    span (the pipeline's, given the step's cost here) with the `autorl.update` span under it; its rollouts' spans
+    sit under the stage's. When the sentinel fires the pipeline stops after that step (groups in flight are not
+    trained), acts as `--on-drift` says, and goes on from there. Returns the newest step."""
     config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
-    actions = sentinel_actions(work)
-    warned = any(a["action"] == "warn" for a in actions)
-    rollbacks = [a for a in actions if a["action"] == "rollback"]
-    watch_from = rollbacks[-1]["restored"] + sentinel.RISE_STEPS if rollbacks else 0
+    watch = Watch(work)
     drift: list[str] = []
-    mark = [time.monotonic(), Counter(ctx.calls), ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls)]
+    start = [StepStart.now(ctx)]
 
     async def rollout(_model: Any, text: str, _config: None) -> TrajectoryGroup:
         group = await TrajectoryGroup(ctx.policy.answer(prompt, text, config) for _ in range(config.group_size))
         scored = await ctx.score(group) if group.trajectories else None
         return scored or TrajectoryGroup(exceptions=group.exceptions or ["the judge could not score the group"])
 
+    async def stop_for_drift(warning: str) -> None:
+        drift.append(warning)
+        trainer.request_stop()
+
     async def after_step(step: int, groups: list[TrajectoryGroup], metrics: dict[str, float]) -> None:
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
-        if config.keep_checkpoints != "all":
-            await model.delete_checkpoints(best_metric(config), keep=config.keep_checkpoints)
-        cost = step_cost(time.monotonic() - mark[0], ctx.calls - mark[1], [])
-        cost["spent"] = ctx.policy.meter.since(mark[2], ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
-        (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
-        atomic_text(work / "steps" / checkpoint_name(step) / STEP_COST, canonical_json(cost))
-        tracing.set_attributes(tracing.current(), {"autorl.usd": cost["spent"]["usd"]["total"]})  # the step's span
-        mark[:] = [
-            time.monotonic(),
-            Counter(ctx.calls),
-            ctx.policy.meter.reading(ctx.judge_calls(), ctx.generator_calls),
-        ]
-        ctx.tracker.log({**metrics, **cost_metrics(cost["spent"])}, step)
-        ctx.console.print(
-            f"step {step}/{last}  reward {metrics['reward']:.3f} ± {metrics['reward_std']:.3f}  "
-            f"loss {metrics['loss']:+.4f}  staleness {metrics['staleness/mean']:.2f}  dropped stale "
-            f"{metrics['discarded/cum/stale_groups']:.0f}, tied {metrics['discarded/cum/zero_variance_groups']:.0f}  "
-            f"train {metrics['step_time_s']:.1f}s"
+        said = (
+            f"staleness {metrics['staleness/mean']:.2f}  dropped stale {metrics['discarded/cum/stale_groups']:.0f}, "
+            f"tied {metrics['discarded/cum/zero_variance_groups']:.0f}"
         )
-        if not warned and step > watch_from and (warning := sentinel.training_warning(rl_history(read_history(work)))):
-            drift.append(warning)
-            trainer.request_stop()
-        costs.check_run_budget(ctx, f"step {step}")
+        began, start[0] = start[0], StepStart.now(ctx)  # the next step's cost counts from here
+        await close_step(ctx, step, last, metrics, began, said, watch, stop_for_drift)
 
     while step < last:
         drift.clear()
@@ -256,9 +234,10 @@ async def train_pipelined(
             break
         restored = await act_on_drift(ctx, drift[0], step, train_config)
         if restored is None:
-            warned = True
+            watch.warned = True
         else:  # trained on from the restored checkpoint, under the settings the rollback set
-            step, watch_from = restored, restored + sentinel.RISE_STEPS
+            step = restored
+            watch.restored(restored)
             train_config = adjusted_config(step_config(config), sentinel_actions(work))
     return step
 
@@ -281,24 +260,3 @@ def judge_noise(ctx: StageContext) -> tuple[float, bool]:
         return 0.0, program
     audit = preflight.load(ctx)["audit"]
     return (0.0 if program else audit["rejudge_gap"]), program or audit["verdict"] == "reliable"
-
-
-def check_unscored_steps(history: list[dict], limit: int) -> None:
-    """Raise when in the last `limit + 1` steps of `history` the judge scored no group (no limit when
-    `limit` is 0). Counted from the history, so a resumed run counts the steps before the kill too."""
-    unscored = 0
-    for entry in reversed(history):
-        if entry["groups"] > 0:
-            break
-        unscored += 1
-    if limit and unscored > limit:
-        raise AutoRLError(
-            f"in {unscored} training steps in a row the judge scored no group (see its warnings above): fix "
-            "the judge or its endpoint, or raise --max-unscored-steps"
-        )
-
-
-def best_metric(config: RunConfig) -> str:
-    """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward where
-    training validates (`pipelines.steps.validation`), else the mean training reward of its step."""
-    return VAL_METRIC if config.validate_every else "train/reward"

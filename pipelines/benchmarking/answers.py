@@ -1,4 +1,4 @@
-"""The answers of agent variants (`pipelines.benchmark.variants`) to the held-out inputs of `autorl benchmark`.
+"""The answers of agent variants (`pipelines.benchmarking.variants`) to the held-out inputs of `autorl benchmark`.
 
 Base and checkpoints of a run are served by that run's policy server (one local vLLM server, serving
 one checkpoint after the other: merged into the weights under merged serving, the CPU default, or as a
@@ -7,7 +7,7 @@ servers at once. API models answer through their endpoint meanwhile.
 Answers are cached in the artifact store, one artifact `benchmark_answers/<key>/` per variant and
 input, keyed by what they depend on: the model (for a checkpoint, the hash of its LoRA weights), the
 system prompt and any earlier turns, the input, the number of samples and the sampling settings.
-A `+optimized` variant's prompt is tuned (`pipelines.benchmark.optimize`, cached too) right before it
+A `+optimized` variant's prompt is tuned (`pipelines.benchmarking.optimize`, cached too) right before it
 answers, on the server that serves its model.
 """
 

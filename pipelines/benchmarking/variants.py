@@ -1,5 +1,5 @@
 """Agent variants for `autorl benchmark`: what a variant name means (`resolve`), and the recorded runs they
-come from (`RunView`). `pipelines.benchmark.answers` has them answer the inputs.
+come from (`RunView`). `pipelines.benchmarking.answers` has them answer the inputs.
 
 A variant is written as one of
     base                        the benchmarked run's base model, without a LoRA
@@ -10,7 +10,7 @@ A variant is written as one of
 optionally followed by `+prompt=FILE`: the same model with the system prompt in FILE. Otherwise a
 checkpoint answers with its own run's system prompt, and `base` and API models with the benchmarked run's.
 Any of these may end in `+optimized`: the same model with that prompt tuned on the benchmarked run's train
-inputs (`pipelines.benchmark.optimize`).
+inputs (`pipelines.benchmarking.optimize`).
 
 Each variant has a cost (`Cost`): what making it took, in model calls and seconds. A plain variant costs 0,
 a checkpoint its training steps (the train stage records each step's, `records.step_costs.training_cost`), an optimized

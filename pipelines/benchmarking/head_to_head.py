@@ -9,7 +9,6 @@ with the same variants, inputs and judge makes no model call and starts no serve
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import sys
@@ -22,7 +21,7 @@ import pandas as pd
 from rich.console import Console
 
 from autorl.errors import AutoRLError
-from autorl.progress import progress_bar
+from autorl.progress import gather_counted
 from autorl.redaction import REDACTED, redact_text
 from autorl.trajectories import TrajectoryGroup, scores_frame
 from pipelines.artifacts import ArtifactStore, canonical_json, code_version, stage_key
@@ -188,7 +187,6 @@ async def judge_groups(
 ) -> list[TrajectoryGroup]:
     """Each group scored by the judge, from the cache where it was scored before; a group the judge
     cannot score is left out (the judge logs why)."""
-    bar = progress_bar("judge", len(groups), "input")
     identity = judge_identity(judge, judge_spec)
 
     async def score(group: TrajectoryGroup) -> TrajectoryGroup | None:
@@ -203,13 +201,9 @@ async def judge_groups(
                 calls["judge"] += int(scored.trajectories[0].metrics.get("ruler_attempts", 0))
                 with store.write(STAGE, key, {"judge": redact_text(judge_spec)}) as out:
                     evaluation.save(out, [scored])
-        bar.update(1)
         return scored
 
-    try:
-        results = await asyncio.gather(*(score(group) for group in groups))
-    finally:
-        bar.close()
+    results = await gather_counted((score(group) for group in groups), "judge", "input")
     return [group for group in results if group is not None]
 
 

@@ -11,7 +11,7 @@ from benchmarks.perf.learning_tasks import judges
 from benchmarks.perf.learning_tasks.judges import json_keys, tictactoe, tool_call
 from examples.tictactoe import opponent_cell, play, show, winner, winning_cells
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
 QUESTION = [{"role": "system", "content": "Convert units."}, {"role": "user", "content": "3 miles in km?"}]
 

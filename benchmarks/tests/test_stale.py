@@ -11,7 +11,7 @@ import pytest
 from benchmarks.perf import stale
 from benchmarks.perf.stale import MEASURES, Measures
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAP = {"x": Measures("benchmarks/perf/perf_x.py", ("autorl/serving/", "autorl/agents/rollout.py"))}
 
 

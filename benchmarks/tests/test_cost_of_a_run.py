@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
-import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
-
 import cost_of_a_run
+import pandas as pd
 
 from pipelines.artifacts import ArtifactStore
 from ruler.endpoint import import_litellm

@@ -16,7 +16,7 @@ from autorl.task import load_task
 from benchmarks.perf.learning_tasks.directory import EMPLOYEES, extension, lookup_extension
 from benchmarks.perf.learning_tasks.judges import directory
 
-TASK = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "learning_tasks" / "directory.toml"
+TASK = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "learning_tasks" / "directory.toml"
 QUESTION = "What is the phone extension of Ada Park?"
 RIGHT = extension("Ada Park")
 

@@ -5,11 +5,6 @@ The measurements themselves need vLLM and minutes; these are the parts that deci
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
-
 import scaling
 
 

@@ -1,8 +1,9 @@
 """The process tree of a run, read from /proc: what it started and whether any of it outlives it.
 
-Used by the fault-injection benchmark (`faults.py`) and by the end-to-end tests, which check that no
-vLLM or MCP server outlives an `autorl run` however it ends; `process_group_cpu_s` by the rollout
-benchmark, for the CPU time of a vLLM server's processes; `rss_mib` by those that measure memory.
+Used by the end-to-end tests, which check that no vLLM or MCP server outlives an `autorl run` however it
+ends, and by the benchmarks (they import the test helpers, never the reverse): the fault-injection one
+(`benchmarks/perf/faults.py`), the rollout one (`process_group_cpu_s`, the CPU time of a vLLM server's
+processes) and those that measure memory (`rss_mib`).
 """
 
 from __future__ import annotations

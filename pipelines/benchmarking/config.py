@@ -26,7 +26,7 @@ class BenchmarkConfig(BaseModel):
     """The variants: base, RUN@latest, RUN@best, RUN@NNNN, provider/model or name@http://host:port/v1, each
     optionally with +prompt=FILE for another system prompt, then optionally +optimized for its prompt tuned
     on the run's train inputs (--optimizer); unset: base and RUN@latest. What each name means:
-    `pipelines.benchmark.variants`."""
+    `pipelines.benchmarking.variants`."""
     home: Path = DEFAULT_HOME
     """Where runs and the artifact cache live."""
     out: Path | None = None
@@ -44,7 +44,7 @@ class BenchmarkConfig(BaseModel):
     """How a +optimized variant's prompt is tuned on the run's train inputs, the judge as the metric: bootstrap
     (DSPy's BootstrapFewShotWithRandomSearch: demonstrations from the variant's own best-judged answers) or gepa
     (DSPy's GEPA: the reflection model rewrites the instructions); unset: gepa with --reflection-model, else
-    bootstrap. How: `pipelines.benchmark.optimize`."""
+    bootstrap. How: `pipelines.benchmarking.optimize`."""
     optimizer_budget: int = Field(100, ge=1)
     """Most model calls the optimizer makes per +optimized variant (the variant's answers, the judge's and the
     reflection model's calls)."""
