@@ -40,6 +40,10 @@ def export_command(
     audit, training settings and curve, the held-out table with CIs, the sentinel's verdict, cost, autorl's
     version) and the run's system prompt (system_prompt.txt).
 
+    The checkpoint is read from the run's directory, for a run on a Ray cluster (--ray) too. A run trained on an
+    `autorl serve` (--backend URL) has its checkpoints copied there after each step; one that is not is fetched
+    from the server (its token in AUTORL_TOKEN) into the run's directory first.
+
     Nothing is written under --out unless the whole export is: it is made beside it and renamed at the end.
     """
     try:
@@ -49,8 +53,9 @@ def export_command(
         fail(str(exc))
     except KeyboardInterrupt:  # no thread or server to leave behind: an ordinary exit
         fail(f"interrupted; nothing was written to {out}")
+    fetched = f" (the checkpoint fetched from {done.fetched_from})" if done.fetched_from else ""
     err.print(
-        f"exported {done.run} step {done.step} ({format}) to {done.out}: {', '.join(done.files)}",
+        f"exported {done.run} step {done.step} ({format}){fetched} to {done.out}: {', '.join(done.files)}",
         highlight=False,
         markup=False,
     )

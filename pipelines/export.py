@@ -4,19 +4,30 @@ adapter (`peft`) or GGUF files with an Ollama Modelfile (`gguf`), each with a mo
 A user's mistake (an unknown run or step, an `--out` that exists, a run still training, too little disk) is one
 error line before anything is written; the export is made in a temporary directory beside `--out` and renamed
 onto it whole, so a failure (a full disk, Ctrl-C) leaves nothing under `--out`.
+
+Every run keeps its checkpoints in its run directory on this machine: a local one, a cluster one (`--ray`: the
+driver writes them there) and a remote one (`--backend URL`: copied back from `autorl serve` after each step).
+A remote run's checkpoint missing there is fetched from its server (`RemoteBackend.download_checkpoint`, the
+token from AUTORL_TOKEN) into the run directory, as the run's own copy-back would have; reading the run directory
+joins no Ray cluster and asks no server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shutil
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from safetensors import safe_open
 
+from autorl import TrainableModel
 from autorl.atomic import atomic_dir
+from autorl.backends.run_dir import ensure_writable
 from autorl.errors import AutoRLError, DiskFullError
 from autorl.export import hf
 from autorl.export.gguf_file import QUANTS, write_gguf
@@ -36,6 +47,7 @@ MODELFILE = "Modelfile"
 CARD = "README.md"
 SYSTEM_PROMPT = "system_prompt.txt"
 """The run's system prompt, beside every export: the agent answers best with the one it was trained with."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class Exported:
     run: str
     step: int
     files: list[str]
+    fetched_from: str | None = None
+    """The `autorl serve` the checkpoint was fetched from (None: it was in the run directory)."""
 
 
 def parse_quants(text: str, fmt: str) -> list[str]:
@@ -70,8 +84,8 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
     if not out.parent.is_dir():
         raise AutoRLError(f"--out {out}: its directory {out.parent} does not exist")
     name, which = split_target(target)
-    run = RunView(home, name, Counter())
-    step = run.checkpoint_step(which)
+    run = RunView(home, name, Counter(), connect=False)
+    step, fetch = _step(run, which, target)
     base_gguf = None
     if fmt == "gguf":
         if (embedded := embedded_model(run.config.model)) is None:
@@ -86,8 +100,12 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
     gguf_files = [f"model-{quant}.gguf" for quant in quants]
     system_prompt = run.system_prompt()
     usage = {"hf": _hf_usage(out), "peft": _peft_usage(out, base_name), "gguf": _gguf_usage(run.name, gguf_files)}
-    card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
     with finished_run(home, name, run.keys["train"]):
+        if fetch:  # into the run directory, as the run's own copy-back would have
+            ensure_writable(run.policy.run_dir)
+            into = run.checkpoint_dir(step).parent
+            _from_server(run, target, lambda backend, model: backend.download_checkpoint(model, step, into))
+        card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
         checkpoint = run.checkpoint_dir(step)
         _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
         with atomic_dir(out) as tmp:
@@ -105,7 +123,34 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             (tmp / SYSTEM_PROMPT).write_text(system_prompt + "\n", encoding="utf-8")
             (tmp / CARD).write_text(card, encoding="utf-8")
             files = sorted(p.name for p in tmp.iterdir())
-    return Exported(out, name, step, files)
+    return Exported(out, name, step, files, run.config.backend if fetch else None)
+
+
+def _step(run: RunView, which: str, target: str) -> tuple[int, bool]:
+    """The step `which` names, and whether its checkpoint must be fetched: only for a run trained on an `autorl
+    serve` whose run directory here lacks what `which` names (no checkpoint at all for latest or best, or not
+    that step) is the server asked which checkpoints it has."""
+    here = [step for step, _ in run.checkpoints()]
+    missing = not here if which in ("latest", "best") else which.isdigit() and int(which) not in here
+    if run.config.backend is None or not missing:
+        return run.checkpoint_step(which, here), False
+    there = _from_server(run, target, lambda backend, model: backend.list_checkpoints(model))
+    step = run.checkpoint_step(which, sorted({*here, *there}))
+    return step, step not in here
+
+
+def _from_server(run: RunView, target: str, call: Callable[[Any, TrainableModel], Awaitable[T]]) -> T:
+    """`call(backend, model)` with the run's `RemoteBackend` (its token from AUTORL_TOKEN) and policy model, once
+    the server answered and took the token; one error line when it is unreachable, refuses, or fails."""
+    try:
+        backend, model = run.policy.backend, run.policy.model
+        backend.check_can_start(model)  # at once: no retries against a server that is down
+        return asyncio.run(call(backend, model))
+    except AutoRLError as exc:
+        raise AutoRLError(
+            f"{target} is not in run {run.name!r}'s directory here and could not be fetched from the `autorl serve` "
+            f"it trained on: {exc}"
+        ) from None
 
 
 def _gguf_usage(name: str, files: list[str]) -> list[str]:

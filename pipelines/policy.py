@@ -12,6 +12,7 @@ from autorl.activity import activity
 from autorl.agents.rollout import Complete, agent_rollout, openai_completion
 from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
+from autorl.backends.base import Backend
 from autorl.backends.run_dir import ensure_writable
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
@@ -24,19 +25,32 @@ from .config import RunConfig
 from .records.pricing import Meter
 
 TRAIN_PROJECT = "train"
-
-TRAIN_PROJECT = "train"
+"""The project of every run's policy model: its run directory is `<artifacts>/train/<train key>`, the train stage's
+artifact directory."""
 
 
 class Policy:
     """The policy model on a local vLLM server (or replicas on a Ray cluster, or an `autorl serve` elsewhere:
     `RunConfig.cluster`), and the task's tools; each started on first use (a fully cached run starts neither;
-    on a cluster it still joins Ray, so that an unreachable address fails before any stage runs)."""
+    on a cluster it still joins Ray, so that an unreachable address fails before any stage runs).
+
+    connect: make the backend now (a run: a cluster's replicas then answer the embedded judge, and an unreachable
+    cluster or server fails first); False: on first use, so that a reader of a recorded run's files (`autorl
+    export`) joins no Ray cluster and needs no server's token.
+    """
 
     def __init__(
-        self, config: RunConfig, artifacts: Path, train_key: str, calls: Counter, task: TaskSpec, log_dir: Path
+        self,
+        config: RunConfig,
+        artifacts: Path,
+        train_key: str,
+        calls: Counter,
+        task: TaskSpec,
+        log_dir: Path,
+        connect: bool = True,
     ):
-        self.backend = make_backend(artifacts, config.server, config.cluster, config.backend)
+        self._config, self._artifacts = config, artifacts
+        self._backend = self._make_backend() if connect else None
         self.model = TrainableModel(  # W&B: the run's own Tracker logs its steps (report_metrics=[]: not twice)
             name=train_key, project=TRAIN_PROJECT, base_model=config.model, trainer=config.trainer, report_metrics=[]
         )
@@ -51,9 +65,20 @@ class Policy:
         self._lock = asyncio.Lock()
 
     @property
+    def backend(self) -> Backend:
+        """Where the policy is served and trained (made on first use unless `connect`)."""
+        if self._backend is None:
+            self._backend = self._make_backend()
+        return self._backend
+
+    def _make_backend(self) -> Backend:
+        return make_backend(self._artifacts, self._config.server, self._config.cluster, self._config.backend)
+
+    @property
     def run_dir(self) -> Path:
-        """Where training writes checkpoints and history (the train stage's artifact directory)."""
-        return self.backend.run_dir(self.model)
+        """Where training writes checkpoints and history (the train stage's artifact directory): every backend of
+        `make_backend` keeps the model's run directory, or its copy (`RemoteBackend`'s mirror), there."""
+        return self._artifacts / self.model.project / self.model.name
 
     async def start(self, with_embedded: bool = False) -> None:
         """Start the policy's server (once). with_embedded: the embedded judge or generator will ask for the
@@ -185,7 +210,8 @@ class Policy:
             if self._toolbox is not None:
                 await self._toolbox.aclose()
         finally:
-            self.backend.close()
+            if self._backend is not None:
+                self._backend.close()
 
 
 async def task_rollout(

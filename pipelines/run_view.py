@@ -36,10 +36,11 @@ class RunView:
     """A recorded run, read from `<home>/runs/<name>/run.json`: its config, stage keys, and policy (not started).
 
     It is a `pipelines.records.run.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
-    `train.best_step`) read its artifacts.
+    `train.best_step`) read its artifacts. connect=False: its policy's backend is made on first use (`Policy`), so
+    reading its files joins no Ray cluster and asks no `autorl serve`.
     """
 
-    def __init__(self, home: Path, name: str, calls: Counter):
+    def __init__(self, home: Path, name: str, calls: Counter, connect: bool = True):
         record = load_run(home, name)
         self.home, self.name, self.record, self.calls = Path(home), name, record, calls
         self.keys: dict[str, str] = record.get("keys") or {}
@@ -55,7 +56,9 @@ class RunView:
             raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
         self.store = ArtifactStore(Path(home) / "artifacts")
         run_dir = Path(home) / "runs" / name
-        self.policy = Policy(self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs")
+        self.policy = Policy(
+            self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs", connect
+        )
 
     def artifact(self, stage: str) -> Path:
         return self.store.path(stage, self.keys[stage])
@@ -63,10 +66,12 @@ class RunView:
     def checkpoints(self) -> list[tuple[int, Path]]:
         return complete_checkpoints(self.policy.run_dir / "checkpoints")
 
-    def checkpoint_step(self, which: str) -> int:
-        """The step `which` names (`latest`, `best`: the highest mean training reward, or a step number); one
-        error line naming the checkpoints there are when it names none."""
-        steps = [step for step, _ in self.checkpoints()]
+    def checkpoint_step(self, which: str, steps: list[int] | None = None) -> int:
+        """The step `which` names (`latest`, `best`: the highest mean training reward, or a step number) among
+        `steps` (default: the complete checkpoints in the run directory); one error line naming the checkpoints
+        there are when it names none."""
+        if steps is None:
+            steps = [step for step, _ in self.checkpoints()]
         if not steps:
             raise AutoRLError(f"run {self.name!r} has no checkpoints yet")
         listing = ", ".join(checkpoint_name(step) for step in steps)

@@ -371,7 +371,7 @@ def test_remote_backend_needs_a_url_and_a_token_and_answers_to_arts_names(monkey
     monkeypatch.delenv("AUTORL_TOKEN", raising=False)
     with pytest.raises(AutoRLError, match="needs the server's URL"):
         art.RemoteBackend(api_key=TOKEN)
-    with pytest.raises(AutoRLError, match="needs the server's token: pass api_key= or set AUTORL_TOKEN"):
+    with pytest.raises(AutoRLError, match="needs the server's token: pass api_key=TOKEN or set AUTORL_TOKEN"):
         art.RemoteBackend("http://127.0.0.1:7999")
     monkeypatch.setenv("AUTORL_TOKEN", TOKEN)
     backend = art.ServerlessBackend(base_url="http://gpu-box:7999/v1")  # ART's keywords

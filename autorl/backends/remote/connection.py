@@ -82,7 +82,7 @@ class Connection:
         api_key = api_key if api_key is not None else os.environ.get(TOKEN_ENV)
         if not api_key:
             raise AutoRLError(
-                f"RemoteBackend needs the server's token: pass api_key= or set {TOKEN_ENV} "
+                f"RemoteBackend needs the server's token: pass api_key=TOKEN or set {TOKEN_ENV} "
                 "(`autorl serve` wrote it to HOME/serve/token unless given one)"
             )
         self.api_key = api_key
