@@ -18,7 +18,8 @@ Paths (every one but /health needs the token; bodies are wire.py's request model
     POST /v1/chat/completions, /v1/completions OpenAI-compatible inference, passed on to the model's vLLM
                                                server; every other /v1 path is 404 before anything is sent
                                                on (`autorl.serving.routes`: vLLM's LoRA loading and
-                                               development endpoints are never reachable from here)
+                                               development endpoints are never reachable from here);
+                                               answer tokens and choices bounded (`ServeLimits.check_ask`)
     POST /models/NAME/rollouts[/ID/...]        the capture gateway: an agent's calls recorded by rollout id
                                                (rollouts.py; with X-Autorl-Rollout: ID, /v1/chat/completions too)
 
