@@ -69,6 +69,7 @@ from .wire import (
     Trained,
     TrainRequest,
     check_name,
+    invalid_line,
 )
 
 log = logging.getLogger("autorl")
@@ -169,12 +170,6 @@ def json_object(raw: bytes, route: str) -> dict:
     return body
 
 
-def one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
-
-
 def error(status: int, message: str) -> JSONResponse:
     line = " ".join(str(message).split())
     return JSONResponse({"error": line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS] + "..."}, status)
@@ -200,7 +195,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.exception_handler(ValidationError)
     async def invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        return error(400, one_line(exc))
+        return error(400, invalid_line(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -40,7 +40,7 @@ from .answers import (
     read_into,
     unpack,
 )
-from .wire import CLIENT_HEADER, DEFAULT_PORT, GZIP_OVER_BYTES, TOKEN_ENV, URL_ENV
+from .wire import CLIENT_HEADER, DEFAULT_PORT, GZIP_OVER_BYTES, TOKEN_ENV, URL_ENV, invalid_line
 
 log = logging.getLogger("autorl")
 
@@ -131,10 +131,8 @@ class Connection:
         try:
             return kind.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "the answer"
             raise AutoRLError(
-                f"autorl server {self.url}{path}: unexpected answer ({where}: {first['msg']}); "
+                f"autorl server {self.url}{path}: unexpected answer ({invalid_line(exc)}); "
                 "are this client and the server the same autorl version?"
             ) from None
 
