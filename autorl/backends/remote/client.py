@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 from collections import defaultdict
@@ -36,6 +37,7 @@ import httpx
 from ...atomic import atomic_text
 from ...capture.rollouts import FinishedRollout, GatewayRollout, OpenedRollout
 from ...errors import AutoRLError
+from ...threads import in_time
 from ...training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..base import TrainingCalls
 from ..run_dir import HISTORY_FILE, ensure_writable
@@ -287,8 +289,11 @@ class RemoteBackend(Connection, TrainingCalls):
         """Let other clients train the models this one trained (the server frees them by itself after a while
         too). Nothing on the server stops."""
         for name in sorted(self._trained):
-            with contextlib.suppress(httpx.HTTPError):  # else the server frees the model when its lease ends
-                httpx.post(f"{self.url}/models/{name}/release", headers=self.headers, timeout=10)
+            release = functools.partial(
+                httpx.post, f"{self.url}/models/{name}/release", headers=self.headers, timeout=self.probe_deadline_s
+            )
+            with contextlib.suppress(httpx.HTTPError, TimeoutError):  # else the server frees it when its lease ends
+                in_time(release, self.probe_deadline_s)
         self._trained.clear()
 
     async def __aenter__(self) -> RemoteBackend:
