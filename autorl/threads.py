@@ -1,5 +1,6 @@
-"""Blocking calls on daemon threads, as futures of the running event loop: unlike `asyncio.to_thread`, nothing
-(neither the loop nor the interpreter's exit) waits for a call once its caller has given up on it."""
+"""Blocking calls on daemon threads, as futures of the running event loop (`in_daemon_thread`) or waited for up to a
+deadline (`in_time`): unlike `asyncio.to_thread`, nothing (neither the loop nor the interpreter's exit) waits for a
+call once its caller has given up on it."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ def in_daemon_thread(fn: Callable[[], Any], name: str | None = None, stay: bool 
 
     threading.Thread(target=work, name=name or getattr(fn, "__name__", "background"), daemon=True).start()
     return future
+
+
+def in_time(fn: Callable[[], Any], timeout_s: float) -> Any:
+    """`fn()`'s result (or error) when it returns within `timeout_s`, else `TimeoutError`: a blocking call whose
+    caller must not wait past a deadline (a server that answers a byte at a time), from sync code that may run
+    inside an event loop. `fn` runs on a daemon thread, left to end by itself when the deadline passes."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["result"] = fn()
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name=getattr(fn, "__name__", "in_time"), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]

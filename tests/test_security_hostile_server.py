@@ -1,6 +1,7 @@
 """A hostile `autorl serve`: answers a real HTTP server on 127.0.0.1 sends `RemoteBackend`, each read as one
-`AutoRLError` line (no traceback, no terminal escape, bounded in size), in bounded memory and depth, and a
-checkpoint archive that writes nothing outside its target (no paths out, no links, no devices)."""
+`AutoRLError` line (no traceback, no terminal escape, bounded in size), in bounded memory, depth and time (an
+answer that trickles in a byte at a time), and a checkpoint archive that writes nothing outside its target (no
+paths out, no links, no devices)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import asyncio
 import gzip
 import io
 import json
+import socket
 import tarfile
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +23,7 @@ from autorl import TrainableModel
 from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.wire import History
 from autorl.errors import AutoRLError
+from tests.helpers.limits import scaled
 from tests.helpers.remote import TOKEN
 
 ANSWER_CAP = 64 * 1024
@@ -150,3 +154,71 @@ def test_security_history_and_checkpoint_lists_are_bounded(hostile, tmp_path):
         refused(hostile, (200, JSON, body), lambda backend, model: backend.list_checkpoints(model))
     deep = b'{"history": [{"x": ' + b"[" * 900 + b"]" * 900 + b"}]}"
     refused(hostile, (200, JSON, deep), lambda backend, model: backend.answer(History, "GET", "/models/m/history"))
+
+
+class Trickle:
+    """A server on 127.0.0.1 that answers every request a byte every `every_s` (never silent long enough for a
+    read timeout): its head too when `slow_head`, else the head at once and then the body."""
+
+    HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+
+    def __init__(self, slow_head: bool, every_s: float = 0.2):
+        self.slow_head, self.every_s = slow_head, every_s
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(connection,), daemon=True).start()
+
+    def answer(self, connection: socket.socket) -> None:
+        with connection:
+            request = b""
+            while b"\r\n\r\n" not in request and (chunk := connection.recv(65536)):
+                request += chunk
+            slow = b'{"step": 1' + b" " * (100_000 - 11) + b"}"
+            if self.slow_head:
+                slow = self.HEAD + slow
+            else:
+                connection.sendall(self.HEAD)
+            for byte in slow:
+                if self.stop.is_set():
+                    return
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:  # the client gave up
+                    return
+                time.sleep(self.every_s)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+@pytest.mark.parametrize("slow_head", [False, True], ids=["a trickled body", "a trickled head"])
+def test_security_an_answer_that_trickles_in_is_one_line_at_a_deadline(slow_head):
+    """A server that answers a byte every 0.2 s passes every per-read timeout, and would hold the client for
+    hours: each of the client's requests (a request, the check before a run, the health check, a release) ends at
+    its deadline (`answer_deadline_s`, `probe_deadline_s`), a request in one line naming the URL."""
+    server = Trickle(slow_head)
+    try:
+        backend = RemoteBackend(f"http://127.0.0.1:{server.port}", api_key=TOKEN, retries=0)
+        backend.answer_deadline_s = backend.probe_deadline_s = 1.0
+        model = TrainableModel(name="m")
+        started = time.monotonic()
+        with pytest.raises(AutoRLError, match=r"/models/m/step: no whole answer within 1 s \(it came too slowly\)"):
+            asyncio.run(backend.get_step(model))
+        with pytest.raises(AutoRLError, match=r"does not answer \(TimeoutError\)"):
+            backend.check_reachable()
+        assert asyncio.run(backend.wait_for_health()) is False
+        backend._trained.add("m")
+        backend.close()  # the release: given up at its deadline, as any release that fails
+        assert time.monotonic() - started < scaled(60)  # each deadline is 1 s; the trickle would take hours
+    finally:
+        server.close()

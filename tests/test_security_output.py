@@ -1,10 +1,11 @@
 """Security findings about what autorl prints: every line of the `autorl` command (its error line, log records
 and their tracebacks) passes through redaction, run as a user runs it (a subprocess); so does every part of an
-exported span."""
+exported span, and `autorl show` of a record that holds one."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import subprocess
@@ -15,9 +16,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link
+from typer.testing import CliRunner
 
 from autorl.redaction import RedactingFilter, RedactingStream
 from autorl.span_redaction import RedactingProcessor
+from pipelines.cli import app as cli
 from tests.helpers.docs import ROOT
 from tests.helpers.limits import scaled
 from tests.helpers.remote import free_port
@@ -85,3 +88,19 @@ def test_security_a_spans_name_resource_links_and_events_are_redacted():
          [e.name for e in exported.events])
     )  # fmt: skip
     assert PASSWORD not in text and text.count("<redacted>") == 4, text
+
+
+def test_security_autorl_show_prints_no_secret_a_run_record_holds(tmp_path):
+    """A run record edited by hand (or written by an older autorl) may hold a secret's value: `autorl show` prints
+    what it holds through redaction, the title and every stage's figures alike."""
+    key, token = "sk-proj-" + "Ab3dEf5hIj7lMn9pQr1tUv3xYz5", "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    record = {
+        "status": "done",
+        "task": {"description": f"call the API with {key}"},
+        "stages": {"inputs": {"summary": {"note": f"token {token}"}}},
+    }
+    (tmp_path / "runs" / "leaky").mkdir(parents=True)
+    (tmp_path / "runs" / "leaky" / "run.json").write_text(json.dumps(record))
+    shown = CliRunner().invoke(cli, ["show", "leaky", "--home", str(tmp_path)], terminal_width=200)
+    assert shown.exit_code == 0 and "call the API with <redacted>" in shown.output, shown.output
+    assert key not in shown.output and token not in shown.output and "token <redacted>" in shown.output

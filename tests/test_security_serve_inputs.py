@@ -1,6 +1,7 @@
 """`autorl serve` as a hostile client tries it, over real HTTP (security round 3's closing review): a body nested past
 the parser's depth on `/v1`, a checkpoint step outside 0..MAX_STEP, metric names that forge lines of the server's
-log, a vLLM flag's value that is not one of its values; each a 4xx line, none a 500, nothing started or written."""
+log, a vLLM flag's value that is not one of its values, answer tokens or choices past the server's limits on `/v1`;
+each a 4xx line, none a 500, nothing started, written or sent on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from autorl.backends.remote.limits import ServeLimits
 from autorl.serving.config import ServerConfig
 from tests.helpers.chat_server import ChatCompletionServer, completion
 from tests.helpers.remote import Harness, call, register_body
@@ -63,3 +65,29 @@ def test_security_a_vllm_flag_a_client_sets_takes_that_flags_values_only(serving
     with pytest.raises(ValidationError):
         ServerConfig(**server)
     assert ServerConfig(dtype="bfloat16", tool_call_parser="llama3_json").dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+def test_security_what_a_v1_request_asks_is_bounded_as_a_rollouts_is(serving, route):
+    """The plain `/v1` routes bound answer tokens and choices as the capture gateway's rollout routes do (one
+    check, `ServeLimits.check_ask`): past a bound a 400 line naming the option, and nothing reaches the model."""
+    limits = ServeLimits()
+    ask = {"model": "agent", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi"}
+    tokens = "(autorl serve --max-client-model-len)"
+    sent = len(serving.chat.paths)
+    for field, value, says in [
+        ("max_tokens", limits.max_client_model_len + 1, f"max_tokens=8193 is over the limit of 8192 {tokens}"),
+        ("max_completion_tokens", 10**400, tokens),
+        ("max_tokens", float("inf"), tokens),
+        ("n", limits.max_num_seqs + 1, "n=257 is over the limit of 256 (autorl serve --max-num-seqs)"),
+        ("n", 0, "n must be a positive number, not '0'"),
+        ("n", float("nan"), "n must be a positive number, not 'nan'"),
+        ("max_tokens", "9" * 100, "max_tokens must be a positive number, not '99999"),
+    ]:
+        answer = call("POST", f"{serving.url}{route}", content=json.dumps({**ask, field: value}))
+        line = answer.json()["error"]
+        assert answer.status_code == 400 and says in line and "\n" not in line, (field, value, answer.text)
+    assert len(serving.chat.paths) == sent  # nothing past a bound was sent on
+    inside = {**ask, "max_tokens": limits.max_client_model_len, "n": 2}
+    assert call("POST", f"{serving.url}{route}", content=json.dumps(inside)).status_code == 200
+    assert serving.chat.paths[sent:] == [route] and serving.chat.requests[-1]["max_tokens"] == 8192

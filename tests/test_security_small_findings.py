@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from typer.testing import CliRunner
 
+from autorl import TrainableModel
+from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.limits import ServeLimits
 from autorl.backends.remote.wire import check_name
 from autorl.errors import AutoRLError
 from pipelines.cli import app as cli
 from pipelines.config import check_run_name
 from tests.helpers.cli import TASK, run_error_line
-from tests.helpers.remote import Harness, ScriptedPlacement, call, register_body
+from tests.helpers.remote import Harness, ScriptedPlacement, call, free_port, register_body
 
 
 @pytest.mark.parametrize("name", ["-rf", "--help", "-"])
@@ -103,3 +106,26 @@ def test_security_failed_registrations_hold_no_room_and_leave_no_directory(tmp_p
         assert sorted(p.name for p in (tmp_path / "models").glob("*/*")) == ["agent"]
     finally:
         harness.stop()
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda b, m: b.log(m, [], "val", {"val/re\x00ward": 1.0}, None), r"metrics\.'val/re\\x00ward'\.\[key\]: "),
+        (lambda b, m: b.log(m, [], "val", {"x" * 300: 1.0}, None), r"metrics\.'xxx.*\(300 characters\)\.\[key\]"),
+        (lambda b, m: b.log(m, [], "val", {"val/reward": float("nan")}, None), r"metrics\.val/reward: .*finite"),
+        (lambda b, m: b.log(m, [], "a b", {}, None), r"split: String should match pattern"),
+        (lambda b, m: b.log(m, [], "val", {}, 10**12), r"step: Input should be less than or equal to 999999999"),
+        (lambda b, m: b.delete_checkpoints(m, "val\nreward", "best"), r"best_checkpoint_metric: String should"),
+        (lambda b, m: b.serve_checkpoint(m, -1), r"step: Input should be greater than or equal to 0"),
+    ],
+)
+def test_security_a_request_the_client_cannot_send_is_one_line_before_anything_is_sent(call, says):
+    """What `RemoteBackend` would send that the server's wire models refuse (a metric named with a control
+    character, or too long; a figure that is not finite; a step past the highest) is one `AutoRLError` line
+    naming the call and the field, not pydantic's ValidationError, and nothing is sent: no server listens there."""
+    backend = RemoteBackend(f"http://127.0.0.1:{free_port()}", api_key="k" * 32, retries=0)
+    with pytest.raises(AutoRLError, match=says) as raised:
+        asyncio.run(call(backend, TrainableModel(name="m")))
+    line = str(raised.value)
+    assert line.startswith("RemoteBackend ") and " of 'm': " in line and line.isprintable() and len(line) < 300, line

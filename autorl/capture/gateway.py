@@ -15,7 +15,7 @@ inference name, its answer relayed as it arrives (a stream chunk by chunk) and r
 agent's own name opens a rollout on its first call, as `autorl capture` lets it), a body is at most
 `max_body_bytes` (a longer declared length is refused before a byte is read), a request that is not a chat
 completion (messages with roles, tools a list of objects) is a 400 and reaches no model, what a request asks of the model is bounded by `limits` (answer tokens, choices, requests at
-once: `check_ask`, `ServeLimits`), and a rollout not finished is dropped past `max_rollouts` (the oldest first).
+once: `ServeLimits.check_ask`), and a rollout not finished is dropped past `max_rollouts` (the oldest first).
 `autorl serve` has the same routes under each model (`autorl.backends.remote.rollouts`).
 """
 
@@ -49,7 +49,6 @@ from .rollouts import (
     OpenedRollout,
     Reward,
     Rollouts,
-    check_ask,
     recorder,
     recording,
 )
@@ -147,7 +146,7 @@ class CaptureGateway:
         body = chat_request("POST", request.url.path, await request.body())
         if body is None:
             return JSONResponse({"error": "not a chat completion request (JSON with `messages`)"}, status_code=400)
-        if (why := check_ask(body, self.limits, "autorl capture")) is not None:
+        if (why := self.limits.check_ask(body, "autorl capture")) is not None:
             return JSONResponse({"error": why}, status_code=400)
         body["model"] = self.model.get_inference_name()
         client = self.model.http_client()

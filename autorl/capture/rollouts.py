@@ -1,13 +1,12 @@
 """What every capture gateway shares, the standalone one (gateway.py: `CaptureGateway`, `autorl capture`) and the
 per-model routes of `autorl serve` (`autorl.backends.remote.rollouts`): the open rollouts it records into, by id
-(`Rollouts`); what it lets an agent ask of the model (`check_ask`, by `ServeLimits`); an answer relayed to the
-agent as it arrives and recorded once complete (`recording`); and what goes over the wire (`Reward`,
-`OpenedRollout`, `FinishedRollout`, `GatewayRollout`).
+(`Rollouts`); an answer relayed to the agent as it arrives and recorded once complete (`recording`); and what
+goes over the wire (`Reward`, `OpenedRollout`, `FinishedRollout`, `GatewayRollout`). What an agent may ask of the
+model is bounded as every chat request to a served model is (`ServeLimits.check_ask`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import secrets
 import zlib
@@ -17,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..backends.remote.limits import ServeLimits
 from ..trajectories import Trajectory
 from .completions import recorded_choice
 
@@ -119,26 +117,6 @@ class Rollouts:
         done = [(rollout_id, found.trajectory.finish()) for rollout_id, found in self._open.items()]
         self._open.clear()
         return done
-
-
-ASKED_TOKENS = ("max_tokens", "max_completion_tokens")
-"""The fields of a chat request that ask for answer tokens."""
-
-
-def check_ask(body: dict[str, Any], limits: ServeLimits, command: str) -> str | None:
-    """The line that refuses what a chat request asks of the model past `limits` (the options of `command`), or
-    None: answer tokens (`max_tokens`, `max_completion_tokens`) up to `max_client_model_len`, choices (`n`) up to
-    `max_num_seqs`."""
-    asked = {field: (body.get(field), limits.max_client_model_len, "max_client_model_len") for field in ASKED_TOKENS}
-    asked["n"] = (body.get("n"), limits.max_num_seqs, "max_num_seqs")
-    for field, (value, bound, option) in asked.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 1:
-            return f"{field} must be a positive number, not {str(value)[:40]!r}"
-        if value > bound:
-            return f"{field}={value:g} is over the limit of {bound} ({command} --{option.replace('_', '-')})"
-    return None
 
 
 async def recording(chunks: AsyncIterator[bytes], encoding: str, done: Callable[[bytes], None]) -> AsyncIterator[bytes]:

@@ -123,6 +123,8 @@ class Harness:
         limits=None,
         options: ServeConfig | None = None,
     ):
+        self.chat = chat
+        """The scripted endpoint the models' requests reach (`chat.paths`: what was sent on)."""
         config = ServerConfig(lora_serving=serving)
         backend = art.LocalBackend(home / MODELS_DIR, server=config)
         backend.placement = ScriptedPlacement(chat, config)

@@ -18,7 +18,8 @@ Paths (every one but /health needs the token; bodies are wire.py's request model
     POST /v1/chat/completions, /v1/completions OpenAI-compatible inference, passed on to the model's vLLM
                                                server; every other /v1 path is 404 before anything is sent
                                                on (`autorl.serving.routes`: vLLM's LoRA loading and
-                                               development endpoints are never reachable from here)
+                                               development endpoints are never reachable from here);
+                                               answer tokens and choices bounded (`ServeLimits.check_ask`)
     POST /models/NAME/rollouts[/ID/...]        the capture gateway: an agent's calls recorded by rollout id
                                                (rollouts.py; with X-Autorl-Rollout: ID, /v1/chat/completions too)
 
@@ -68,6 +69,7 @@ from .wire import (
     Trained,
     TrainRequest,
     check_name,
+    invalid_line,
 )
 
 log = logging.getLogger("autorl")
@@ -168,12 +170,6 @@ def json_object(raw: bytes, route: str) -> dict:
     return body
 
 
-def one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
-
-
 def error(status: int, message: str) -> JSONResponse:
     line = " ".join(str(message).split())
     return JSONResponse({"error": line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS] + "..."}, status)
@@ -199,7 +195,7 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.exception_handler(ValidationError)
     async def invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        return error(400, one_line(exc))
+        return error(400, invalid_line(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

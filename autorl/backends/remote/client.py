@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 from collections import defaultdict
@@ -36,6 +37,7 @@ import httpx
 from ...atomic import atomic_text
 from ...capture.rollouts import FinishedRollout, GatewayRollout, OpenedRollout
 from ...errors import AutoRLError
+from ...threads import in_time
 from ...training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..base import TrainingCalls
 from ..run_dir import HISTORY_FILE, ensure_writable
@@ -55,6 +57,7 @@ from .wire import (
     Steps,
     Trained,
     TrainRequest,
+    built,
     check_name,
 )
 
@@ -138,7 +141,9 @@ class RemoteBackend(Connection, TrainingCalls):
     async def register(self, model: TrainableModel) -> None:
         """Serve `model` on the server (its newest checkpoint there, if it has one); its OpenAI clients then
         reach the server's `/v1` with the token."""
-        request = RegisterRequest(
+        request = built(
+            RegisterRequest,
+            f"RemoteBackend register of {model.name!r}",
             name=check_name(model.name),
             project=check_name(model.project, "project"),
             base_model=model.base_model,
@@ -169,7 +174,9 @@ class RemoteBackend(Connection, TrainingCalls):
         """A step of `model` on the server: a `TrainRequest` of `fields` under this client's id for it."""
         async with self._stepping[model.name]:  # one step of a model at a time from here: each its own id
             step = await self.get_step(model) + 1
-            request = TrainRequest(**fields, step_id=f"{self.client_id}-{step}")
+            request = built(
+                TrainRequest, f"RemoteBackend step of {model.name!r}", **fields, step_id=f"{self.client_id}-{step}"
+            )
             answer = await self.answer(Trained, "POST", f"/models/{model.name}/train", request)
             self._trained.add(model.name)
             model.inference_model_name = answer.inference_name
@@ -187,16 +194,17 @@ class RemoteBackend(Connection, TrainingCalls):
     async def serve_checkpoint(self, model: TrainableModel, step: int) -> str:
         """The name to request checkpoint `step` under (0: the base model). With merged serving (the server's
         default on CPU) only the newest checkpoint is servable: another step is one error line."""
-        return (
-            await self.answer(Registered, "POST", f"/models/{model.name}/serve", ServeRequest(step=step))
-        ).inference_name
+        request = built(ServeRequest, f"RemoteBackend serve_checkpoint of {model.name!r}", step=step)
+        return (await self.answer(Registered, "POST", f"/models/{model.name}/serve", request)).inference_name
 
     async def log(
         self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
     ) -> dict[str, float]:
         from ...model import TrainableModel
 
-        request = LogRequest(
+        request = built(
+            LogRequest,
+            f"RemoteBackend log of {model.name!r}",
             project=check_name(model.project, "project"),
             trainable=isinstance(model, TrainableModel),
             report_metrics=model.report_metrics,
@@ -209,7 +217,12 @@ class RemoteBackend(Connection, TrainingCalls):
         return (await self.answer(Figures, "POST", path, request, idempotent=False)).root
 
     async def delete_checkpoints(self, model: TrainableModel, best_checkpoint_metric: str, keep: str) -> list[int]:
-        request = DeleteRequest(best_checkpoint_metric=best_checkpoint_metric, keep=keep)
+        request = built(
+            DeleteRequest,
+            f"RemoteBackend delete_checkpoints of {model.name!r}",
+            best_checkpoint_metric=best_checkpoint_metric,
+            keep=keep,
+        )
         deleted = (await self.answer(Deleted, "POST", f"/models/{model.name}/delete_checkpoints", request)).deleted
         await self._copy_back(model)
         return deleted
@@ -276,8 +289,11 @@ class RemoteBackend(Connection, TrainingCalls):
         """Let other clients train the models this one trained (the server frees them by itself after a while
         too). Nothing on the server stops."""
         for name in sorted(self._trained):
-            with contextlib.suppress(httpx.HTTPError):  # else the server frees the model when its lease ends
-                httpx.post(f"{self.url}/models/{name}/release", headers=self.headers, timeout=10)
+            release = functools.partial(
+                httpx.post, f"{self.url}/models/{name}/release", headers=self.headers, timeout=self.probe_deadline_s
+            )
+            with contextlib.suppress(httpx.HTTPError, TimeoutError):  # else the server frees it when its lease ends
+                in_time(release, self.probe_deadline_s)
         self._trained.clear()
 
     async def __aenter__(self) -> RemoteBackend:

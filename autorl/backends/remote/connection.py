@@ -3,9 +3,9 @@
 Faults: a request that cannot reach the server, or that it answers 5xx, is sent again with exponential
 backoff (a server restarting resumes its models from their newest checkpoints), then ends in one
 `AutoRLError` line naming the URL. Every answer is read as answers.py reads what a server it does not trust
-says: bounded in bytes and depth, an error as one printable line; a download (a checkpoint's .tar.gz) is
-bounded in bytes as sent and as unpacked, holds files and directories only, and unpacks into a directory that
-appears whole or not at all.
+says: bounded in bytes, depth and time (a deadline on the whole answer, not only a timeout per read), an error as
+one printable line; a download (a checkpoint's .tar.gz) is bounded in bytes as sent and as unpacked, holds files
+and directories only, and unpacks into a directory that appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from ...errors import AutoRLError
 from ...serving.auth import bearer
 from ...serving.config import LOOPBACK_HOSTS
+from ...threads import in_time
 from .answers import (
     MAX_ANSWER_BYTES,
     MAX_ERROR_BYTES,
@@ -40,12 +41,17 @@ from .answers import (
     read_into,
     unpack,
 )
-from .wire import CLIENT_HEADER, DEFAULT_PORT, GZIP_OVER_BYTES, TOKEN_ENV, URL_ENV
+from .wire import CLIENT_HEADER, DEFAULT_PORT, GZIP_OVER_BYTES, TOKEN_ENV, URL_ENV, invalid_line
 
 log = logging.getLogger("autorl")
 
 REQUEST_TIMEOUT = httpx.Timeout(3600, connect=10)
 """A training step on a CPU, or one waiting for the server to start the model's vLLM, takes minutes."""
+ANSWER_DEADLINE_S = 3600.0
+"""The longest one try of a request takes, its whole answer included: the per-read timeout bounds a silence, not a
+server that answers a byte every few seconds."""
+PROBE_DEADLINE_S = 10.0
+"""The longest a quick request takes, its answer included: a health check, the check before a run, a release."""
 MAX_DOWNLOAD_BYTES = 4 * 2**30
 """The largest checkpoint a client downloads (as sent, and unpacked): a LoRA's adapter is megabytes."""
 A = TypeVar("A", bound=BaseModel)
@@ -98,6 +104,11 @@ class Connection:
 
     max_answer_bytes = MAX_ANSWER_BYTES
     """The largest JSON answer read from the server (more is one error line, not read further)."""
+    answer_deadline_s = ANSWER_DEADLINE_S
+    """The longest one try of a request may take, from its connection to its answer's last byte (past it: one
+    error line, not tried again); raise it for a training step that takes longer."""
+    probe_deadline_s = PROBE_DEADLINE_S
+    """The longest a health check, the check before a run or a release may take, its answer included."""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -131,10 +142,8 @@ class Connection:
         try:
             return kind.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "the answer"
             raise AutoRLError(
-                f"autorl server {self.url}{path}: unexpected answer ({where}: {first['msg']}); "
+                f"autorl server {self.url}{path}: unexpected answer ({invalid_line(exc)}); "
                 "are this client and the server the same autorl version?"
             ) from None
 
@@ -162,7 +171,13 @@ class Connection:
             into.seek(0)
             into.truncate()
             try:
-                status, line = await self._exchange(method, where, content, headers, into, limit)
+                async with asyncio.timeout(self.answer_deadline_s):
+                    status, line = await self._exchange(method, where, content, headers, into, limit)
+            except TimeoutError:
+                raise AutoRLError(
+                    f"autorl server {where}: no whole answer within {self.answer_deadline_s:g} s (it came too slowly); "
+                    "is it an autorl server? (a longer training step: raise RemoteBackend.answer_deadline_s)"
+                ) from None
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if idempotent or isinstance(exc, httpx.ConnectError):
@@ -196,22 +211,26 @@ class Connection:
             return response.status_code, ""
 
     def check_reachable(self) -> None:
-        """One `AutoRLError` line, at once, when the server does not answer or refuses the token (no retries:
-        for a check before anything expensive starts)."""
+        """One `AutoRLError` line, within `probe_deadline_s`, when the server does not answer or refuses the token
+        (no retries: for a check before anything expensive starts)."""
         try:
-            with (
-                httpx.Client(timeout=10) as client,
-                client.stream("GET", f"{self.url}/v1/models", headers=self.headers) as response,
-            ):
-                status, raw = response.status_code, head(response.iter_raw(), MAX_ERROR_BYTES)
-        except httpx.TransportError as exc:
+            status, raw, reason = in_time(self._probe, self.probe_deadline_s)
+        except (httpx.TransportError, TimeoutError) as exc:
             raise AutoRLError(
                 f"autorl server {self.url} does not answer ({type(exc).__name__}): is `autorl serve` running there?"
             ) from None
         if status == 401:
             raise AutoRLError(f"autorl server {self.url} refused the token: set {TOKEN_ENV} to the server's")
         if status >= 400:
-            raise AutoRLError(f"autorl server {self.url}: {error_line(raw, response.reason_phrase)} (HTTP {status})")
+            raise AutoRLError(f"autorl server {self.url}: {error_line(raw, reason)} (HTTP {status})")
+
+    def _probe(self) -> tuple[int, bytes, str]:
+        """`GET /v1/models`: its status, the first `MAX_ERROR_BYTES` of its answer, its status's phrase."""
+        with (
+            httpx.Client(timeout=self.probe_deadline_s) as client,
+            client.stream("GET", f"{self.url}/v1/models", headers=self.headers) as response,
+        ):
+            return response.status_code, head(response.iter_raw(), MAX_ERROR_BYTES), response.reason_phrase
 
     async def download(self, path: str, target: Path) -> Path:
         """Unpack the .tar.gz at `path` on the server into the directory `target` (made whole or not at all;
@@ -227,10 +246,13 @@ class Connection:
         with the requests' backoff; whether it does."""
         for attempt in range(self.retries + 1):
             try:
-                async with httpx.AsyncClient(timeout=httpx.Timeout(10)) as client:
+                async with (
+                    asyncio.timeout(self.probe_deadline_s),
+                    httpx.AsyncClient(timeout=self.probe_deadline_s) as client,
+                ):
                     if (await client.get(f"{self.url}/health")).status_code == 200:
                         return True
-            except httpx.TransportError:
+            except (httpx.TransportError, TimeoutError):
                 pass
             await asyncio.sleep(self.backoff_s * 2**attempt)
         return False

@@ -39,14 +39,16 @@ class ServeLimits(BaseModel):
     max_client_model_len: int = Field(8192, ge=16)
     """Largest context a client may give its model's vLLM server (`server.max_model_len`), and bound of
     `config.max_completion_tokens`, `config.overlong_buffer` and the trainer's token counts
-    (`trainer.logprob_chunk_tokens`, `trainer.eager_attention_max_tokens`)."""
+    (`trainer.logprob_chunk_tokens`, `trainer.eager_attention_max_tokens`), and of the answer tokens an inference
+    request asks for (`max_tokens`, `max_completion_tokens`)."""
     max_kv_cache_gb: float = Field(32.0, gt=0)
     """Largest KV cache a client may give its model's vLLM server (`server.kv_cache_bytes`), in GiB."""
     max_gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     """Largest fraction of GPU memory a client may give its model's vLLM server (`server.gpu_memory_utilization`):
     the rest stays for the trainer and the other models."""
     max_num_seqs: int = Field(256, ge=1)
-    """Most sequences a model's vLLM server may run at once (`server.max_num_seqs`)."""
+    """Most sequences a model's vLLM server may run at once (`server.max_num_seqs`), and most choices an
+    inference request asks for (`n`)."""
     max_client_lora_rank: int = Field(64, ge=1)
     """Largest LoRA rank a client may train or serve (`trainer.lora_rank`, `server.max_lora_rank`)."""
     max_loras: int = Field(8, ge=1)
@@ -91,6 +93,22 @@ class ServeLimits(BaseModel):
             f"base model {quoted(base_model)} is not the embedded model nor under this server's model roots; "
             "its operator may allow a directory with `autorl serve --model-roots DIR`"
         )
+
+    def check_ask(self, body: dict[str, Any], command: str = "autorl serve") -> str | None:
+        """The line that refuses what an inference request (`/v1/chat/completions`, `/v1/completions`, a capture
+        gateway's chat route) asks of a model past these limits (the options of `command`), or None: answer
+        tokens (`max_tokens`, `max_completion_tokens`) up to `max_client_model_len`, choices (`n`) up to
+        `max_num_seqs`. Checked before anything is sent on."""
+        asked = {field: (body.get(field), self.max_client_model_len, "max_client_model_len") for field in ASKED_TOKENS}
+        asked["n"] = (body.get("n"), self.max_num_seqs, "max_num_seqs")
+        for field, (value, bound, option) in asked.items():
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:  # NaN too
+                return f"{field} must be a positive number, not {quoted(str(value))}"
+            if value > bound:  # an int of hundreds of digits, or inf, included
+                return f"{field}={shown(value)} is over the limit of {bound} ({command} --{option.replace('_', '-')})"
+        return None
 
     @property
     def max_kv_cache_bytes(self) -> int:
@@ -173,6 +191,8 @@ class ServeLimits(BaseModel):
         return None
 
 
+ASKED_TOKENS = ("max_tokens", "max_completion_tokens")
+"""The fields of an inference request that ask for answer tokens."""
 MAX_MODULE_CHARS = 128
 MODULE_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.]{{0,{MAX_MODULE_CHARS - 1}}}")
 FIXED_BOUNDS = {

@@ -10,7 +10,7 @@ the training program fetches (`RemoteBackend.capture_rollout` / `finish_rollout`
     POST /v1/chat/completions, X-Autorl-Rollout: ID     the same as the second, for an agent whose base URL stays /v1
 
 Each needs the server's token, counts against `--max-concurrent-requests` and reaches the model's vLLM server on
-`/v1/chat/completions` only; what an agent asks is bounded by the server's `ServeLimits` (`check_ask`).
+`/v1/chat/completions` only; what an agent asks is bounded by the server's `ServeLimits` (`check_ask`), as on `/v1`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from ...capture.rollouts import FinishedRollout, OpenedRollout, Reward, Rollouts, check_ask, recorder, recording
+from ...capture.rollouts import FinishedRollout, OpenedRollout, Reward, Rollouts, recorder, recording
 from ...errors import quoted
 from ...trajectories import Trajectory
 from .served import Refused, ServedModels
@@ -54,8 +54,6 @@ class ServedRollouts:
         name, _ = self.trajectory(name, rollout)
         if not isinstance(body.get("messages"), list):
             raise Refused(400, f"{CHAT_ROUTE} needs a JSON object with a list of messages")
-        if (why := check_ask(body, self.served.limits, "autorl serve")) is not None:
-            raise Refused(400, why)
         answer = await self.served.forward(request, CHAT_ROUTE, {**body, "model": name})
         if not isinstance(answer, StreamingResponse):  # forward streams every answer; anything else is not recorded
             return answer

@@ -312,9 +312,12 @@ class ServedModels:
 
     async def forward(self, request: Request, route: str, body: dict) -> Response:
         """Pass an OpenAI request to `route` (one of `INFERENCE_ROUTES`) on the vLLM server of the model it
-        names, streamed back as it comes."""
+        names, streamed back as it comes; what it asks of the model past `limits` is a 400 (`ServeLimits.check_ask`),
+        sent nowhere."""
         if not isinstance(body.get("model"), str):
             raise Refused(400, f'{route} needs a JSON object with a "model" name')
+        if (why := self.limits.check_ask(body)) is not None:
+            raise Refused(400, why)
         model, served = await self.target(body["model"])
         client = self._http.get(model.name)
         if client is None:  # held back while the model trains; resent once a dead vLLM server was restarted

@@ -9,12 +9,12 @@ client's id (`CLIENT_HEADER`). Names of models and projects are directory names 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from ...config import TrainConfig, TrainerConfig
-from ...errors import AutoRLError, quoted
+from ...errors import QUOTED_CHARS, AutoRLError, quoted
 from ...trajectories import Trajectory, TrajectoryGroup
 from ...types import TrainSFTConfig
 
@@ -40,6 +40,7 @@ GZIP_OVER_BYTES = 64 * 1024
 CLIENT_SET = frozenset({"host", "port", "extra_args"})
 """`ServerConfig` fields a client may not set for its model (`RegisterRequest.server`): the vLLM servers stay on
 loopback behind `autorl serve`, on ports it picks, with the flags it was started with."""
+M = TypeVar("M", bound=BaseModel)
 
 
 def check_trajectories(groups: list[TrajectoryGroup]) -> None:
@@ -172,3 +173,22 @@ def check_name(name: str, what: str = "model name") -> str:
             f"{what} {quoted(name)}: use letters, digits, '.', '_' and '-' (no '/', no leading '.' or '-', no '@')"
         )
     return name
+
+
+def invalid_line(exc: ValidationError) -> str:
+    """A request's or an answer's first validation error as one printable line, `where: why`: its field's path (a
+    part that is no short printable name, a metric's name holding a NUL, quoted: `quoted`), then why."""
+    first = exc.errors()[0]
+    parts = [str(part) for part in first["loc"]]
+    where = ".".join(part if len(part) <= QUOTED_CHARS and part.isprintable() else quoted(part) for part in parts)
+    why = " ".join(first["msg"].removeprefix("Value error, ").split())
+    return f"{where}: {why}" if where else why
+
+
+def built(kind: type[M], what: str, **fields: Any) -> M:
+    """The request `kind(**fields)` a client sends; one `AutoRLError` line naming `what` (the call that sends it)
+    and the field when a value is not one the server takes, before anything is sent."""
+    try:
+        return kind(**fields)
+    except ValidationError as exc:
+        raise AutoRLError(f"{what}: {invalid_line(exc)}") from None
