@@ -1,10 +1,12 @@
 """Fixtures every test file may take; what test files share beyond fixtures is in `tests/helpers/`."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from autorl.errors import ServerStartError
 from autorl.serving.config import EAGER_ENV, cuda_available
 from autorl.serving.environment import LAUNCHER_ENV
 from autorl.serving.launcher import RunningLauncher, start_launcher
@@ -34,7 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if "not slow" in (config.getoption("markexpr") or "") or cuda_available():
         return
-    config.stash[LAUNCHER] = start_launcher()
+    try:
+        config.stash[LAUNCHER] = start_launcher()
+    except ServerStartError as exc:  # the servers then start as they would without one: slower, not failing
+        print(f"no vLLM launcher for this run: {exc}", file=sys.stderr)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
