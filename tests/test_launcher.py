@@ -49,6 +49,7 @@ def test_a_request_is_declined_unless_the_launcher_runs_it_as_its_command_would(
     other_autorl = {**env, "PYTHONPATH": "/elsewhere"}
     assert "autorl from elsewhere" in declined({"argv": argv, "env": other_autorl, "cwd": "/"})
     assert declined({"argv": "python", "env": env, "cwd": "/"}) == "a malformed request"
+    assert declined([argv, env]) == "a malformed request"
 
 
 def test_with_no_launcher_listening_the_stand_in_runs_the_command_itself(tmp_path):

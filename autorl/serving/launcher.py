@@ -70,6 +70,8 @@ def attached(command: list[str], path: str) -> list[str]:
 
 def declined(request: dict) -> str | None:
     """Why this launcher cannot run `request` as its command would run on its own (None: it can)."""
+    if not isinstance(request, dict):
+        return "a malformed request"
     argv, env = request.get("argv"), request.get("env")
     if not isinstance(argv, list) or not isinstance(env, dict) or not isinstance(request.get("cwd"), str):
         return "a malformed request"
@@ -110,7 +112,7 @@ def _run_server(request: dict, fds: list[int], keep_closed: list[socket.socket])
         die_with_parent(signal.SIGKILL)
         for sock in keep_closed:
             sock.close()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -156,8 +158,7 @@ class Launcher:
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below (PEP 475 retries it otherwise)
-        while not self.stopping:
+        while not self.stopping:  # ended servers are reaped at least every half second
             for key, _events in self.selector.select(timeout=0.5):
                 if key.fileobj is self.listener:
                     self._accept()
@@ -168,7 +169,10 @@ class Launcher:
             self._kill(child, signal.SIGKILL)
 
     def _accept(self) -> None:
-        conn, _address = self.listener.accept()
+        try:
+            conn, _address = self.listener.accept()
+        except OSError:  # out of file descriptors, or the asker gone: it starts its server itself
+            return
         _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         if uid != os.getuid():
             conn.close()
@@ -181,24 +185,31 @@ class Launcher:
                 conn.sendall(f"declined {exc}\n".encode())
             conn.close()
             return
-        if reason := declined(request):
-            for fd in fds:
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                conn.sendall(f"declined {reason}\n".encode())
-            conn.close()
-            return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _run_server(request, fds, [self.listener, conn, *(c.conn for c in self.children.values())])
+        pid = None if (reason := declined(request)) else self._fork(request, fds, conn)
         for fd in fds:
             os.close(fd)
+        if pid is None:
+            with contextlib.suppress(OSError):
+                conn.sendall(f"declined {reason or 'the launcher could not fork'}\n".encode())
+            conn.close()
+            return
         child = _Child(pid, conn)
         self.children[pid] = child
-        conn.sendall(f"pid {pid}\n".encode())
+        with contextlib.suppress(OSError):  # a stand-in gone meanwhile: its end is read below, and kills the server
+            conn.sendall(f"pid {pid}\n".encode())
         self.selector.register(conn, selectors.EVENT_READ, child)
+
+    def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int | None:
+        """The pid of the server forked for `request` (None when fork fails: the stand-in starts it itself)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:
+            _run_server(request, fds, [self.listener, conn, *(c.conn for c in self.children.values())])
+        return pid
 
     def _from_stand_in(self, child: _Child) -> None:
         """A signal to relay, or the stand-in gone (killed: its server goes with it)."""
