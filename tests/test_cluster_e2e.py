@@ -33,8 +33,17 @@ SIZES = ["--steps", "2", "--group-size", str(GROUP_SIZE), "--groups-per-step", "
 """Two steps of two full groups, so that later groups' rollouts are under way when a replica is killed; two answers per
 validation input (the least eval allows) and no preflight checks, which the replicas serve like any other request
 (tested elsewhere)."""
-VALIDATION = 16
-"""The task's validation inputs (its inputs file's "val" rows), each scored by the run's evaluation."""
+INPUTS = Path(__file__).parent.parent / "benchmarks/perf/learning_tasks/inputs.jsonl"
+VALIDATION = 4
+"""The task's validation inputs the run scores (of 16): baseline and evaluate are not what this test is for."""
+
+
+def fewer_inputs(path: Path) -> Path:
+    """The task's inputs file with its training inputs and only `VALIDATION` of its validation ones."""
+    rows = [json.loads(line) for line in INPUTS.read_text().splitlines()]
+    kept = [r for r in rows if r["split"] == "train"] + [r for r in rows if r["split"] == "val"][:VALIDATION]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return path
 
 
 def replica_actors(run: subprocess.Popen) -> set[int]:
@@ -45,7 +54,8 @@ def replica_actors(run: subprocess.Popen) -> set[int]:
 @pytest.mark.timeout(1080)  # 135 s alone on 2 cores with native bf16, 586 s on an AVX2-only EPYC
 def test_an_async_two_replica_two_worker_run_trains_and_a_killed_replica_loses_no_rollout(tmp_path):
     cluster = ["--async", "1", "--ray", "local", "--replicas", "2", "--trainer-workers", "2"]
-    command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, *cluster]
+    inputs = ["--inputs-file", str(fewer_inputs(tmp_path / "inputs.jsonl"))]
+    command = [sys.executable, "-m", "pipelines.cli", "run", *TASK, *SIZES, *inputs, *cluster]
     run = subprocess.Popen(
         [*command, "--no-wandb", "--home", str(tmp_path / "home"), "--name", "ray"],
         stdout=subprocess.PIPE,
