@@ -13,6 +13,7 @@ failed one. It runs as a script (by path, like `die_with_parent.py`) and imports
 so it costs a bare interpreter's start.
 """
 
+import contextlib
 import json
 import os
 import select
@@ -74,7 +75,8 @@ def stand_in(conn: socket.socket, lines: Lines) -> int:
 
     def forward(signum: int, frame: object) -> None:
         kill_at.append(time.monotonic() + KILL_AFTER_S)
-        conn.sendall(f"signal {signum}\n".encode())
+        with contextlib.suppress(OSError):  # a launcher gone took its servers with it
+            conn.sendall(f"signal {signum}\n".encode())
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
@@ -82,7 +84,8 @@ def stand_in(conn: socket.socket, lines: Lines) -> int:
         line = lines.next_line(timeout=0.5)
         if line is None:
             if kill_at and time.monotonic() > kill_at[0]:
-                conn.sendall(f"signal {int(signal.SIGKILL)}\n".encode())
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"signal {int(signal.SIGKILL)}\n".encode())
                 kill_at[0] = float("inf")
         elif not line:  # the launcher died, and the kernel killed its servers with it
             return 1
