@@ -21,6 +21,12 @@ def load_check(ctx: RunArtifacts) -> dict[str, Any] | None:
     return json.loads((ctx.artifact(NAME) / FILE).read_text()).get("check")
 
 
+def check_audit(ctx: RunArtifacts) -> tuple[str, dict[str, Any] | None]:
+    """Where, and the judge audit the system prompt check recorded (None where it audited nothing): the `earlier`
+    audit of the stages after it (`steps.groups.judge_audit`)."""
+    return "system prompt check", (load_check(ctx) or {}).get("audit")
+
+
 TASK, GENERATED, EXAMPLES = "task", "generated", "examples"
 """The candidates' names: the task text, the generator's prompt, the task text with worked examples."""
 

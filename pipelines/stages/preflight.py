@@ -114,8 +114,7 @@ async def _audit(ctx: StageContext, sample: list[TrajectoryGroup]) -> dict[str, 
     judged = [*sample, *records.load_groups(ctx.artifact(baseline.NAME))]
     chosen = [g for g in judged if len({canonical_json(t.messages()) for t in g.trajectories}) >= 2]
     chosen = chosen[: ctx.config.audit_groups]
-    check = system_prompt.load_check(ctx) or {}
-    return await judge_audit(ctx, chosen, earlier=("system prompt check", check.get("audit")))
+    return await judge_audit(ctx, chosen, earlier=system_prompt.check_audit(ctx))
 
 
 async def _learnability_sample(ctx: StageContext) -> list[TrajectoryGroup]:

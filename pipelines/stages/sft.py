@@ -124,8 +124,7 @@ async def bootstrapped(ctx: StageContext, work: Path) -> tuple[list[Trajectory],
     if not groups:
         why = "the judge scored no group"
     elif reads_rubric(ctx.judge):
-        check = system_prompt.load_check(ctx) or {}
-        why = unreliable(await judge_audit(ctx, groups, earlier=("system prompt check", check.get("audit"))))
+        why = unreliable(await judge_audit(ctx, groups, earlier=system_prompt.check_audit(ctx)))
     else:
         why = None
     kept = [] if why else best_answers(groups, config.sft.min_reward)
