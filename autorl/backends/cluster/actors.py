@@ -64,19 +64,25 @@ class ReplicaActor:
         """The checkpoint step the server holds (0: the base model, which it starts with)."""
         self._adapter: str | None = None
         """The name of the LoRA loaded as an adapter (adapter serving)."""
+        self._unseen_start = True
+        """Its server started since the driver last asked for the endpoint (here, or by Ray rerunning this)."""
 
     def endpoint(self) -> tuple[str, str]:
         """Where its server is (its base URL without /v1) and the server's key (`autorl.serving.auth`), which
         only the driver gets (a restarted actor's server has a new one)."""
+        self._unseen_start = False
         return self.server.base_url.removesuffix("/v1"), self.server.api_key
 
-    def ensure_running(self) -> tuple[str, str]:
+    def ensure_running(self) -> tuple[str, str, bool]:
         """Restart the server if it died or no longer answers its health check (same port and key; it starts
-        with the base model); returns the endpoint."""
+        with the base model); returns the endpoint and whether a server started since the driver last saw
+        one (False where a request failed but the server is up: no start to count)."""
+        started = self._unseen_start
         if not self.server.healthy():
             self.server.restart()
             self._step, self._adapter = 0, None
-        return self.endpoint()
+            started = True
+        return (*self.endpoint(), started)
 
     def load(self, step: int, name: str, files: dict[str, bytes] | None) -> None:
         """Serve checkpoint `step` from its LoRA `files` (None for step 0: the base model) as `name`: merged

@@ -241,12 +241,12 @@ class ClusterPlacement:
         the actor restarts a server that died under it. Returns its URL; its key is set on `replica`."""
         import ray
 
-        self.remote_server_starts += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.server_config.startup_timeout_s
         while True:
             try:
-                url, replica.key = await replica.handle.ensure_running.remote()
+                url, replica.key, started = await replica.handle.ensure_running.remote()
+                self.remote_server_starts += started  # a request that failed on a live server starts nothing
                 return url
             except ray.exceptions.ActorUnavailableError:  # Ray is restarting the actor (its __init__ starts vLLM)
                 if loop.time() > deadline:
