@@ -25,15 +25,23 @@ the compiled default (`enforce_eager=False`)."""
 
 
 LAUNCHER = pytest.StashKey[RunningLauncher]()
+SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+"""The environment of every process of a suite run by several workers (set before they start): the workers'
+OpenMP threads (torch's, vLLM's engines') sleep when idle instead of spinning on the cores the other worker's
+threads need. Two CPU servers decoding at once made 0.42x the tokens of one alone with libgomp's default spin,
+2.37x more with these threads passive (benchmarks/perf/perf_shared_cores.py, results/shared_cores.json)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The suite (README's `-n 2`, slow tests not deselected) starts its CPU vLLM servers through one launcher
     (`autorl.serving.launcher`), which imports vLLM's server once for the whole run instead of once per start:
     servers the workers start, and those of the runs they start, which inherit `LAUNCHER_ENV`. A test that
-    looks at the processes a run started takes `own_servers`; tests/test_launcher.py tests the launcher."""
+    looks at the processes a run started takes `own_servers`; tests/test_launcher.py tests the launcher.
+    Under several workers, every process they start shares the cores with the other's (`SHARED_CORES_ENV`)."""
     if hasattr(config, "workerinput") or LAUNCHER_ENV in os.environ or not config.getoption("numprocesses", None):
         return
+    for key, value in SHARED_CORES_ENV.items():  # read by each process's libgomp when it loads: the workers'
+        os.environ.setdefault(key, value)  # the launcher's, and through both every server and run they start
     if "not slow" in (config.getoption("markexpr") or "") or cuda_available():
         return
     try:
