@@ -17,7 +17,7 @@ from autorl.serving import vllm_entry
 from autorl.serving.config import ServerConfig
 from autorl.serving.die_with_parent import GRACE_S
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
-from autorl.serving.environment import LAUNCHER_ENV, shared_environment
+from autorl.serving.environment import LAUNCHER_ENV, openmp_wait, shared_environment
 from autorl.serving.launcher import attached, declined, start_launcher
 from autorl.serving.vllm_server import VLLMServer
 from tests.helpers.limits import scaled
@@ -37,7 +37,8 @@ time.sleep(600)
 
 def test_a_request_is_declined_unless_the_launcher_runs_it_as_its_command_would(monkeypatch):
     env = shared_environment()
-    monkeypatch.setenv("LD_PRELOAD", env.get("LD_PRELOAD", ""))  # as in the launcher, started with the preloads
+    for key, value in {"LD_PRELOAD": env.get("LD_PRELOAD", ""), **openmp_wait(env)}.items():
+        monkeypatch.setenv(key, value)  # as in the launcher, started with the servers' shared environment
     argv = [sys.executable, "-m", vllm_entry.__name__, "--model", "m"]
     assert declined({"argv": argv, "env": env, "cwd": "/"}) is None
     other_python = ["/usr/bin/python3", *argv[1:]]
@@ -46,6 +47,8 @@ def test_a_request_is_declined_unless_the_launcher_runs_it_as_its_command_would(
     assert "only" in declined({"argv": spawned, "env": env, "cwd": "/"})
     other_preloads = {**env, "LD_PRELOAD": "/other/libgomp.so"}
     assert "preloads" in declined({"argv": argv, "env": other_preloads, "cwd": "/"})
+    other_openmp = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
+    assert "OpenMP settings" in declined({"argv": argv, "env": other_openmp, "cwd": "/"})
     other_autorl = {**env, "PYTHONPATH": "/elsewhere"}
     assert "autorl from elsewhere" in declined({"argv": argv, "env": other_autorl, "cwd": "/"})
     assert declined({"argv": "python", "env": env, "cwd": "/"}) == "a malformed request"

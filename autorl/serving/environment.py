@@ -22,11 +22,26 @@ as fast; `--enforce-eager` starts faster still but decodes slower (`benchmarks/p
 measures the three; its figures: docs/results.md)."""
 
 
+OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+"""How long libgomp's idle threads spin before they sleep, as each process reads it when libgomp loads."""
+CPU_SPINCOUNT = "10000"
+"""GOMP_SPINCOUNT for a server on CPU unless the environment sets `OPENMP_WAIT`: a run's servers (the policy's,
+the embedded judge's) and its trainer share the cores, and libgomp's default spin (300,000) holds a core another
+process's threads need: two servers decoding at once made 0.42x the tokens of one alone with it, 2.10x more at
+10,000, one alone 0.88x (benchmarks/perf/perf_shared_cores.py, results/shared_cores.json)."""
+
+
+def openmp_wait(env: dict[str, str]) -> dict[str, str]:
+    """`env`'s `OPENMP_WAIT` settings, which libgomp reads once, when it loads (a forked process keeps its parent's)."""
+    return {key: env[key] for key in OPENMP_WAIT if key in env}
+
+
 def shared_environment(forks: bool = True) -> dict[str, str]:
     """What every vLLM server process's environment holds (and a launcher's): this process's, with this autorl
     on the path (where `--middleware` finds `RequireKey`), without vLLM's own key (it guards /v1 only, and
     would refuse autorl's clients), a server's key or a launcher's socket, with runtime LoRA loading on and
-    vLLM's logging configured; on CPU vLLM's older compile cache (`CPU_USE_AOT_COMPILE`) and, where the engine
+    vLLM's logging configured; on CPU vLLM's older compile cache (`CPU_USE_AOT_COMPILE`), OpenMP threads that
+    spin less (`CPU_SPINCOUNT`) and, where the engine
     is forked (`forks`), the libraries vLLM preloads for its engine, loaded from the start (a forked engine
     has them)."""
     env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
@@ -36,6 +51,8 @@ def shared_environment(forks: bool = True) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
     if not cuda_available():
         env.setdefault("VLLM_USE_AOT_COMPILE", CPU_USE_AOT_COMPILE)
+        if not any(key in env for key in OPENMP_WAIT):
+            env["GOMP_SPINCOUNT"] = CPU_SPINCOUNT
         if forks:
             env["LD_PRELOAD"] = vllm_entry.with_preloads(env.get("LD_PRELOAD", ""))
     return env

@@ -45,7 +45,7 @@ from pathlib import Path
 from ..errors import ServerStartError
 from . import vllm_entry
 from .die_with_parent import die_with_parent, wrapped
-from .environment import LAUNCHER_ENV, shared_environment
+from .environment import LAUNCHER_ENV, openmp_wait, shared_environment
 
 ATTACH = Path(__file__).with_name("launcher_attach.py")
 """The stand-in a server's supervisor runs instead of the server when a launcher serves it."""
@@ -79,6 +79,8 @@ def declined(request: dict) -> str | None:
         return f"it runs {sys.executable} -m {vllm_entry.__name__} only"
     if env.get("LD_PRELOAD", "") != os.environ.get("LD_PRELOAD", ""):
         return "the server preloads other libraries than the launcher did"
+    if openmp_wait(env) != openmp_wait(dict(os.environ)):  # a fork keeps the launcher's, read at its load
+        return "the server's OpenMP settings differ from the launcher's"
     first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
     if not first or Path(first).resolve() != AUTORL_ROOT:
         return f"the server imports autorl from elsewhere than {AUTORL_ROOT}"
