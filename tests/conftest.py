@@ -25,11 +25,13 @@ the compiled default (`enforce_eager=False`)."""
 
 
 LAUNCHER = pytest.StashKey[RunningLauncher]()
-SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
-"""The environment of every process of a suite run by several workers (set before they start): the workers'
-OpenMP threads (torch's, vLLM's engines') sleep when idle instead of spinning on the cores the other worker's
-threads need. Two CPU servers decoding at once made 0.42x the tokens of one alone with libgomp's default spin,
-2.37x more with these threads passive (benchmarks/perf/perf_shared_cores.py, results/shared_cores.json)."""
+SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "RAY_worker_niceness": "0"}
+"""The environment of every process of a suite run by several workers (set before they start), so the workers
+share the cores: their OpenMP threads (torch's, vLLM's engines') sleep when idle instead of spinning on the
+cores the other worker's threads need, the fastest setting for two servers decoding at once
+(`benchmarks/perf/perf_shared_cores.py`); and the Ray files' actors (replicas, trainers) run at the other
+worker's priority, not at Ray's default niceness of 15 for its workers, under which they waited on the other
+worker's tests past their time limits."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,9 +26,9 @@ OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 """How long libgomp's idle threads spin before they sleep, as each process reads it when libgomp loads."""
 CPU_SPINCOUNT = "10000"
 """GOMP_SPINCOUNT for a server on CPU unless the environment sets `OPENMP_WAIT`: a run's servers (the policy's,
-the embedded judge's) and its trainer share the cores, and libgomp's default spin (300,000) holds a core another
-process's threads need: two servers decoding at once made 0.42x the tokens of one alone with it, 2.10x more at
-10,000, one alone 0.88x (benchmarks/perf/perf_shared_cores.py, results/shared_cores.json)."""
+the embedded judge's) and its trainer share the cores, and at libgomp's default spin (300,000) an idle thread
+holds a core another process's threads need; 30x less keeps most of one server's speed alone and most of two
+servers' speed at once (`benchmarks/perf/perf_shared_cores.py` measures both)."""
 
 
 def openmp_wait(env: dict[str, str]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Two CPU vLLM servers decoding at once on the same cores: what OpenMP's wait policy costs and saves.
 
 vLLM's CPU engine runs its model in OpenMP threads (PyTorch's libgomp, which vLLM preloads), as many as the
-cores it may use. Between parallel regions an idle libgomp thread spins before it sleeps (`OMP_WAIT_POLICY`
-unset: a spin count of 300,000). Alone, that saves a wake-up per region; when two processes' threads share
+cores it may use. Between parallel regions an idle libgomp thread spins before it sleeps (a spin count of
+300,000 where neither `OMP_WAIT_POLICY` nor `GOMP_SPINCOUNT` is set; autorl's CPU servers spin 10,000:
+`autorl.serving.environment.CPU_SPINCOUNT`). Alone, that saves a wake-up per region; when two processes' threads share
 the cores (two servers, a server and a trainer, the suite's two pytest-xdist workers), a spinning thread holds
 a core the other process's threads need.
 
@@ -11,9 +12,9 @@ the embedded model are started (eager, merged serving, no launcher: a launcher's
 it was loaded); then, `--reps` times: `--requests` concurrent requests of `--tokens` tokens to one server alone,
 then the same to both at once (their tokens per second summed). The first mode is the baseline of the ratios.
 
-    default : the environment as it is (OMP_WAIT_POLICY unset)
-    passive : OMP_WAIT_POLICY=PASSIVE (an idle thread sleeps at once)
-    spin 10k: GOMP_SPINCOUNT=10000 (spins 30x less before it sleeps)
+    libgomp default: GOMP_SPINCOUNT=300000, libgomp's own default
+    passive        : OMP_WAIT_POLICY=PASSIVE (an idle thread sleeps at once)
+    spin 10k       : GOMP_SPINCOUNT=10000 (spins 30x less before it sleeps: autorl's CPU servers)
 
     python benchmarks/perf/perf_shared_cores.py   # ~9 min on 2 cores; results/shared_cores.json
 """
@@ -35,7 +36,7 @@ from perf_server_start import EAGER, decode, start
 from autorl.serving.vllm_server import VLLMServer
 
 MODES = {
-    "default": {},
+    "libgomp default": {"GOMP_SPINCOUNT": "300000"},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin 10k": {"GOMP_SPINCOUNT": "10000"},
 }
@@ -75,7 +76,7 @@ def main() -> None:
     together: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
-            print(f"{mode}: {MODES[mode] or 'the environment as it is'}", flush=True)
+            print(f"{mode}: {MODES[mode]}", flush=True)
             one, two = measure(MODES[mode], args.reps, args.requests, args.tokens, Path(tmp))
             alone[mode], together[mode] = summary(one), summary(two)
     conditions = f"embedded model, eager, merged serving, {args.requests} x {args.tokens} tokens, {args.reps} reps"

@@ -80,6 +80,7 @@ MEASURES: dict[str, Measures] = {
         for name in ("server_start", "server_start_eager")
     },
     "merged_reload": Measures("benchmarks/perf/perf_merged_reload.py", SERVING),
+    "shared_cores": Measures("benchmarks/perf/perf_shared_cores.py", SERVING),
     "cost_of_a_run": Measures(
         "benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/records/pricing.py")
     ),
