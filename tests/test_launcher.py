@@ -48,7 +48,7 @@ def test_a_request_is_declined_unless_the_launcher_runs_it_as_its_command_would(
     other_preloads = {**env, "LD_PRELOAD": "/other/libgomp.so"}
     assert "preloads" in declined({"argv": argv, "env": other_preloads, "cwd": "/"})
     other_openmp = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
-    assert "OpenMP settings" in declined({"argv": argv, "env": other_openmp, "cwd": "/"})
+    assert "OpenMP wait settings" in declined({"argv": argv, "env": other_openmp, "cwd": "/"})
     other_autorl = {**env, "PYTHONPATH": "/elsewhere"}
     assert "autorl from elsewhere" in declined({"argv": argv, "env": other_autorl, "cwd": "/"})
     assert declined({"argv": "python", "env": env, "cwd": "/"}) == "a malformed request"

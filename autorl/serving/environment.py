@@ -41,9 +41,8 @@ def shared_environment(forks: bool = True) -> dict[str, str]:
     on the path (where `--middleware` finds `RequireKey`), without vLLM's own key (it guards /v1 only, and
     would refuse autorl's clients), a server's key or a launcher's socket, with runtime LoRA loading on and
     vLLM's logging configured; on CPU vLLM's older compile cache (`CPU_USE_AOT_COMPILE`), OpenMP threads that
-    spin less (`CPU_SPINCOUNT`) and, where the engine
-    is forked (`forks`), the libraries vLLM preloads for its engine, loaded from the start (a forked engine
-    has them)."""
+    spin less (`CPU_SPINCOUNT`) and, where the engine is forked (`forks`), the libraries vLLM preloads for its
+    engine, loaded from the start (a forked engine has them)."""
     env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
     for key in ("VLLM_API_KEY", KEY_ENV, LAUNCHER_ENV):
         env.pop(key, None)

@@ -80,7 +80,7 @@ def declined(request: dict) -> str | None:
     if env.get("LD_PRELOAD", "") != os.environ.get("LD_PRELOAD", ""):
         return "the server preloads other libraries than the launcher did"
     if openmp_wait(env) != openmp_wait(dict(os.environ)):  # a fork keeps the launcher's, read at its load
-        return "the server's OpenMP settings differ from the launcher's"
+        return "the server's OpenMP wait settings differ from the launcher's"
     first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
     if not first or Path(first).resolve() != AUTORL_ROOT:
         return f"the server imports autorl from elsewhere than {AUTORL_ROOT}"
