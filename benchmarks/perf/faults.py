@@ -115,10 +115,13 @@ def history_steps(home: Path, name: str) -> list[int]:
 
 def artifact_problems(home: Path, name: str) -> list[str]:
     """What is wrong on disk after run `name` finished: an artifact of its stages without its manifest
-    (written last), a checkpoint without its metrics, a temporary left anywhere under the artifacts."""
+    (written last; a stage the run skipped, such as sft without --sft-file, writes none), a checkpoint without
+    its metrics, a temporary left anywhere under the artifacts."""
     problems = [f"temporary {p.relative_to(home)}" for p in (home / "artifacts").rglob(".*") if p.name != ".lock"]
-    for stage, key in record(home, name).get("keys", {}).items():
-        if not (home / "artifacts" / stage / key / "artifact.json").is_file():
+    run = record(home, name)
+    for stage, key in run.get("keys", {}).items():
+        skipped = "skipped" in run.get("stages", {}).get(stage, {}).get("summary", {})
+        if not skipped and not (home / "artifacts" / stage / key / "artifact.json").is_file():
             problems.append(f"incomplete {stage}/{key}")
     if (directory := train_dir(home, name)) is not None:
         for checkpoint in (directory / "checkpoints").iterdir():
