@@ -42,8 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
     Under several workers, every process they start shares the cores with the other's (`SHARED_CORES_ENV`)."""
     if hasattr(config, "workerinput") or LAUNCHER_ENV in os.environ or not config.getoption("numprocesses", None):
         return
-    for key, value in SHARED_CORES_ENV.items():  # read by each process's libgomp when it loads: the workers'
-        os.environ.setdefault(key, value)  # the launcher's, and through both every server and run they start
+    for key, value in SHARED_CORES_ENV.items():  # inherited by the workers, the launcher, Ray's raylet, and
+        os.environ.setdefault(key, value)  # through them by every server and run they start
     if "not slow" in (config.getoption("markexpr") or "") or cuda_available():
         return
     try:

@@ -5,6 +5,7 @@ own key and switches are added by `VLLMServer.environment`."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import vllm_entry
@@ -31,7 +32,7 @@ holds a core another process's threads need; 30x less keeps most of one server's
 servers' speed at once (`benchmarks/perf/perf_shared_cores.py` measures both)."""
 
 
-def openmp_wait(env: dict[str, str]) -> dict[str, str]:
+def openmp_wait(env: Mapping[str, str]) -> dict[str, str]:
     """`env`'s `OPENMP_WAIT` settings, which libgomp reads once, when it loads (a forked process keeps its parent's)."""
     return {key: env[key] for key in OPENMP_WAIT if key in env}
 

@@ -79,7 +79,7 @@ def declined(request: dict) -> str | None:
         return f"it runs {sys.executable} -m {vllm_entry.__name__} only"
     if env.get("LD_PRELOAD", "") != os.environ.get("LD_PRELOAD", ""):
         return "the server preloads other libraries than the launcher did"
-    if openmp_wait(env) != openmp_wait(dict(os.environ)):  # a fork keeps the launcher's, read at its load
+    if openmp_wait(env) != openmp_wait(os.environ):  # a fork keeps the launcher's, read at its load
         return "the server's OpenMP wait settings differ from the launcher's"
     first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
     if not first or Path(first).resolve() != AUTORL_ROOT:
