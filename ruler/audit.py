@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,12 @@ NOISE = 0.3
 BIAS_SHARE = 0.5
 """A position effect, or a gap between two copies of one answer, above this share of the spread between
 answers keeps a judge from `reliable`."""
+ROUND_GROUPS = 3
+"""Groups re-judged at once; the audit may stop after each round."""
+RESAMPLES = 200
+"""Bootstrap resamples of the audited groups that test whether the verdict is settled."""
+SETTLED = 0.95
+"""Share of the resamples whose verdict must equal the audit's for it to stop before its last group."""
 
 VERDICT_WORDS: dict[str, str] = {
     "reliable": "judge reliable",
@@ -58,6 +65,9 @@ class JudgeAudit:
 
     groups: int
     """Groups audited: those with at least two distinct answers that the judge scored again."""
+    offered: int
+    """Groups given with at least two distinct answers; more than `groups` where the verdict was settled
+    before the last of them (the audit is sequential) or a re-judging failed."""
     answers: int
     """Distinct answers in them."""
     attempts: int
@@ -116,8 +126,9 @@ async def audit_judge(
     scores: the judge's scores of `groups` as they are (one per conversation), when already known (a
         pipeline's judged groups): then the audit asks only the two re-judgings per group; without them it
         judges each group as it is too (a RULER judge answers that from its cache when it scored it before).
-    Makes at most three `score_group` calls per group, all at once; a call that fails is logged and its
-    group left out (`failed`).
+    Makes at most three `score_group` calls per group, `ROUND_GROUPS` groups' calls at once, and stops once the
+    verdict is settled (the module's docstring says when); a call that fails is logged and its group left out
+    (`failed`).
     """
     prepared = []
     for index, group in enumerate(groups):
@@ -137,31 +148,48 @@ async def audit_judge(
             log.warning("judge audit: judge %s could not score a group again: %s", judge_name(judge), describe(exc))
             return None
 
-    calls = []
-    for _, distinct, _ in prepared:
-        if scores is None:
-            calls.append(judged(distinct))
-        calls += [judged(distinct[::-1]), judged([*distinct, _copy(distinct[0])])]
-    results = await asyncio.gather(*calls)
-    per_group = 2 if scores is not None else 3
-    attempts = sum(int(r[0].metrics.get("ruler_attempts", 0)) for r in results if r)
-    judgings = []  # (first, reversed, first answer, its copy) per audited group
-    failed = 0
-    for number, (index, _, positions) in enumerate(prepared):
-        answers = results[number * per_group : (number + 1) * per_group]
-        if scores is None:
-            given, answers = answers[0], answers[1:]
-            first_scores = None if given is None else [s.score for s in given]
-        else:
-            first_scores = [float(scores[index][p]) for p in positions]
-        reversed_scores, duplicated = answers
-        if first_scores is None or reversed_scores is None or duplicated is None:
-            failed += sum(a is None for a in answers) + (first_scores is None)
-            continue
-        judgings.append(
-            (first_scores, [s.score for s in reversed_scores][::-1], duplicated[0].score, duplicated[-1].score)
-        )
-    return _figures(judgings, attempts, failed)
+    judgings: list[Judging] = []
+    attempts = failed = 0
+    for start in range(0, len(prepared), ROUND_GROUPS):
+        batch = prepared[start : start + ROUND_GROUPS]
+        calls = []
+        for _, distinct, _ in batch:
+            if scores is None:
+                calls.append(judged(distinct))
+            calls += [judged(distinct[::-1]), judged([*distinct, _copy(distinct[0])])]
+        results = await asyncio.gather(*calls)
+        attempts += sum(int(r[0].metrics.get("ruler_attempts", 0)) for r in results if r)
+        per_group = 3 if scores is None else 2
+        for number, (index, _, positions) in enumerate(batch):
+            answers = results[number * per_group : (number + 1) * per_group]
+            if scores is None:
+                given, answers = answers[0], answers[1:]
+                first_scores = None if given is None else [s.score for s in given]
+            else:
+                first_scores = [float(scores[index][p]) for p in positions]
+            reversed_scores, duplicated = answers
+            if first_scores is None or reversed_scores is None or duplicated is None:
+                failed += sum(a is None for a in answers) + (first_scores is None)
+                continue
+            judgings.append(
+                (first_scores, [s.score for s in reversed_scores][::-1], duplicated[0].score, duplicated[-1].score)
+            )
+        if start + ROUND_GROUPS < len(prepared) and _settled(judgings):
+            break
+    return _figures(judgings, attempts, failed, offered=len(prepared))
+
+
+def _settled(judgings: list[Judging]) -> bool:
+    """Whether the verdict on `judgings` holds in at least `SETTLED` of `RESAMPLES` bootstrap resamples."""
+    if not judgings:
+        return False
+    verdict = _figures(judgings, 0, 0, offered=len(judgings)).verdict
+    rng = random.Random(0)
+    agree = sum(
+        _figures(rng.choices(judgings, k=len(judgings)), 0, 0, offered=len(judgings)).verdict == verdict
+        for _ in range(RESAMPLES)
+    )
+    return agree >= SETTLED * RESAMPLES
 
 
 def _copy(messages: list[Message]) -> list[Message]:
@@ -177,7 +205,12 @@ def _copy(messages: list[Message]) -> list[Message]:
     return copy
 
 
-def _figures(judgings: list[tuple[list[float], list[float], float, float]], attempts: int, failed: int) -> JudgeAudit:
+Judging = tuple[list[float], list[float], float, float]
+"""One audited group: its scores as first judged, as judged reversed (back in the first order), its first
+answer's score and its copy's, in the judging that showed the first answer twice."""
+
+
+def _figures(judgings: list[Judging], attempts: int, failed: int, *, offered: int) -> JudgeAudit:
     gaps, spreads, duplicates, agreements = [], [], [], []
     noise_sum = noise_df = within_sum = within_df = 0.0
     position_num = position_den = 0.0
@@ -203,6 +236,7 @@ def _figures(judgings: list[tuple[list[float], list[float], float, float]], atte
     within = within_sum / within_df if within_df else 0.0
     audit = {
         "groups": len(judgings),
+        "offered": offered,
         "answers": sum(len(j[0]) for j in judgings),
         "attempts": attempts,
         "failed": failed,

@@ -71,10 +71,11 @@ def test_a_judge_that_scores_what_answers_say_is_reliable(tmp_path):
     assert audit.verdict == "reliable", audit.line()
     assert audit.rejudge_gap == 0 and audit.duplicate_gap == 0 and audit.reliability == 1.0
     assert audit.rank_agreement == 1.0 and audit.position_effect == 0 and audit.answer_spread > 0.1
-    assert audit.groups == 4 and audit.answers == 32 and audit.failed == 0
+    # settled on the first round: its 3 groups of 4 agree, the fourth is not asked about
+    assert audit.offered == 4 and audit.groups == 3 and audit.answers == 24 and audit.failed == 0
     # three requests per group (as given, reversed, with a copy), each another prompt
-    assert len(server.requests) == 12 == audit.attempts
-    assert len({json.dumps(r["messages"]) for r in server.requests}) == 12
+    assert len(server.requests) == 9 == audit.attempts
+    assert len({json.dumps(r["messages"]) for r in server.requests}) == 9
     shown = [list(answers_in(r).values()) for r in server.requests]
     assert [f"{a} (0)" for a in reversed(ANSWERS)] in shown  # reversed
     assert [*(f"{a} (0)" for a in ANSWERS), f"{ANSWERS[0]} (0) "] in shown  # the first answer again, last
@@ -90,6 +91,19 @@ def test_a_judge_that_scores_by_position_is_noise_and_says_why(tmp_path):
     assert "follow the answers' positions in the prompt" in audit.line()
 
 
+def test_the_audit_asks_about_every_group_while_its_groups_disagree(tmp_path):
+    """A judge consistent on two questions and ranking by position on the others: after the first round (two
+    consistent groups, one by position) resamples of it disagree, so the fourth group is asked about too."""
+
+    def mixed(request: dict) -> dict:
+        text = json.dumps(request["messages"])
+        return by_content(request) if any(q in text for q in QUESTIONS[:2]) else by_position(request)
+
+    audit, _ = audited(mixed, tmp_path)
+    assert audit.offered == audit.groups == 4 and audit.attempts == 12
+    assert audit.verdict != "reliable", audit.line()
+
+
 def test_a_judge_that_scores_at_random_is_noise(tmp_path):
     audit, _ = audited(at_random, tmp_path)
     assert audit.verdict == "noise", audit.line()
@@ -102,7 +116,7 @@ def test_given_scores_save_a_request_per_group_and_a_rerun_is_answered_from_the_
     server = ChatCompletionServer(by_content)
     try:
         first, _ = audited(by_content, tmp_path, scores=scores, server=server)
-        assert first.verdict == "reliable" and len(server.requests) == 8 == first.attempts  # two per group
+        assert first.verdict == "reliable" and len(server.requests) == 6 == first.attempts  # two per group, 3 groups
         # the same judge (its cache is keyed on its address) asked again: every answer from the cache
         again, _ = audited(by_content, tmp_path, scores=scores, server=server)
         assert server.requests == [] and again.attempts == 0

@@ -134,6 +134,11 @@ def _preflight_section(checks: dict) -> list[str]:
         "",
         f"The judge (`{audit['judge']}`) was asked again about {audit['groups']} of the groups judged "
         + (
+            f"(of {audit['offered']} offered; the audit stops once its verdict is settled) "
+            if audit.get("offered", 0) > audit["groups"]
+            else ""
+        )
+        + (
             f"in the {audit['reused']} (its verdict, noise, not asked again here; "
             if audit.get("reused")
             else "before training (the learnability check's, then the baseline's; "
