@@ -66,7 +66,7 @@ RUN_FLAGS = field_flags(
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "system_prompt_check": {}, "audit_groups": {},
         "learnability_groups": {}, "on_tied": {}, "dynamic_sampling": {}, "validate_every": {}, "validation_inputs": {}, "model": {}, "judge": {}, "judge_explanations": {},
         "generator": {},
-        "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {},
+        "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {}, "server.enforce_eager": {},
         "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"},
         "price_per_hour": {"metavar": "USD"}, "budget_usd": {"metavar": "USD"}, "budget_tokens": {"metavar": "N"},
         "otlp_endpoint": {"metavar": "URL"}, "force": {"metavar": "STAGE"}, "resume": {},

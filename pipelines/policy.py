@@ -14,8 +14,10 @@ from autorl.agents.tools import Toolbox
 from autorl.backends import make_backend
 from autorl.backends.base import Backend
 from autorl.backends.run_dir import ensure_writable
+from autorl.serving.config import ServerConfig, cuda_available
 from autorl.serving.embedded import embedded_endpoint, resolve_base_model, stop_shared_servers
 from autorl.serving.scoring import prompt_logprobs
+from autorl.serving.vllm_server import compile_cache
 from autorl.task import TaskSpec
 from autorl.threads import in_daemon_thread
 from autorl.training.sequences import Sequence, tokenize_trajectory
@@ -24,9 +26,35 @@ from autorl.trajectories import Trajectory
 from .config import RunConfig
 from .records.pricing import Meter
 
+COMPILE_PAYS_WARM = 10_000
+"""Policy tokens from which a run on CPU starts its policy's server compiled when this machine's compile cache
+is warm: a compiled start takes ~35 s longer and then decodes ~0.0036 s a token faster at 16 requests in flight
+(`benchmarks/perf/perf_server_start.py --set compile`), so it pays back from about this many tokens."""
+COMPILE_PAYS_COLD = 50_000
+"""The same before the first compile on this machine (no compile cache: the start takes ~3 minutes longer)."""
 TRAIN_PROJECT = "train"
 """The project of every run's policy model: its run directory is `<artifacts>/train/<train key>`, the train stage's
 artifact directory."""
+
+
+def planned_tokens(config: RunConfig) -> int:
+    """At most how many tokens the run's policy generates in training and in its final evaluation (the base and
+    the trained checkpoint): its answers times `rollout.max_tokens`."""
+    answers = (
+        config.steps * config.groups_per_step * config.group_size + 2 * config.validation_inputs * config.eval_samples
+    )
+    return answers * config.rollout.max_tokens
+
+
+def policy_server(config: RunConfig) -> ServerConfig:
+    """How the policy's server starts: `config.server`, and where its `enforce_eager` is unset (None) for a local
+    run on CPU, eager unless the run plans enough tokens (`planned_tokens`) for the compile to pay
+    (`COMPILE_PAYS_WARM`, or `COMPILE_PAYS_COLD` when nothing was compiled on this machine yet)."""
+    server = config.server
+    if server.enforce_eager is not None or config.cluster.ray or config.backend or cuda_available():
+        return server
+    pays = COMPILE_PAYS_WARM if compile_cache().is_dir() else COMPILE_PAYS_COLD
+    return server.model_copy(update={"enforce_eager": planned_tokens(config) < pays})
 
 
 class Policy:
@@ -72,7 +100,7 @@ class Policy:
         return self._backend
 
     def _make_backend(self) -> Backend:
-        return make_backend(self._artifacts, self._config.server, self._config.cluster, self._config.backend)
+        return make_backend(self._artifacts, policy_server(self._config), self._config.cluster, self._config.backend)
 
     @property
     def run_dir(self) -> Path:

@@ -60,7 +60,7 @@ def test_a_server_start_names_what_the_server_is_for_and_warns_of_the_first_comp
     from autorl.serving import vllm_server
 
     monkeypatch.setattr(vllm_server, "cuda_available", lambda: False)
-    monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path / "absent")
+    monkeypatch.setattr(vllm_server, "compile_cache", lambda: tmp_path / "absent")
     compiled = ServerConfig(enforce_eager=False, kv_cache_bytes=2**20)
     policy = vllm_server.VLLMServer(tmp_path, "0123abcd", tmp_path / "log", compiled, label="the policy 0123abcd (m)")
     assert policy._start_message().startswith("starting the vLLM server of the policy 0123abcd (m) (the first start")
@@ -68,7 +68,7 @@ def test_a_server_start_names_what_the_server_is_for_and_warns_of_the_first_comp
         tmp_path, "m", tmp_path / "log", ServerConfig(enforce_eager=True, kv_cache_bytes=2**20)
     )
     assert eager._start_message() == "starting the vLLM server of m" and "--enforce-eager" in eager.command()
-    monkeypatch.setattr(vllm_server, "_compile_cache", lambda: tmp_path)  # compiled before: no warning
+    monkeypatch.setattr(vllm_server, "compile_cache", lambda: tmp_path)  # compiled before: no warning
     again = vllm_server.VLLMServer(tmp_path, "m", tmp_path / "log", compiled)
     assert again._start_message() == "starting the vLLM server of m" and "--enforce-eager" not in again.command()
 

@@ -231,3 +231,26 @@ def test_importing_the_server_module_takes_no_signal_and_a_backend_does(tmp_path
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_a_run_s_policy_on_cpu_starts_eager_unless_it_plans_enough_tokens_for_the_compile_to_pay(tmp_path, monkeypatch):
+    from pipelines import policy
+    from pipelines.config import RunConfig
+
+    monkeypatch.setattr(policy, "cuda_available", lambda: False)
+    monkeypatch.setattr(policy, "compile_cache", lambda: tmp_path)  # compiled on this machine before
+    unset = {"server": ServerConfig(enforce_eager=None)}
+    readme = RunConfig(steps=2, group_size=4, **unset)  # 2 x 2 x 4 answers + 2 x 8 x 2 evaluated, of 128 tokens
+    assert policy.planned_tokens(readme) == (16 + 32) * 128 < policy.COMPILE_PAYS_WARM
+    assert policy.policy_server(readme).enforce_eager is True
+    default = RunConfig(**unset)  # 20 steps: (320 + 32) x 128 = 45k tokens
+    assert policy.COMPILE_PAYS_WARM < policy.planned_tokens(default) < policy.COMPILE_PAYS_COLD
+    assert policy.policy_server(default).enforce_eager is False
+    monkeypatch.setattr(policy, "compile_cache", lambda: tmp_path / "absent")  # the first compile costs minutes
+    assert policy.policy_server(default).enforce_eager is True
+    assert policy.policy_server(RunConfig(steps=200, **unset)).enforce_eager is False
+    # what a user sets stays; so does None where the server runs elsewhere or on CUDA (vLLM's compiled default)
+    assert policy.policy_server(RunConfig(steps=2, server=ServerConfig(enforce_eager=False))).enforce_eager is False
+    assert policy.policy_server(RunConfig(steps=2, backend="http://127.0.0.1:1", **unset)).enforce_eager is None
+    monkeypatch.setattr(policy, "cuda_available", lambda: True)
+    assert policy.policy_server(readme).enforce_eager is None

@@ -74,12 +74,14 @@ class ServerConfig(BaseModel):
     which the OpenAI `tools` API needs. "hermes" reads the `<tool_call>` JSON that the embedded model's
     template asks for (and Qwen2.5 / Hermes models write); set the one your model's template uses, or
     None for no tool calling."""
-    enforce_eager: bool = Field(default_factory=lambda: os.environ.get(EAGER_ENV, "") == "1")
+    enforce_eager: bool | None = Field(default_factory=lambda: True if os.environ.get(EAGER_ENV, "") == "1" else None)
     """Run the model without torch.compile (`--enforce-eager`). On CPU a server then starts sooner and decodes
-    somewhat slower (`benchmarks/perf/perf_server_start.py` measures both; its figures: docs/results.md): the
-    better trade for short runs, and for a test suite that starts many servers. Default: true when the environment
-    sets AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts), else false. The embedded judge's and
-    generator's own server starts eager unless given a config (`autorl.serving.embedded.embedded_endpoint`)."""
+    somewhat slower (`benchmarks/perf/perf_server_start.py --set compile` measures both; its figures:
+    docs/results.md): the better trade for short runs, and for a test suite that starts many servers. None
+    (the default): compiled, except the policy of an `autorl run` on CPU, which starts eager when the run is too
+    short for the compile to pay (`pipelines.policy.policy_server`); true when the environment sets
+    AUTORL_ENFORCE_EAGER=1 (which reaches every server a run starts). The embedded judge's and generator's own
+    server starts eager unless given a config (`autorl.serving.embedded.embedded_endpoint`)."""
     extra_args: list[str] = Field(default_factory=list)
     """More `vllm serve` flags, passed through as is."""
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"

@@ -64,7 +64,7 @@ WORKER_EXTENSION = f"{MergedLoraExtension.__module__}.{MergedLoraExtension.__qua
 """`--worker-extension-cls` of a server that reloads merged weights in memory (`ServerConfig.merged_reload`)."""
 
 
-def _compile_cache() -> Path:
+def compile_cache() -> Path:
     """Where torch's inductor keeps the code it compiled for vLLM on CPU (absent before a first start)."""
     return Path(
         os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
@@ -236,7 +236,7 @@ class VLLMServer:
     def _start_message(self) -> str:
         """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
         what = f"starting the vLLM server of {self.label}"
-        if not cuda_available() and not self.config.enforce_eager and not _compile_cache().is_dir():
+        if not cuda_available() and not self.config.enforce_eager and not compile_cache().is_dir():
             return f"{what} (the first start on this machine compiles the model: a few minutes)"
         return what
 

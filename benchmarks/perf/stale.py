@@ -98,6 +98,7 @@ MEASURES: dict[str, Measures] = {
     "first_run": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),
     "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e
     "first_run_cold": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --cold (fresh caches)
+    "first_run_cold_diag": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --cold, this checkout alone
     "remote": Measures("benchmarks/perf/perf_remote.py", ("autorl/backends/remote/", *LOCAL_BACKEND, *TRAINING)),
     "generator": Measures("benchmarks/perf/perf_generator.py", ("autorl/inputs/", *SERVING, "ruler/endpoint.py")),
     "replicas": Measures(
