@@ -40,8 +40,13 @@ class RolloutConfig(BaseModel):
     """Sampling temperature; GRPO needs diverse answers within a group, so keep it near 1."""
     tool_choice: Literal["auto", "required"] = "auto"
     """With tools, whether the turn that answers the input must call one: "auto", the model decides; "required",
-    the first turn is a call (OpenAI's tool_choice, which vLLM holds to the tools' schemas by structured output),
-    an exploration aid for a model that does not call a tool unprompted. Turns after a tool result are "auto"."""
+    the first turn is a call of one of the tools (OpenAI's tool_choice, which vLLM holds to by structured output;
+    the call's arguments too only with `strict_tools`), an exploration aid for a model that does not call a tool
+    unprompted. Turns after a tool result are "auto"."""
+    strict_tools: bool = False
+    """Offer each function tool with OpenAI's `strict: true`: vLLM then holds a call's arguments to the tool's JSON
+    schema by structured output (xgrammar), so a call names the arguments the tool takes, and the tool's required
+    ones. Off: a call's arguments are what the model writes, and the tool refuses what its schema does not allow."""
 
 
 @dataclass
@@ -65,6 +70,8 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
     (which training needs: our vLLM server returns the sampled token ids with them)."""
 
     async def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Turn:
+        if tools and config.strict_tools:
+            tools = [strict(tool) for tool in tools]
         offered = {"tools": tools, "tool_choice": first_turn_choice(config, messages)} if tools else {}
         response = await client.chat.completions.create(
             model=model_name,
@@ -77,6 +84,13 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
         return response_turn(response)
 
     return complete
+
+
+def strict(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI `tools` entry with `strict: true` on its function (`RolloutConfig.strict_tools`)."""
+    if tool.get("type") != "function":
+        return tool
+    return {**tool, "function": {**tool["function"], "strict": True}}
 
 
 def first_turn_choice(config: RolloutConfig, messages: list[dict[str, Any]]) -> str:

@@ -2,7 +2,7 @@
 agent loop's reading (autorl/agents/call_reading.py) recovers, on the same sampled answers.
 
     python benchmarks/perf/tool_calls.py [--task benchmarks/perf/learning_tasks/directory.toml] [--samples 4]
-        [--tool-choice auto[,required]] [--max-tokens 128] [--out NAME]
+        [--tool-choice auto[,required][,required+strict]] [--max-tokens 128] [--out NAME]
 
 Serves the embedded model (SmolLM2-135M-Instruct) on a vLLM server as a run does (autorl's chat template with
 Hermes tools, `--tool-call-parser hermes`), and answers every input of the task's inputs file `--samples` times
@@ -11,7 +11,8 @@ offered: the first turn of a rollout. Each answer is classified by what its text
 calls run through the task's real toolbox twice: as vLLM's parser returned them (the baseline) and as
 `agent_rollout` runs them (`turn_calls`). A valid call is one the tool answered (no `error:` text). Per
 `--tool-choice` (`required`: vLLM constrains the answer to a call of the tools by structured output, the
-first-turn exploration aid), it reports the share of answers with a valid call, the baseline's and ours, each
+first-turn exploration aid; `+strict`: each tool offered with `strict: true`, so vLLM holds a call's arguments to
+the tool's schema, `RolloutConfig.strict_tools`), it reports the share of answers with a valid call, the baseline's and ours, each
 per input first with a 95% CI over the inputs, the counts per category and repair, and a few answers of each
 category. Writes `benchmarks/perf/results/tool_calls_<task>.json` (`--out` names another file).
 """
@@ -131,8 +132,12 @@ async def measure(
     limit = asyncio.Semaphore(CONCURRENCY)
     results: dict[str, dict] = {}
     async with await Toolbox.open(task) as toolbox:
-        for tool_choice in args.tool_choice.split(","):
-            rollout = RolloutConfig(max_tokens=args.max_tokens, temperature=args.temperature, tool_choice=tool_choice)
+        for mode in args.tool_choice.split(","):
+            tool_choice, _, extra = mode.partition("+")
+            rollout = RolloutConfig(
+                max_tokens=args.max_tokens, temperature=args.temperature, tool_choice=tool_choice,
+                strict_tools=extra == "strict",
+            )  # fmt: skip
             complete = openai_completion(client, "policy", rollout)
 
             async def one(text: str, complete: Complete = complete) -> dict:
@@ -141,7 +146,7 @@ async def measure(
 
             started = time.monotonic()
             answers = await asyncio.gather(*(one(text) for text in inputs for _ in range(args.samples)))
-            results[tool_choice] = {**summary(list(answers)), "seconds": round(time.monotonic() - started, 1)}
+            results[mode] = {**summary(list(answers)), "seconds": round(time.monotonic() - started, 1)}
             done(results)
     await client.close()
 
@@ -150,7 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", type=Path, default=LEARNING_TASKS / "directory.toml", help="A task file with tools.")
     parser.add_argument("--samples", type=int, default=4, help="Answers per input.")
-    parser.add_argument("--tool-choice", default="auto", help="Comma-separated: auto, required (each measured).")
+    parser.add_argument(
+        "--tool-choice", default="auto", help="Comma-separated: auto, required, each +strict too (each measured)."
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="Completion tokens per answer (a run's default).")
     parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (a run's default).")
     parser.add_argument("--out", default=None, help="Result name (default tool_calls_<task>).")
