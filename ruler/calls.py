@@ -53,7 +53,7 @@ class CallRecord:
 
 def failure_cause(exc: BaseException) -> str:
     """A short name for why a model call failed: the cause an invalid answer states (`InvalidAnswer.cause`:
-    malformed_json, no_scores, wrong_count, bad_score), else timeout, connection, rate_limited, server_error
+    malformed_json, no_scores, wrong_count, bad_score, cut), else timeout, connection, rate_limited, server_error
     (HTTP 5xx), http_<status>, context_overflow, or the exception's type."""
     from .client import is_context_overflow
 

@@ -136,8 +136,9 @@ class JudgeClient:
         response_format: dict[str, Any],
         usage: Usage,
         max_tokens: int | None = None,
-    ) -> str:
-        """One chat completion; adds its token usage to `usage` and returns the answer text.
+    ) -> tuple[str, str | None]:
+        """One chat completion; adds its token usage to `usage` and returns the answer text and why it ended
+        (`finish_reason`: "length" when it ran past its token cap).
 
         max_tokens: the answer cap for this request; None: the model's `max_tokens`. A cap in
         `extra_params` (`max_tokens` or `max_completion_tokens`) wins over both.
@@ -158,4 +159,5 @@ class JudgeClient:
             **m.extra_params,
         )
         usage.add(response)
-        return response.choices[0].message.content or ""
+        choice = response.choices[0]
+        return choice.message.content or "", choice.finish_reason

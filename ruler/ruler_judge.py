@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -26,7 +26,7 @@ from .messages import Message
 from .prompt import JudgePrompt, as_message_lists, build_judge_prompt, canonical_json
 from .retry import RetryPolicy, call_with_retries
 from .rubric import DEFAULT_RUBRIC
-from .scores import TrajectoryScore, Verdict, answer_tokens, parse_verdicts, response_format
+from .scores import CUT, InvalidAnswer, TrajectoryScore, Verdict, answer_tokens, parse_verdicts, response_format
 
 log = logging.getLogger("ruler")
 
@@ -114,9 +114,10 @@ class RulerJudge:
         if entry is None:
             what = f"RULER judge {self.model.model}"
             try:
-                verdicts, attempts = await call_with_retries(
-                    lambda: self._ask(prompt, answer_format, usage, max_tokens), self.retry, what
-                )
+                asking = _Asking(self, prompt, answer_format, max_tokens, usage)
+                asking.plain = lambda: self._fit(lists, rubric, tools, task, context, explain=False)
+                verdicts, attempts = await call_with_retries(asking.attempt, self.retry, what)
+                prompt = asking.prompt
             except JudgeFailedError as exc:
                 if not is_context_overflow(exc.__cause__):
                     raise
@@ -167,9 +168,10 @@ class RulerJudge:
             for i, (tid, cut) in enumerate(zip(prompt.id_of, shortened, strict=True), start=1)
         ]
 
-    def _reserve(self, count: int) -> int:
-        """The tokens kept free for an answer scoring `count` trajectories: the model's `max_tokens`, else sized."""
-        return self.model.max_tokens or answer_tokens(count, self.explain)
+    def _reserve(self, count: int, explain: bool | None = None) -> int:
+        """The tokens kept free for an answer scoring `count` trajectories: the model's `max_tokens`, else sized
+        (with explanations unless `explain` is false; None: `self.explain`)."""
+        return self.model.max_tokens or answer_tokens(count, self.explain if explain is None else explain)
 
     def _fit(
         self,
@@ -178,13 +180,16 @@ class RulerJudge:
         tools: list[dict[str, Any]] | None,
         task: str | None,
         context: int | None,
+        explain: bool | None = None,
     ) -> tuple[JudgePrompt, int | None]:
-        """The prompt, fitted into `context` when known, and the `max_tokens` to send (None: the model's)."""
+        """The prompt, fitted into `context` when known, and the `max_tokens` to send (None: the model's); asking
+        for explanations unless `explain` is false (None: `self.explain`)."""
+        explain = self.explain if explain is None else explain
         if context is None:
-            return build_judge_prompt(lists, rubric, tools, task=task, explain=self.explain), None
-        reserve = self._reserve(len({canonical_json(messages) for messages in lists}))
+            return build_judge_prompt(lists, rubric, tools, task=task, explain=explain), None
+        reserve = self._reserve(len({canonical_json(messages) for messages in lists}), explain)
         budget = context - reserve - PROMPT_MARGIN_TOKENS
-        prompt = build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget, explain=self.explain)
+        prompt = build_judge_prompt(lists, rubric, tools, task=task, max_prompt_tokens=budget, explain=explain)
         return prompt, reserve
 
     async def _ask(
@@ -206,11 +211,16 @@ class RulerJudge:
         }
         with tracing.span(f"chat {self.model.model}", attributes) as span:
             try:
-                text = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
+                text, finish = await self._client.complete(prompt.messages, answer_format, usage, max_tokens)
                 if self.debug:
                     self._console.rule("RULER answer")
                     self._console.print(text, markup=False, highlight=False)
-                return parse_verdicts(text, prompt.ids)
+                try:
+                    return parse_verdicts(text, prompt.ids)
+                except InvalidAnswer as exc:
+                    if finish != "length":
+                        raise
+                    raise InvalidAnswer(f"the answer ran past its token cap: {exc}", CUT) from exc
             except Exception as exc:
                 outcome = failure_cause(exc)
                 raise
@@ -226,3 +236,28 @@ class RulerJudge:
                 self.calls.append(record)
                 if span is not None:
                     span.set_attributes(record.span_attributes())
+
+
+class _Asking:
+    """The judge request that `call_with_retries` repeats for one group. An answer with explanations that runs
+    past its token cap is not asked again as it was (the same cap cuts it again, minutes of decoding on a small
+    judge): the attempts after it ask for the scores alone (`plain`: that prompt and its cap), which fit."""
+
+    def __init__(
+        self, judge: RulerJudge, prompt: JudgePrompt, answer_format: dict[str, Any], cap: int | None, usage: Usage
+    ):
+        self.judge, self.prompt, self.answer_format, self.cap, self.usage = judge, prompt, answer_format, cap, usage
+        self.plain: Callable[[], tuple[JudgePrompt, int | None]] | None = None
+
+    async def attempt(self) -> dict[str, Verdict]:
+        try:
+            return await self.judge._ask(self.prompt, self.answer_format, self.usage, self.cap)
+        except InvalidAnswer as exc:
+            if exc.cause == CUT and self.judge.explain and self.plain is not None:
+                self.prompt, self.cap = self.plain()
+                self.answer_format, self.plain = response_format(self.prompt.ids, explain=False), None
+                log.warning(
+                    "RULER judge %s: an answer with explanations was cut; asking for the scores alone",
+                    self.judge.model.model,
+                )
+            raise

@@ -32,9 +32,14 @@ class TrajectoryScore(BaseModel):
     """Numbers about the judging to log with the trajectory (token usage, clamps, cache hits)."""
 
 
+CUT = "cut"
+"""The cause of an invalid answer that ran past its token cap (`InvalidAnswer.cause`)."""
+
+
 class InvalidAnswer(ValueError):
     """The judge's answer is not a valid set of scores; RULER asks again. `cause` names what was wrong:
-    malformed_json, no_scores, wrong_count or bad_score (what a call's record keeps, `ruler.calls`)."""
+    malformed_json, no_scores, wrong_count, bad_score, or `CUT` (any of these in an answer that ran past its
+    token cap) (what a call's record keeps, `ruler.calls`)."""
 
     def __init__(self, message: str, cause: str):
         super().__init__(message)

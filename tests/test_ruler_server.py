@@ -118,6 +118,23 @@ def test_server_errors_and_timeouts_are_retried(server):
     assert len(server.requests) == 3
 
 
+def test_an_answer_with_explanations_cut_at_its_cap_is_asked_again_for_the_scores_alone(server):
+    """Asked again as it was, a judge that ran past its cap runs past it again; so RULER asks for the scores alone,
+    whose answer fits a cap of a few tokens an answer."""
+    judge = RulerJudge(server.judge_model(context_tokens=4096), retry=FAST_RETRY, cache_dir=None)
+    cut = '{"scores": {"1": {"explanation": "The first answer is polite and'
+    server.script.extend([Reply(content=cut, finish_reason="length"), Reply(content='{"scores": {"1": {"score": 0.7}, '
+                                                                                 '"2": {"score": 0.2}}}')])  # fmt: skip
+    scores = run(judge.score_group([conversation("q", "a"), conversation("q", "b")], rubric="r"))
+    assert [s.score for s in scores] == [0.7, 0.2] and [s.explanation for s in scores] == ["", ""]
+    first, second = server.requests
+    explained = first["response_format"]["json_schema"]["schema"]["properties"]["scores"]["properties"]["1"]
+    plain = second["response_format"]["json_schema"]["schema"]["properties"]["scores"]["properties"]["1"]
+    assert "explanation" in explained["required"] and plain["required"] == ["score"]
+    assert second["max_tokens"] < first["max_tokens"]  # sized for the scores alone
+    assert [call.outcome for call in judge.calls] == ["cut", "ok"]
+
+
 def test_gives_up_after_max_attempts_with_one_line_error(server):
     judge = RulerJudge(server.judge_model(), retry=FAST_RETRY, cache_dir=None)
     server.script.extend(Reply(content="not json at all") for _ in range(4))

@@ -362,7 +362,7 @@ class StubClient:
     async def complete(self, messages, response_format, usage, max_tokens=None):
         self.requests.append({"messages": messages, "response_format": response_format, "max_tokens": max_tokens})
         ids = response_format["json_schema"]["schema"]["properties"]["scores"]["required"]
-        return answer(dict.fromkeys(ids, 0.5))
+        return answer(dict.fromkeys(ids, 0.5)), "stop"
 
 
 def stub_judge(model: str | JudgeModel, cache_dir=None) -> tuple[RulerJudge, StubClient]:

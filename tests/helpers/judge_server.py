@@ -21,6 +21,8 @@ class Reply:
     status: int = 200
     content: str = ""
     delay_s: float = 0.0
+    finish_reason: str = "stop"
+    """"length": the answer ran past its token cap."""
 
 
 def scores_json(**scores: float) -> str:
@@ -52,7 +54,7 @@ class FakeJudgeServer:
                             {
                                 "index": 0,
                                 "message": {"role": "assistant", "content": reply.content},
-                                "finish_reason": "stop",
+                                "finish_reason": reply.finish_reason,
                             }
                         ],
                         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
