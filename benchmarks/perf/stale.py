@@ -206,7 +206,7 @@ MEASURES: dict[str, Measures] = {
             "benchmarks/perf/tool_calls.py",
             (*SERVING, "autorl/agents/", "autorl/task.py", *LEARNING, "pipelines/stats.py"),
         )
-        for name in ("tool_calls_directory",)
+        for name in ("tool_calls_directory", "tool_calls_directory_strict")
     },
     "learn_tool_use": Measures("benchmarks/perf/learn_tool_use.py", (*LEARNING, "pipelines/tasks/", *EVERYTHING)),
     "preflight": Measures("benchmarks/perf/preflight_checks.py", (*LEARNING, *EVERYTHING)),
