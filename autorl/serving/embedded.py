@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -129,14 +130,39 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     Console(stderr=True).print(f"[dim]converting {gguf.name} to safetensors in {target} (once)[/dim]")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with _gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     with atomic_dir(target) as tmp:  # replaces a stale, incomplete directory from a killed conversion
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+
+
+@contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Inside this block a GGUF file is parsed once: transformers reads one anew for the config, the tokenizer and
+    the weights (`gguf.GGUFReader`, which `load_gguf_checkpoint` looks up at each call), and a parse of the
+    embedded model's, its vocabulary hundreds of thousands of small fields, takes seconds. Process-wide while
+    it lasts: the conversion runs under its lock, before any server starts."""
+    import gguf
+
+    parse = gguf.GGUFReader
+    parsed: dict[tuple[str, str], gguf.GGUFReader] = {}
+
+    def reader(path: str | os.PathLike, mode: str = "r") -> gguf.GGUFReader:
+        key = (os.fspath(path), mode)
+        if key not in parsed:
+            parsed[key] = parse(path, mode)
+        return parsed[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = parse
 
 
 _shared_servers: dict[Path, VLLMServer] = {}

@@ -81,6 +81,7 @@ MEASURES: dict[str, Measures] = {
     },
     "merged_reload": Measures("benchmarks/perf/perf_merged_reload.py", SERVING),
     "shared_cores": Measures("benchmarks/perf/perf_shared_cores.py", SERVING),
+    "convert": Measures("benchmarks/perf/perf_convert.py", ("autorl/serving/embedded.py",)),
     "cost_of_a_run": Measures(
         "benchmarks/perf/cost_of_a_run.py", ("pipelines/costs.py", "pipelines/records/pricing.py")
     ),
