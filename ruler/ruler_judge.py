@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -114,8 +115,8 @@ class RulerJudge:
         if entry is None:
             what = f"RULER judge {self.model.model}"
             try:
-                asking = _Asking(self, prompt, answer_format, max_tokens, usage)
-                asking.plain = lambda: self._fit(lists, rubric, tools, task, context, explain=False)
+                plain = functools.partial(self._fit, lists, rubric, tools, task, context, explain=False)
+                asking = _Asking(self, prompt, answer_format, max_tokens, usage, plain)
                 verdicts, attempts = await call_with_retries(asking.attempt, self.retry, what)
                 prompt = asking.prompt
             except JudgeFailedError as exc:
@@ -244,10 +245,17 @@ class _Asking:
     judge): the attempts after it ask for the scores alone (`plain`: that prompt and its cap), which fit."""
 
     def __init__(
-        self, judge: RulerJudge, prompt: JudgePrompt, answer_format: dict[str, Any], cap: int | None, usage: Usage
+        self,
+        judge: RulerJudge,
+        prompt: JudgePrompt,
+        answer_format: dict[str, Any],
+        cap: int | None,
+        usage: Usage,
+        plain: Callable[[], tuple[JudgePrompt, int | None]],
     ):
         self.judge, self.prompt, self.answer_format, self.cap, self.usage = judge, prompt, answer_format, cap, usage
-        self.plain: Callable[[], tuple[JudgePrompt, int | None]] | None = None
+        self.plain: Callable[[], tuple[JudgePrompt, int | None]] | None = plain
+        """The prompt without explanations and its cap, once; None after it was taken."""
 
     async def attempt(self) -> dict[str, Verdict]:
         try:
