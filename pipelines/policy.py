@@ -38,8 +38,9 @@ artifact directory."""
 
 
 def planned_tokens(config: RunConfig) -> int:
-    """At most how many tokens the run's policy generates in training and in its final evaluation (the base and
-    the trained checkpoint): its answers times `rollout.max_tokens`."""
+    """The tokens the run's policy may generate in training and in its final evaluation (the base and the trained
+    checkpoint): its answers times `rollout.max_tokens` (one turn each: a tool task's later turns add more, which
+    only favours the compile further)."""
     answers = (
         config.steps * config.groups_per_step * config.group_size + 2 * config.validation_inputs * config.eval_samples
     )
