@@ -150,6 +150,7 @@ async def audit_judge(
 
     judgings: list[Judging] = []
     attempts = failed = 0
+    per_group = 3 if scores is None else 2
     for start in range(0, len(prepared), ROUND_GROUPS):
         batch = prepared[start : start + ROUND_GROUPS]
         calls = []
@@ -159,7 +160,6 @@ async def audit_judge(
             calls += [judged(distinct[::-1]), judged([*distinct, _copy(distinct[0])])]
         results = await asyncio.gather(*calls)
         attempts += sum(int(r[0].metrics.get("ruler_attempts", 0)) for r in results if r)
-        per_group = 3 if scores is None else 2
         for number, (index, _, positions) in enumerate(batch):
             answers = results[number * per_group : (number + 1) * per_group]
             if scores is None:
