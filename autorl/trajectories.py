@@ -62,6 +62,13 @@ def _revived(cls: type, items: Any) -> Any:
     ]
 
 
+CONSTRAINED_CHOICES = "constrained_choices"
+"""A `Trajectory.metadata` key: the indices in `messages_and_choices` of the `Choice`s sampled under a grammar
+(`autorl.agents.rollout.Turn.constrained`). The server's logprobs of them are the masked distribution's, so
+training takes their old logprobs as unknown (the policy's own at training time): a forced token that reads 0
+would otherwise weigh its gradient by the policy's tiny probability of it, and the forced call never be learned."""
+
+
 class History(BaseModel):
     """Another conversation of a rollout (ART's `History`): a sub-agent's, or the context a long rollout started
     afresh; trained as its own sequence with its trajectory's advantage (`Trajectory.additional_histories`)."""

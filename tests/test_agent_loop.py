@@ -17,8 +17,12 @@ from openai.types.chat.chat_completion import Choice
 from autorl import TrajectoryGroup, gather_trajectory_groups
 from autorl.agents.rollout import RolloutConfig, Turn, agent_rollout, openai_completion
 from autorl.errors import McpServerDied
+from autorl.trajectories import CONSTRAINED_CHOICES
 from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer, completion
+
+
+ARGUMENTS = {"value": 2, "from_unit": "km", "to_unit": "m"}
 
 
 def run(coroutine):
@@ -164,3 +168,28 @@ def test_tool_choice_required_asks_the_first_turn_for_a_call_and_leaves_later_tu
         server.close()
     assert [r["tool_choice"] for r in server.requests] == ["required", "auto"]
     assert "2000" in trajectory.messages()[3]["content"] and trajectory.metrics["tool_calls"] == 1
+    assert trajectory.metadata[CONSTRAINED_CHOICES] == [2]  # the forced turn (its logprobs are the grammar's)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_call_of_a_strict_tool_is_a_constrained_turn_and_a_free_one_is_not(strict):
+    """Under "auto", a call's arguments are held to a `strict` tool's schema by grammar: that turn is constrained;
+    a call of a tool offered without `strict`, and a turn without a call, are sampled freely."""
+    called = completion({"model": "policy"}, "")
+    called["choices"][0]["message"]["tool_calls"] = [  # the call as vLLM's parser returns it
+        {"id": "c1", "type": "function", "function": {"name": "convert", "arguments": json.dumps(ARGUMENTS)}}
+    ]
+    replies = iter([called, completion({"model": "policy"}, "2000 m")])
+    server = ChatCompletionServer(lambda body: next(replies))
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        complete = openai_completion(client, "policy", RolloutConfig(strict_tools=strict))
+        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=3)
+
+    try:
+        trajectory = run(with_toolbox(body))
+    finally:
+        server.close()
+    assert trajectory.metrics["tool_calls"] == 1
+    assert trajectory.metadata.get(CONSTRAINED_CHOICES) == ([2] if strict else None)

@@ -4,6 +4,7 @@ import copy
 import math
 
 from autorl import Trajectory
+from autorl.trajectories import CONSTRAINED_CHOICES
 from autorl.training.sequences import tokenize_trajectory
 from tests.helpers.tiny import choice
 
@@ -57,6 +58,20 @@ def test_choice_without_logprobs_trains_the_template_reply_with_unknown_old_logp
     seq = tokenize_trajectory(traj, tokenizer)
     assert tokenizer.decode(trained(seq)) == "Yes, please.<|im_end|>\n"
     assert all(math.isnan(lp) for lp in seq.logprobs)
+
+
+def test_a_choice_sampled_under_a_grammar_trains_its_ids_with_unknown_old_logprobs(tokenizer):
+    """A forced call's server logprobs are the masked distribution's (a forced token reads 0): taken as the
+    policy's, they would weigh the forced tokens' gradient by the policy's tiny probability of them."""
+    forced = [*tokenizer.encode('<tool_call>{"name": "f"}</tool_call>', add_special_tokens=False), tokenizer.eos_token_id]
+    free = [*tokenizer.encode("done", add_special_tokens=False), tokenizer.eos_token_id]
+    items = [USER, choice("", forced, [0.0] * len(forced)), {"role": "tool", "content": "7"}, choice("done", free)]
+    traj = Trajectory(messages_and_choices=items, metadata={CONSTRAINED_CHOICES: [1]})
+    seq = tokenize_trajectory(traj, tokenizer)
+    assert trained(seq) == forced + free
+    logprobs = [lp for lp, m in zip(seq.logprobs, seq.mask, strict=True) if m]
+    assert all(math.isnan(lp) for lp in logprobs[: len(forced)])
+    assert logprobs[len(forced) :] == [-1.0] * len(free)  # the turn sampled freely keeps the server's
 
 
 def test_truncated_sample_leaves_end_of_turn_as_context(tokenizer):

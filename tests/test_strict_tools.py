@@ -55,6 +55,7 @@ def test_strict_tools_hold_each_call_s_arguments_to_the_tool_s_schema(tmp_path):
         server.stop()
     calls = [call for turn in turns for call in turn.item.message.tool_calls or []]
     assert len(calls) >= len(turns) == len(QUESTIONS)  # every first turn a call (required)
+    assert all(turn.constrained for turn in turns)  # training takes their logprobs as unknown
     for call in calls:
         assert call.function.name == "lookup_extension"
         arguments = json.loads(call.function.arguments)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ruler.messages import as_message
 
 from .. import tracing
-from ..trajectories import MessageOrChoice, Trajectory
+from ..trajectories import CONSTRAINED_CHOICES, MessageOrChoice, Trajectory
 from .call_reading import CALL_COUNTS, TurnCalls, read_calls
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class Turn:
     completion_tokens: int
     prompt_tokens: int = 0
     """The turn's input tokens as the server counted them (the whole conversation so far)."""
+    constrained: bool = False
+    """Sampled under a grammar (`first_turn_choice` "required", or a call of a `strict` tool): the server's
+    logprobs are of the masked distribution (a forced token reads 0), not the policy's."""
 
 
 Complete = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], Awaitable[Turn]]
@@ -81,7 +84,11 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
             logprobs=True,
             **offered,
         )
-        return response_turn(response)
+        turn = response_turn(response)
+        turn.constrained = bool(tools) and (
+            offered["tool_choice"] == "required" or (config.strict_tools and bool(tool_calls(turn.item)))
+        )
+        return turn
 
     return complete
 
@@ -184,7 +191,8 @@ async def agent_rollout(
     `complete`, with the calls autorl read from their text shown as calls: `turn_calls`; each tool result as
     a `tool` message) and the tools offered. Metrics: `turns`, `tool_calls`, `tool_errors` (results that report
     a problem), with a toolbox `tool_calls_parsed`, `tool_calls_recovered` and `tool_calls_invalid`
-    (`TurnCalls.counts`), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens).
+    (`TurnCalls.counts`), `completion_tokens` (all turns) and `truncated` (a turn cut by max_tokens). The
+    turns sampled under a grammar are listed in `metadata[CONSTRAINED_CHOICES]` (training reads it).
     """
     tools = toolbox.openai_tools() if toolbox is not None else None
     messages: list[dict[str, Any]] = [
@@ -193,6 +201,7 @@ async def agent_rollout(
         {"role": "user", "content": user_input},
     ]
     items: list[MessageOrChoice] = list(messages)
+    constrained: list[int] = []
     taken: list[Turn] = []
     counts = {"tool_calls": 0, "tool_errors": 0}
     if toolbox is not None:
@@ -202,6 +211,8 @@ async def agent_rollout(
             turn = await complete(messages, tools)
             tracing.set_attributes(span, turn_attributes(turn))
         taken.append(turn)
+        if turn.constrained:
+            constrained.append(len(items))
         read = turn_calls(turn.item, list(toolbox.tools), number) if toolbox is not None else None
         items.append(turn.item)
         messages.append(as_message(turn.item))
@@ -225,4 +236,7 @@ async def agent_rollout(
             items.append(message)
             messages.append(message)
     metrics = turn_metrics(taken, **counts)
-    return Trajectory(messages_and_choices=items, tools=tools, metadata=metadata or {}, metrics=metrics)
+    metadata = dict(metadata or {})
+    if constrained:
+        metadata[CONSTRAINED_CHOICES] = constrained
+    return Trajectory(messages_and_choices=items, tools=tools, metadata=metadata, metrics=metrics)

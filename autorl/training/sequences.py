@@ -6,7 +6,8 @@ assistant messages too (all of them, or the last: `TrainedTurns`). When the roll
 logprobs from our vLLM server (which returns sampled tokens as ids), the trained tokens are exactly
 the sampled ids, end-of-turn token included, with the policy's logprobs at sampling time; otherwise
 the template's rendering of the reply is trained and its old logprobs are unknown (NaN; the trainer
-then uses the current policy's, which makes the step on-policy).
+then uses the current policy's, which makes the step on-policy). A choice sampled under a grammar
+(`autorl.trajectories.CONSTRAINED_CHOICES`) trains its sampled ids with unknown old logprobs too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from openai.types.chat.chat_completion import Choice
 
 from ..errors import AutoRLError, quoted
-from ..trajectories import Trajectory
+from ..trajectories import CONSTRAINED_CHOICES, Trajectory
 
 TOKEN_ID_PREFIX = "token_id:"
 TrainedTurns = Literal["sampled", "all", "last"]
@@ -54,6 +55,7 @@ def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: T
     items = trajectory.messages_and_choices
     messages = trajectory.messages()
     tools = trajectory.tools
+    constrained = set(getattr(trajectory, "metadata", {}).get(CONSTRAINED_CHOICES, ()))
     turns = [
         index
         for index, item in enumerate(items)
@@ -96,7 +98,7 @@ def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: T
         ids, logprobs = sampled
         if bad := next((i for i in ids if i >= len(tokenizer)), None):
             raise AutoRLError(f"sampled token id {bad} is outside the vocabulary of {len(tokenizer)} tokens")
-        extend(ids, trained=True, logprobs=logprobs)
+        extend(ids, trained=True, logprobs=None if index in constrained else logprobs)
         sampled_text = tokenizer.decode(ids, skip_special_tokens=False)
         if reply.startswith(sampled_text):  # the template's text after the reply (e.g. a newline)
             rendered += sampled_text
