@@ -24,7 +24,7 @@ from pipelines.run_view import RunView
 from tests.helpers.benchmark_runs import make_run
 from tests.helpers.cli import error_line
 from tests.helpers.lora import lora_run, random_lora
-from tests.helpers.remote import TOKEN, free_port
+from tests.helpers.remote import TOKEN, Harness, free_port
 
 
 def invoke(home: Path, *args: str):
@@ -83,7 +83,15 @@ def test_a_checkpoint_not_copied_here_is_fetched_from_the_autorl_serve_the_run_t
     assert torch.allclose(logits(exported, ids), logits(on_server, ids), atol=1e-5)
     assert not torch.allclose(logits(exported, ids), logits(AutoModelForCausalLM.from_pretrained(tiny_model), ids))
 
-    served.stop()  # the copy is the run's now: exported again with neither the server nor the token
+    served.stop()
+    restarted = Harness(tmp_path, served.chat, port=int(served.url.rsplit(":", 1)[1]))  # its registry and files only
+    try:  # a checkpoint read from a restarted server's files: no model started there (no vLLM server) to read it
+        result = invoke(home, "r@1", "--out", str(tmp_path / "first"))
+        assert result.exit_code == 0 and "fetched" in result.output, result.output
+        assert restarted.served.models == {}
+    finally:
+        restarted.stop()
+    # the copy is the run's now: exported again with neither the server nor the token
     monkeypatch.delenv("AUTORL_TOKEN")
     result = invoke(home, "r@2", "--format", "peft", "--out", str(tmp_path / "adapter"))
     assert result.exit_code == 0, result.output

@@ -12,7 +12,8 @@ Paths (every one but /health needs the token; bodies are wire.py's request model
     POST /models/NAME/serve                    serve checkpoint STEP (Backend.serve_checkpoint)
     POST /models/NAME/release                  this client is done training NAME (another may start)
     GET  /models/NAME/checkpoints[/STEP]       the complete checkpoints; one's PEFT files as .tar.gz
-    GET  /models/NAME/history                  the training history (a record per step, as history.jsonl)
+    GET  /models/NAME/history                  the training history (a record per step, as history.jsonl);
+                                               these reads start no vLLM server, even after a restart
     GET  /v1/models                            the names servable here: "NAME" is the newest checkpoint,
                                                "NAME@NNNN" checkpoint NNNN
     POST /v1/chat/completions, /v1/completions OpenAI-compatible inference, passed on to the model's vLLM
@@ -274,18 +275,16 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.get("/models/{name}/checkpoints")
     async def checkpoints(name: str) -> dict:
-        model = await served.get(name)
-        run_dir = served.backend.run_dir(model)
+        run_dir = served.backend.run_dir(served.recorded(name))
         return {"steps": [step for step, _ in complete_checkpoints(run_dir / "checkpoints")]}
 
     @app.get("/models/{name}/history")
     async def history(name: str) -> dict:
-        return {"history": read_history(served.backend.run_dir(await served.get(name)))}
+        return {"history": read_history(served.backend.run_dir(served.recorded(name)))}
 
     @app.get("/models/{name}/checkpoints/{step}")
     async def checkpoint(name: str, step: Annotated[int, Path(ge=1, le=MAX_STEP)]) -> Response:
-        model = await served.get(name)
-        checkpoints = served.backend.run_dir(model) / "checkpoints"
+        checkpoints = served.backend.run_dir(served.recorded(name)) / "checkpoints"
         archive = await asyncio.to_thread(checkpoint_archive, checkpoints, name, step)
         filename = f"{name}-{checkpoint_name(step)}.tar.gz"
         return Response(

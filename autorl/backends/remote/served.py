@@ -169,12 +169,26 @@ class ServedModels:
         """The registered model `name`; one the server served before a restart is registered again first."""
         if name in self.models:
             return self.models[name]
+        return await self._start(self._entry(name))
+
+    def recorded(self, name: str) -> TrainableModel:
+        """The registered model `name` without starting it: what reads its files (checkpoints, history) needs. One
+        the server served before a restart is its registry's entry, so no vLLM server starts to read a file."""
+        if name in self.models:
+            return self.models[name]
+        entry = self._entry(name)
+        if (why := self.limits.check_base_model(entry.base_model)) is not None:  # as `_start` refuses it
+            raise Refused(403, why)
+        return TrainableModel(**entry.model_dump())
+
+    def _entry(self, name: str) -> RegisterRequest:
+        """The registry's entry of model `name` (a 404 without one)."""
         known = self.registry().get(name)
         if known is None:
             raise Refused(
                 404, f"model {quoted(name)} is not served here; register it with `await model.register(backend)`"
             )
-        return await self._start(RegisterRequest.model_validate(known))
+        return RegisterRequest.model_validate(known)
 
     async def registered(self, model: TrainableModel) -> Registered:
         step = await self.backend.get_step(model)
