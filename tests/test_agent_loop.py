@@ -21,7 +21,6 @@ from autorl.trajectories import CONSTRAINED_CHOICES
 from tests.helpers.agents import call, scripted, with_toolbox
 from tests.helpers.chat_server import ChatCompletionServer, completion
 
-
 ARGUMENTS = {"value": 2, "from_unit": "km", "to_unit": "m"}
 
 

@@ -4,8 +4,8 @@ import copy
 import math
 
 from autorl import Trajectory
-from autorl.trajectories import CONSTRAINED_CHOICES
 from autorl.training.sequences import tokenize_trajectory
+from autorl.trajectories import CONSTRAINED_CHOICES
 from tests.helpers.tiny import choice
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -63,7 +63,10 @@ def test_choice_without_logprobs_trains_the_template_reply_with_unknown_old_logp
 def test_a_choice_sampled_under_a_grammar_trains_its_ids_with_unknown_old_logprobs(tokenizer):
     """A forced call's server logprobs are the masked distribution's (a forced token reads 0): taken as the
     policy's, they would weigh the forced tokens' gradient by the policy's tiny probability of them."""
-    forced = [*tokenizer.encode('<tool_call>{"name": "f"}</tool_call>', add_special_tokens=False), tokenizer.eos_token_id]
+    forced = [
+        *tokenizer.encode('<tool_call>{"name": "f"}</tool_call>', add_special_tokens=False),
+        tokenizer.eos_token_id,
+    ]
     free = [*tokenizer.encode("done", add_special_tokens=False), tokenizer.eos_token_id]
     items = [USER, choice("", forced, [0.0] * len(forced)), {"role": "tool", "content": "7"}, choice("done", free)]
     traj = Trajectory(messages_and_choices=items, metadata={CONSTRAINED_CHOICES: [1]})
