@@ -1,8 +1,9 @@
 """`autorl export` of a checkpoint of the embedded model, checked against real readers: the merged model's greedy
 answers under transformers equal the checkpoint's as the run's own vLLM server serves it; the GGUF files, read
 back by transformers' GGUF loader (the `gguf` package's reader under it, an implementation apart from the
-writer), answer as the merged model (f16) or nearly (q8_0: the first token of >= 90% of the inputs); `autorl chat`
-streams the checkpoint's answer."""
+writer) and run by llama.cpp (llama-cpp-python, with the GGUF's own tokenizer and chat template), answer as the
+merged model (f16) or nearly (q8_0: the first token of >= 90% of the inputs); `autorl chat` streams the
+checkpoint's answer."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import gguf
 import pytest
 import torch
+from llama_cpp import Llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
@@ -47,10 +49,10 @@ def prompt_ids(tokenizer, text: str) -> torch.Tensor:
     ]
 
 
-def greedy(model, tokenizer, text: str) -> str:
+def greedy(model, tokenizer, text: str, tokens: int = TOKENS) -> str:
     ids = prompt_ids(tokenizer, text)
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(ids, max_new_tokens=tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
@@ -92,7 +94,7 @@ def test_the_merged_export_answers_as_vllm_serves_the_checkpoint(home, tmp_path)
 
 
 @pytest.mark.timeout(1500)  # 545 s and 973 s on 2 cores shared with other test runs (load average 7 and more)
-def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
+def test_the_gguf_files_answer_as_the_merged_model_in_transformers_and_llama_cpp(home, tmp_path):
     merged_dir = export(home, "r@1", "hf", tmp_path / "hf").out
     done = export(home, "r@1", "gguf", tmp_path / "gguf", ["f16", "q8_0"])
     assert {"model-f16.gguf", "model-q8_0.gguf", "Modelfile", "README.md"} <= set(done.files)
@@ -111,6 +113,21 @@ def test_the_gguf_files_answer_as_the_merged_model(home, tmp_path):
     texts = [*VAL, *MORE]
     agree = sum(first_token(merged, tokenizer, text) == first_token(q8, tokenizer, text) for text in texts)
     assert agree >= 0.9 * len(texts), f"{agree} of {len(texts)} first tokens agree"
+    del q8
+
+    # llama.cpp, as a user runs the file: its own tokenizer and the chat template the GGUF carries
+    f16 = Llama(str(done.out / "model-f16.gguf"), n_ctx=512, n_threads=2, verbose=False)
+    assert [llama_cpp_answer(f16, text) for text in VAL] == [greedy(merged, tokenizer, text) for text in VAL]
+    q8 = Llama(str(done.out / "model-q8_0.gguf"), n_ctx=512, n_threads=2, verbose=False)
+    agree = sum(llama_cpp_answer(q8, text, 1) == greedy(merged, tokenizer, text, 1) for text in texts)
+    assert agree >= 0.9 * len(texts), f"llama.cpp: {agree} of {len(texts)} first tokens agree"
+
+
+def llama_cpp_answer(model: Llama, text: str, tokens: int = TOKENS) -> str:
+    """`model`'s greedy answer through llama.cpp's chat completion (the GGUF's template and tokenizer)."""
+    messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": text}]
+    answer = model.create_chat_completion(messages, temperature=0, max_tokens=tokens)
+    return answer["choices"][0]["message"]["content"]
 
 
 @pytest.mark.timeout(900)  # a vLLM server's start, as in the test above
