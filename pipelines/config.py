@@ -218,6 +218,18 @@ class RunConfig(BaseModel):
     directory. The server serves every checkpoint as a LoRA (adapter serving), as the evaluation needs. Not
     with --ray; a task file's `backend` key. Not part of any cache key."""
 
+    def unaided(self) -> RunConfig:
+        """This config with the tools chosen by the model ("auto"): `--tool-choice required` is a training aid, so
+        held-out answers, and a group's answers past `rollout.required_share`, are not forced."""
+        return self.model_copy(update={"rollout": self.rollout.model_copy(update={"tool_choice": "auto"})})
+
+    def forced_answers(self) -> int:
+        """How many of a training group's answers have their first turn forced to a call (`rollout.tool_choice`
+        "required", `rollout.required_share` of `group_size`, at least one)."""
+        if self.rollout.tool_choice != "required":
+            return 0
+        return max(1, round(self.rollout.required_share * self.group_size)) if self.rollout.required_share else 0
+
     def judging(self) -> dict[str, str]:
         """What judged scores depend on besides the answers and the rubric: the judge, and whether it explains
         them (part of the key of every stage that judges)."""

@@ -42,7 +42,7 @@ async def judged_per_input(
 def answers(ctx: StageContext, prompt: str, text: str, name: str, variant: str) -> list[Awaitable[Trajectory]]:
     """`eval_samples` answers of the policy served as `name` to `text`, each tagged with `variant`; unaided:
     `--tool-choice required` is a training aid, so held-out answers choose their tools themselves ("auto")."""
-    config = ctx.config.model_copy(update={"rollout": ctx.config.rollout.model_copy(update={"tool_choice": "auto"})})
+    config = ctx.config.unaided()
     return [_tagged(ctx.policy.answer(prompt, text, config, name), variant) for _ in range(config.eval_samples)]
 
 

@@ -18,6 +18,7 @@ from pipelines.evaluation import answers
 from pipelines.staged_run import forced_stages, stage_keys
 from pipelines.stats import mean_ci
 from pipelines.steps.bookkeeping import check_unscored_steps
+from pipelines.steps.groups import judged_groups
 
 TASK = TaskSpec(description="Turn a casual sentence into formal business English")
 
@@ -450,3 +451,38 @@ def test_held_out_answers_choose_their_tools_themselves_under_tool_choice_requir
 
     assert [t.metadata["variant"] for t in asyncio.run(both())] == ["base", "base"] and asked == ["auto", "auto"]
     assert config.rollout.tool_choice == "required"  # the run's own config is left as it is
+
+
+@pytest.mark.parametrize(
+    ("choice", "share", "asked"),
+    [
+        ("required", 1.0, ["required"] * 4),
+        ("required", 0.5, ["required", "required", "auto", "auto"]),
+        ("required", 0.1, ["required", "auto", "auto", "auto"]),  # a share above 0 forces one at least
+        ("required", 0.0, ["auto"] * 4),
+        ("auto", 1.0, ["auto"] * 4),
+    ],
+)
+def test_a_training_group_forces_the_first_call_of_its_required_share_of_answers(choice, share, asked):
+    """`rollout.required_share`: part of each group calls because it must, the rest as the model chooses, so the
+    group's advantages weigh calling against not calling (a call forced in every answer earns none)."""
+    seen = []
+
+    def answer(prompt, text, config, name):
+        seen.append(config.rollout.tool_choice)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(SimpleNamespace(metadata={}))
+        return done
+
+    async def start():
+        pass
+
+    async def gather_judged(groups, desc, then):
+        return groups
+
+    config = RunConfig(rollout=RolloutConfig(tool_choice=choice, required_share=share), group_size=4)
+    ctx = SimpleNamespace(
+        config=config, policy=SimpleNamespace(answer=answer, start=start), gather_judged=gather_judged
+    )
+    asyncio.run(judged_groups(ctx, "prompt", ["input"], [None], "step 1"))
+    assert seen == asked

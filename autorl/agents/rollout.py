@@ -43,6 +43,11 @@ class RolloutConfig(BaseModel):
     the first turn is a call of one of the tools (OpenAI's tool_choice, which vLLM holds to by structured output;
     the call's arguments too only with `strict_tools`), an exploration aid for a model that does not call a tool
     unprompted. Turns after a tool result are "auto"."""
+    required_share: float = Field(1.0, ge=0, le=1)
+    """With `tool_choice` "required": the share of each training group's answers whose first turn is forced (the
+    others choose, "auto"). A call forced in every answer of a group earns no advantage of its own: its tokens
+    follow the same context in each answer and GRPO's advantages sum to 0 over the group; below 1 the forced calls
+    are weighed against what the model does unaided, so calling itself is learned (`autorl run`'s groups)."""
     strict_tools: bool = False
     """Offer each function tool with OpenAI's `strict: true`: vLLM then holds a call's arguments to the tool's JSON
     schema by structured output (xgrammar), so a call names the arguments the tool takes, and the tool's required

@@ -67,7 +67,8 @@ async def judged_groups(
     ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
 ) -> list[TrajectoryGroup]:
     """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
-    `name`), each group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
+    `name`; under `--tool-choice required` the first `RunConfig.forced_answers` of them forced to call), each
+    group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
     of them); the groups the judge scored, in order.
 
     A group with a path in `saved` is written there (atomically) once scored, with what it took in its
@@ -75,12 +76,13 @@ async def judged_groups(
     before a crash, or by the preflight stage.
     """
     config = ctx.config
+    size, forced, unaided = config.group_size, config.forced_answers(), config.unaided()
     groups = []
     for text, path in zip(texts, saved, strict=True):
         if path is not None and path.exists():  # scored before: reuse
             groups.append(TrajectoryGroup.model_validate_json(path.read_text()))
         else:
-            answers = (ctx.policy.answer(prompt, text, config, name) for _ in range(config.group_size))
+            answers = (ctx.policy.answer(prompt, text, config if i < forced else unaided, name) for i in range(size))
             groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
     started = time.monotonic()
 
