@@ -169,9 +169,10 @@ MEASURES: dict[str, Measures] = {
         for warmup in ("sft", "sft3")
     },
     **{  # the tool-only fact task from its text (issue 56; learning.py --out), at the defaults and with the first
-        # turn's call required (`-- --tool-choice required`), and required with strict tools (`--strict-tools`)
+        # turn's call required (`-- --tool-choice required`), required with strict tools (`--strict-tools`), that
+        # with forced tokens' logprobs unknown to training (`_forced`), and part of each group forced (`_share`)
         f"learning_tool_directory{required}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
-        for required in ("", "_required", "_strict")
+        for required in ("", "_required", "_strict", "_forced", "_share")
         for seed in range(3)
     },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)
