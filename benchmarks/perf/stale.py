@@ -100,6 +100,7 @@ MEASURES: dict[str, Measures] = {
     "first_run_judge_timing": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --baseline 62f018e
     "first_run_cold": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --cold (fresh caches)
     "first_run_cold_diag": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --cold, this checkout alone
+    "first_run_cold_amx": Measures("benchmarks/perf/perf_first_run.py", EVERYTHING),  # --cold, on a CPU with AMX
     "remote": Measures("benchmarks/perf/perf_remote.py", ("autorl/backends/remote/", *LOCAL_BACKEND, *TRAINING)),
     "generator": Measures("benchmarks/perf/perf_generator.py", ("autorl/inputs/", *SERVING, "ruler/endpoint.py")),
     "replicas": Measures(
@@ -156,10 +157,11 @@ MEASURES: dict[str, Measures] = {
         for seed in range(3)
     },
     **{  # the strict tasks from their task text alone (issue 55; learning.py --out); _examples: after worked
-        # examples could come from any answer that scored (76eaf49)
+        # examples could come from any answer that scored (76eaf49); _rl and _bootstrap: RL alone against the
+        # `--sft-bootstrap` warm-up and fewer RL steps, at equal sampled answers
         f"learning_strict_{task}{examples}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
         for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json")
-        for examples in ("", "_examples")
+        for examples in ("", "_examples", "_rl", "_bootstrap")
         for seed in range(3)
     },
     **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
