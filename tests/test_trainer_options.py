@@ -48,8 +48,9 @@ def assert_same_updates(reference: tuple[list[dict], list[dict]], other: tuple[l
         assert got["ratio_mean"] == pytest.approx(expected["ratio_mean"], rel=1e-5)
         assert got["base_logprob"] == pytest.approx(expected["base_logprob"], rel=1e-5)
     for expected, got in zip(reference[1], other[1], strict=True):
-        for name, grad in expected.items():
-            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-7)
+        for name, grad in expected.items():  # float32 rounding of sums taken in another order (other kernels) is
+            # relative to the tensor's scale, not to each element's: a near-zero element differs by it too
+            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-4 * float(grad.abs().max()))
 
 
 @pytest.mark.parametrize("micro_batch_size", [4, 3])
