@@ -100,7 +100,8 @@ def one_run(
     variants = record["stages"]["evaluate"]["summary"]["variants"]
     train = record["stages"]["train"]
     history = read_history(home / "runs" / record["name"])
-    history = [h for h in history if "reward" in h and h["step"] <= steps]  # RL's steps, not an SFT warm-up's
+    last = train["summary"].get("sft_steps", 0) + steps  # RL's `steps` follow a warm-up's steps
+    history = [h for h in history if "reward" in h and h["step"] <= last]  # RL's steps, not an SFT warm-up's
     return {
         "task": task,
         "loss": loss,
@@ -112,7 +113,7 @@ def one_run(
         "paired": paired_gain(home, record),
         "train_s": None if train["cached"] else train["seconds"],  # a cached rerun has not timed it
         "wall_s": round(time.monotonic() - started, 1),
-        "rl_steps": len(history),  # `steps` less an SFT warm-up's (`-- --sft-file`), which counts as model steps
+        "rl_steps": len(history),  # `steps`: an SFT warm-up's steps (`-- --sft-file`) come before them
         "train_reward_first_last": [history[0]["reward"], history[-1]["reward"]],
         # the system prompt's candidates and their mean scores on training inputs (the task text's is the base
         # model's before bootstrapping), and which was kept
