@@ -43,9 +43,9 @@ class RolloutConfig(BaseModel):
     the first turn is a call of one of the tools (OpenAI's tool_choice, which vLLM holds to by structured output;
     the call's arguments too only with `strict_tools`), an exploration aid for a model that does not call a tool
     unprompted. Turns after a tool result are "auto"."""
-    required_share: float = Field(1.0, ge=0, le=1)
+    required_share: float = Field(0.5, ge=0, le=1)
     """With `tool_choice` "required": the share of each training group's answers whose first turn is forced (the
-    others choose, "auto"). A call forced in every answer of a group earns no advantage of its own: its tokens
+    others choose, "auto"). A call forced in every answer of a group (1) earns no advantage of its own: its tokens
     follow the same context in each answer and GRPO's advantages sum to 0 over the group; below 1 the forced calls
     are weighed against what the model does unaided, so calling itself is learned (`autorl run`'s groups)."""
     strict_tools: bool = False
