@@ -84,7 +84,7 @@ def test_a_checkpoint_not_copied_here_is_fetched_from_the_autorl_serve_the_run_t
     assert not torch.allclose(logits(exported, ids), logits(AutoModelForCausalLM.from_pretrained(tiny_model), ids))
 
     served.stop()
-    restarted = Harness(tmp_path, served.chat, port=int(served.url.rsplit(":", 1)[1]))  # its registry and files only
+    restarted = Harness(tmp_path, served.chat, port=served.port)  # its registry and files only
     try:  # a checkpoint read from a restarted server's files: no model started there (no vLLM server) to read it
         result = invoke(home, "r@1", "--out", str(tmp_path / "first"))
         assert result.exit_code == 0 and "fetched" in result.output, result.output
