@@ -142,8 +142,7 @@ class ServedModels:
         self._owned[client].add(name)
 
     async def _start(self, request: RegisterRequest) -> TrainableModel:
-        if (why := self.limits.check_base_model(request.base_model)) is not None:  # a registry's entry too
-            raise Refused(403, why)
+        self._check_base_model(request)
         async with self._starting[request.name]:  # concurrent first requests start one vLLM server
             if request.name not in self.models:
                 model_dir = await asyncio.to_thread(resolve_base_model, request.base_model)  # before vLLM starts
@@ -177,9 +176,13 @@ class ServedModels:
         if name in self.models:
             return self.models[name]
         entry = self._entry(name)
-        if (why := self.limits.check_base_model(entry.base_model)) is not None:  # as `_start` refuses it
-            raise Refused(403, why)
+        self._check_base_model(entry)
         return TrainableModel(**entry.model_dump())
+
+    def _check_base_model(self, request: RegisterRequest) -> None:
+        """403 when the server's limits refuse `request`'s base model (a registration's, or a registry's entry)."""
+        if (why := self.limits.check_base_model(request.base_model)) is not None:
+            raise Refused(403, why)
 
     def _entry(self, name: str) -> RegisterRequest:
         """The registry's entry of model `name` (a 404 without one)."""
