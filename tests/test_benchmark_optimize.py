@@ -5,9 +5,13 @@ held-out inputs, is cached, and shows in the results with its cost; and the user
 
 from __future__ import annotations
 
+import ast
+import gc
 import itertools
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -306,3 +310,44 @@ def test_a_checkpoint_costs_its_training_steps(home):
     assert (first.cost.calls, first.cost.seconds) == (10, 30.5) and (base.cost.calls, base.cost.seconds) == (0, 0)
     (steps / "0001" / "cost.json").unlink()  # a run trained before steps were costed: unknown, not 0
     assert resolve("r@latest", main, {"r": main}).cost.calls is None
+
+
+class _YieldsWhenCollected:
+    """Garbage in a reference cycle whose finalizer lets another thread run: a collection that happens inside
+    the AST constructor switches threads there."""
+
+    def __init__(self):
+        self.cycle = self
+
+    def __del__(self):
+        time.sleep(0)
+
+
+def test_dspys_threads_parse_at_once_without_the_ast_constructors_race():
+    """DSPy's answering threads parse while garbage is collected; on CPython 3.11.7 that raised "AST constructor
+    recursion depth mismatch" (gh-106905), which `dspy_session` rules out by parsing one thread at a time."""
+    import pipelines.benchmarking.dspy_session  # noqa: F401  (what a benchmark imports before DSPy's threads run)
+
+    errors: list[SystemError] = []
+
+    def parse() -> None:
+        for _ in range(20):
+            for _ in range(5):
+                _YieldsWhenCollected()
+            try:
+                ast.parse("a.b[1].c(d, e=[f, g, (h, i)])\n" * 400)
+            except SystemError as exc:
+                errors.append(exc)
+                return
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(10)  # collect often, so collections fall inside the constructor
+    try:
+        threads = [threading.Thread(target=parse) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        gc.set_threshold(*threshold)
+    assert errors == []

@@ -19,6 +19,7 @@ import torch
 from llama_cpp import Llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from autorl.serving.config import ServerConfig
 from autorl.serving.embedded import DEFAULT_BASE_MODEL, resolve_base_model
 from pipelines.chat import QUIT, RESET
 from pipelines.export import export
@@ -36,9 +37,12 @@ TOKENS = 16
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
-    """A finished run of the embedded model whose checkpoints are random LoRAs small enough to keep it speaking."""
+    """A finished run of the embedded model whose checkpoints are random LoRAs small enough to keep it speaking,
+    served in float32 as transformers runs the export: greedy answers compare at one precision (a bf16 server,
+    auto's choice on a CPU with native bf16, picks another token at a near tie)."""
     home = tmp_path_factory.mktemp("home")
-    lora_run(home, DEFAULT_BASE_MODEL, resolve_base_model(DEFAULT_BASE_MODEL), scale=0.2)
+    base = resolve_base_model(DEFAULT_BASE_MODEL)
+    lora_run(home, DEFAULT_BASE_MODEL, base, scale=0.2, server=ServerConfig(dtype="float32"))
     return home
 
 

@@ -4,12 +4,14 @@ adapter and LM that answer its calls through autorl's agent loop, the judge as t
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import io
 import logging
 import math
 import statistics
+import sys
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -35,6 +37,28 @@ REFLECTION_MAX_TOKENS = 4000
 """Completion token cap of one reflection call."""
 THREADS = 8
 """Answers DSPy asks for at once."""
+
+
+def _serialize_ast_parse() -> None:
+    """Let one thread at a time run `ast.parse` on a CPython whose AST constructor keeps its recursion counter in
+    state shared by threads (gh-106905, fixed in 3.11.8 and 3.12.2): DSPy parses attribute paths and signatures
+    in the threads that answer its calls, and a thread switch inside the constructor (a garbage collection)
+    raised "SystemError: AST constructor recursion depth mismatch" at random."""
+    if not (sys.version_info < (3, 11, 8) or (3, 12) <= sys.version_info < (3, 12, 2)):
+        return
+    parse, lock = ast.parse, threading.Lock()
+    if getattr(parse, "serialized", False):
+        return
+
+    def serialized(*args: Any, **kwargs: Any) -> ast.AST:
+        with lock:
+            return parse(*args, **kwargs)
+
+    serialized.serialized = True  # type: ignore[attr-defined]
+    ast.parse = serialized  # type: ignore[assignment]
+
+
+_serialize_ast_parse()
 
 
 class SessionOwner(Protocol):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from autorl.serving.config import ServerConfig
 from pipelines.artifacts import ArtifactStore
 from pipelines.cli import app
 from pipelines.config import RunConfig
@@ -21,10 +22,11 @@ def make_run(
     rewards: tuple[float, ...] = (0.6, 0.4),
     train: tuple[str, ...] = ("Train me.",),
     model: str | None = None,
+    server: ServerConfig | None = None,
 ) -> None:
     """A finished run as the pipeline records it: run.json with stage keys, the inputs (`train`, then `VAL`)
     and system prompt artifacts, and one checkpoint (LoRA file + metrics) and history line per training reward;
-    its base model is `model` (default: the embedded one)."""
+    its base model is `model` (default: the embedded one), its server settings `server` (default: the defaults)."""
     keys = {"inputs": f"inputs-{name}", "system_prompt": f"prompt-{name}", "train": f"train-{name}"}
     store = ArtifactStore(home / "artifacts")
     with store.write("inputs", keys["inputs"], {}) as out:
@@ -50,7 +52,13 @@ def make_run(
             history.write(json.dumps({"step": step, "reward": reward}) + "\n")
     run_dir = home / "runs" / name
     run_dir.mkdir(parents=True)
-    config = RunConfig(steps=max(len(rewards), 1), name=name, wandb=False, **({"model": model} if model else {}))
+    config = RunConfig(
+        steps=max(len(rewards), 1),
+        name=name,
+        wandb=False,
+        server=server or ServerConfig(),
+        **({"model": model} if model else {}),
+    )
     record = {
         "name": name,
         "task": {"description": "Arithmetic.", "rubric": ""},

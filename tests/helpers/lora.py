@@ -8,6 +8,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
+from autorl.serving.config import ServerConfig
 from tests.helpers.benchmark_runs import make_run
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -30,11 +31,17 @@ def random_lora(base_dir: Path, out_dir: Path, seed: int = 1, scale: float = 1.0
 
 
 def lora_run(
-    home: Path, model: str, base_dir: Path, rewards: tuple[float, ...] = (0.6, 0.4), scale: float = 1.0
+    home: Path,
+    model: str,
+    base_dir: Path,
+    rewards: tuple[float, ...] = (0.6, 0.4),
+    scale: float = 1.0,
+    server: ServerConfig | None = None,
 ) -> Path:
     """A finished run `r` of `model` (`base_dir`: its weights) as the pipeline records it
-    (`benchmark_runs.make_run`), each checkpoint a random LoRA of its own; returns its checkpoints directory."""
-    make_run(home, rewards=rewards, model=model)
+    (`benchmark_runs.make_run`, `server` its server settings), each checkpoint a random LoRA of its own; returns
+    its checkpoints directory."""
+    make_run(home, rewards=rewards, model=model, server=server)
     checkpoints = next((home / "artifacts").glob("train/*/checkpoints"))
     for step in range(1, len(rewards) + 1):
         random_lora(base_dir, checkpoints / f"{step:04d}", seed=step, scale=scale, r=4, lora_alpha=8)
