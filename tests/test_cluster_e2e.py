@@ -1,7 +1,7 @@
 """`autorl run --async 1 --ray local --replicas 2 --trainer-workers 2`: a Ray cluster on this machine, two vLLM
 replicas of the embedded model and two data-parallel trainer workers as actors, with the asynchronous pipeline
-trainer, through a whole pipeline; one replica's process is SIGKILLed while the rollouts after step 1 run, and
-no rollout is lost.
+trainer, through a whole pipeline; one replica's process is SIGKILLed as training starts (the
+rollouts of step 1 next), no rollout is lost, and the replica is restarted and serves again before the run ends.
 
 The task brings its system prompt and inputs and a program judges it, so the replicas are the only servers.
 The synchronous loop sends its rollouts through the same replica pool; its handling of a dead replica (a
@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,9 +29,9 @@ ray = pytest.importorskip("ray")
 
 GROUP_SIZE = 8
 TASK = ["benchmarks/perf/learning_tasks/one_word.toml", "--judge", "benchmarks.perf.learning_tasks.judges:one_word"]
-SIZES = ["--steps", "2", "--group-size", str(GROUP_SIZE), "--groups-per-step", "2", "--max-tokens", "64",
+SIZES = ["--steps", "3", "--group-size", str(GROUP_SIZE), "--groups-per-step", "2", "--max-tokens", "64",
          "--eval-samples", "2", "--preflight", "off"]  # fmt: skip
-"""Two steps of two full groups, so that later groups' rollouts are under way when a replica is killed; two answers per
+"""Three steps of two full groups, time enough for the killed replica's restart (a vLLM start in a Ray actor); two answers per
 validation input (the least eval allows) and no preflight checks, which the replicas serve like any other request
 (tested elsewhere)."""
 VALIDATION = 16
@@ -53,28 +54,34 @@ def test_an_async_two_replica_two_worker_run_trains_and_a_killed_replica_loses_n
         text=True,
         cwd=Path(__file__).parent.parent,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)  # the run's output as it comes
+    reader.start()
     servers: set[int] = set()
     killed = None
     try:
         deadline = time.monotonic() + scaled(960)
         while run.poll() is None and time.monotonic() < deadline:
             servers |= with_command_line(descendants(run.pid), b"vllm.entrypoints")
-            step_one = list(tmp_path.glob("home/artifacts/train/*/steps/0001"))
-            if killed is None and step_one and len(actors := replica_actors(run)) == 2:
-                killed = min(actors)  # step 1 is trained: the rollout workers answer the next groups
+            training = any(line.startswith("train (") for line in lines)
+            if killed is None and training and len(actors := replica_actors(run)) == 2:
+                killed = min(actors)  # both replicas serve (the baseline is answered): the step rollouts are next
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.1)
-        output, _ = run.communicate(timeout=scaled(60))
+        run.wait(timeout=scaled(60))
+        reader.join(timeout=scaled(60))
     finally:
         run.kill()
+    output = "".join(lines)
     assert run.returncode == 0, output
     assert killed is not None, output
     assert "replica" in output and "restarting it (1 of at most 3)" in output, output
+    assert "is back, serving step" in output, output
 
     work = next(tmp_path.glob("home/artifacts/train/*"))
     history = [json.loads(line) for line in (work / "history.jsonl").read_text().splitlines()]
-    assert [h["step"] for h in history] == [1, 2]
-    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["0001", "0002"]
+    assert [h["step"] for h in history] == [1, 2, 3]
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
     for step in sorted(work.glob("trajectories/*.parquet")):  # a lost rollout would leave a group short
         assert set(pd.read_parquet(step).groupby("input").size()) == {GROUP_SIZE}, step
     assert all(h["exceptions"] == 0 and h["trajectories"] == 2 * GROUP_SIZE for h in history), history

@@ -161,6 +161,7 @@ class ReplicaPool:
                     replica.url = await self._restart(replica)
                     replica.served_step = -1
                 await self._catch_up(replica)
+                log.warning("replica %d of %r is back, serving step %d", replica.index, self.name, self.step)
                 return
             except Exception as exc:  # tried again, up to max_restarts
                 reason = f"{type(exc).__name__}: {exc}"

@@ -216,6 +216,9 @@ def directory(messages: list[dict[str, Any]]) -> float:
     return 0.1 if calls or DIRECTORY_TOOL in texts or "<tool_call>" in texts else 0.0
 
 
+directory_mcp = directory
+"""`directory_mcp.toml` (the same tool over MCP) is judged as `directory.toml`."""
+
 # The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
 # judged on what the text asks for: full credit only for the answer alone; the right content inside more words
 # is a nearer miss of that form the shorter it is (`WITHIN_SHORT`, `WITHIN_LONG`), so that a base model that
