@@ -17,6 +17,8 @@ from benchmarks.perf.learning_tasks.directory import EMPLOYEES, extension, looku
 from benchmarks.perf.learning_tasks.judges import directory
 
 TASK = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "learning_tasks" / "directory.toml"
+OVER_MCP = TASK.with_name("directory_mcp.toml")
+"""The same task with the tool from a stdio MCP server (directory_server.py)."""
 QUESTION = "What is the phone extension of Ada Park?"
 RIGHT = extension("Ada Park")
 
@@ -62,6 +64,38 @@ def test_the_task_s_tool_runs_through_the_toolbox():
             return (await toolbox.call("lookup_extension", '{"name": "Ada Park"}')).text
 
     assert asyncio.run(call()) == f"Ada Park: extension {RIGHT}"
+
+
+def test_over_mcp_the_task_offers_the_same_tool_and_its_answers():
+    """directory_mcp.toml differs from directory.toml only in how the tool reaches the agent: the same text and
+    inputs, a tool of the same name, description and argument, which answers and refuses as the function does
+    (through a real stdio MCP server)."""
+    task, over_mcp = load_task(TASK), load_task(OVER_MCP)
+    assert (over_mcp.description, over_mcp.inputs_file, over_mcp.max_turns) == (
+        task.description,
+        task.inputs_file,
+        task.max_turns,
+    )
+
+    async def offered(spec) -> tuple[dict, str, str]:
+        async with await Toolbox.open(spec) as toolbox:
+            (tool,) = toolbox.openai_tools()
+            found = await toolbox.call("lookup_extension", '{"name": "Ada Park"}')
+            refused = await toolbox.call("lookup_extension", '{"name": "Ada"}')
+            return tool["function"], found.text, refused.text
+
+    function, found, refused = asyncio.run(offered(task))
+    mcp_function, mcp_found, mcp_refused = asyncio.run(offered(over_mcp))
+    assert (mcp_function["name"], mcp_function["description"]) == (function["name"], function["description"])
+    argument = mcp_function["parameters"]["properties"]["name"]
+    assert (argument["type"], argument["description"]) == (
+        "string",
+        function["parameters"]["properties"]["name"]["description"],
+    )
+    assert mcp_function["parameters"]["required"] == ["name"]
+    assert mcp_found == found == f"Ada Park: extension {RIGHT}"
+    assert refused.startswith("error:") and mcp_refused.startswith("error:")
+    assert "no employee named 'Ada'" in refused and "no employee named 'Ada'" in mcp_refused
 
 
 def test_the_task_text_the_tool_and_the_call_format_reach_the_model_through_the_embedded_template(tokenizer):
