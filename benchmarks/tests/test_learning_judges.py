@@ -323,6 +323,16 @@ def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(t
     assert strict.inputs_file.resolve() == original.inputs_file.resolve()
 
 
+def test_the_game_from_its_text_is_the_example_without_its_system_prompt():
+    text = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / "tictactoe_text.toml")
+    original = load_task(ROOT / "examples" / "tictactoe.toml")
+    assert text.system_prompt is None and original.system_prompt is not None
+    assert (text.description, text.max_turns) == (original.description, original.max_turns)
+    assert text.inputs_file.resolve() == original.inputs_file.resolve()
+    tools = [[(t.name, Path(t.function.rsplit(":", 1)[0]).resolve()) for t in task.tools] for task in (text, original)]
+    assert tools[0] == tools[1] == [("play", ROOT / "examples" / "tictactoe.py")]
+
+
 CONTENT_INPUTS = {
     "arithmetic": "examples/arithmetic.jsonl", "capitals": "examples/capitals.jsonl",
     "opposites": "benchmarks/perf/learning_tasks/opposites.jsonl",
