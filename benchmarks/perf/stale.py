@@ -173,9 +173,10 @@ MEASURES: dict[str, Measures] = {
     **{  # the tool-only fact task from its text (issue 56; learning.py --out), at the defaults and with the first
         # turn's call required (`-- --tool-choice required`), required with strict tools (`--strict-tools`), that
         # with forced tokens' logprobs unknown to training (`_forced`), and part of each group forced (`_share`;
-        # `_share40`: 40 steps)
+        # `_share40`: 40 steps); `_fn` and `_mcp`: the same settings side by side, the tool as a function and from
+        # a stdio MCP server (directory_mcp.toml, directory_server.py)
         f"learning_tool_directory{required}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
-        for required in ("", "_required", "_strict", "_forced", "_share", "_share40")
+        for required in ("", "_required", "_strict", "_forced", "_share", "_share40", "_fn", "_mcp")
         for seed in range(3)
     },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)
