@@ -323,14 +323,16 @@ def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(t
     assert strict.inputs_file.resolve() == original.inputs_file.resolve()
 
 
-def test_the_game_from_its_text_is_the_example_without_its_system_prompt():
-    text = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / "tictactoe_text.toml")
-    original = load_task(ROOT / "examples" / "tictactoe.toml")
+@pytest.mark.parametrize("example", ["tictactoe", "capitals"])
+def test_a_text_task_is_the_example_without_its_system_prompt(example):
+    text = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{example}_text.toml")
+    original = load_task(ROOT / "examples" / f"{example}.toml")
     assert text.system_prompt is None and original.system_prompt is not None
     assert (text.description, text.max_turns) == (original.description, original.max_turns)
     assert text.inputs_file.resolve() == original.inputs_file.resolve()
     tools = [[(t.name, Path(t.function.rsplit(":", 1)[0]).resolve()) for t in task.tools] for task in (text, original)]
-    assert tools[0] == tools[1] == [("play", ROOT / "examples" / "tictactoe.py")]
+    assert tools[0] == tools[1]
+    assert getattr(judges, f"{example}_text") is getattr(judges, example)
 
 
 CONTENT_INPUTS = {

@@ -220,6 +220,8 @@ directory_mcp = directory
 """`directory_mcp.toml` (the same tool over MCP) is judged as `directory.toml`."""
 tictactoe_text = tictactoe
 """`tictactoe_text.toml` (the example's game without its system prompt) is judged as the example."""
+capitals_text = capitals
+"""`capitals_text.toml` (the example without its system prompt) is judged as the example."""
 
 # The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
 # judged on what the text asks for: full credit only for the answer alone; the right content inside more words
