@@ -150,6 +150,7 @@ MEASURES: dict[str, Measures] = {
     "learning_dapo_cispo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learning_regression_capitals_text": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_grpo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),  # one_word, uppercase
     **{  # the content tasks at the defaults, one result file per task and seed (learning.py --out)
         f"learning_content_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
