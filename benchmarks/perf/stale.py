@@ -151,6 +151,10 @@ MEASURES: dict[str, Measures] = {
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals_text": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    # tic-tac-toe from its text, the warm-up from the policy's own won games (issue 56, item 3)
+    "learning_tool_tictactoe_text_s0": Measures(
+        "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")
+    ),
     "learning_grpo": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),  # one_word, uppercase
     **{  # the content tasks at the defaults, one result file per task and seed (learning.py --out)
         f"learning_content_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
