@@ -151,6 +151,7 @@ MEASURES: dict[str, Measures] = {
     "learning_regression": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals_text": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    "learning_regression_capitals_text10": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     # tic-tac-toe from its text, the warm-up from the policy's own won games (issue 56, item 3)
     "learning_tool_tictactoe_text_s0": Measures(
         "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")
