@@ -11,20 +11,17 @@ judge's score. Inputs are taken in the evaluation's order, never picked by score
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
+
+import _common  # noqa: F401  (puts the repository on sys.path, for autorl)
+
+from autorl.trajectories import Trajectory, TrajectoryGroup
 
 
-def messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
-    """A trajectory's messages, its sampled choices as the assistant messages they hold."""
-    return [item.get("message", item) for item in trajectory["messages_and_choices"]]
-
-
-def render(trajectory: dict[str, Any]) -> str:
+def render(trajectory: Trajectory) -> str:
     """The turns after the system prompt: the user's input, each assistant reply and tool call, each tool result."""
     lines = []
-    for message in messages(trajectory)[1:]:
+    for message in trajectory.messages()[1:]:
         role = message["role"]
         if message.get("content"):
             lines.append(f"{role}: {' '.join(str(message['content']).split())}")
@@ -39,17 +36,17 @@ def transcript(home: Path, index: int = 0) -> str:
     evaluations = sorted(home.glob("artifacts/evaluate/*/groups.jsonl"))
     if len(evaluations) != 1:
         raise SystemExit(f"error: {home} holds {len(evaluations)} evaluations; give the home of one run")
-    first: dict[str, dict[str, dict[str, Any]]] = {}
+    first: dict[str, dict[str, Trajectory]] = {}
     for line in evaluations[0].read_text().splitlines():
-        for trajectory in json.loads(line)["trajectories"]:
-            meta = trajectory["metadata"]
+        for trajectory in TrajectoryGroup.model_validate_json(line).trajectories:
+            meta = trajectory.metadata
             first.setdefault(meta["input"], {}).setdefault(meta["variant"], trajectory)
     inputs = list(first)
     if not 0 <= index < len(inputs):
         raise SystemExit(f"error: --input {index}: the evaluation has {len(inputs)} inputs (0 to {len(inputs) - 1})")
     parts = []
     for variant, trajectory in first[inputs[index]].items():
-        parts.append(f"{variant} (score {trajectory['reward']:.2f}):\n```\n{render(trajectory)}\n```")
+        parts.append(f"{variant} (score {trajectory.reward:.2f}):\n```\n{render(trajectory)}\n```")
     return "\n\n".join(parts)
 
 

@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from benchmarks.perf.transcript import transcript
+from transcript import transcript
 
 
 def rollout(variant: str, question: str, reward: float, *turns: dict) -> dict:
