@@ -49,6 +49,7 @@ _EXPORTS = {
     "gather_trajectories": "gather",
     "gather_trajectory_groups": "gather",
     "trajectory_group_batches": "gather",
+    "RolloutState": "agents.tool_state",
     "retry": "utils.retry",
     **{
         name: "capture.scopes"

@@ -6,6 +6,9 @@ cell 1-9; the tool plays X there, answers with the opponent's move and the new b
 again (the task's `max_turns`). The opponent wins when it can, else blocks X's win, else takes the centre,
 a corner, an edge, the first free one.
 
+`play_cell(cell)` is the same tool without the board argument: it keeps the game's board itself, per rollout
+(`autorl.RolloutState`), from the board the input states (`tictactoe_cell.toml` in the learning benchmark).
+
 The judge replays the game from the input's board with the agent's moves (its `play` calls in order, a call
 the tool rejected counting as an illegal move; without a call, the first cell number 1-9 its last reply
 names), whatever boards the agent passed to the tool, so a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each legal move the
@@ -17,6 +20,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from autorl import RolloutState
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)
@@ -67,18 +72,41 @@ def play(board: str, cell: int) -> str:
     board = board.strip().upper()
     if len(board) != 9 or set(board) - set("XO."):
         return f"error: the board must be 9 characters X, O or ., row by row; got {board!r}"
+    return answer(board, cell)[0]
+
+
+def play_cell(cell: int, game: RolloutState) -> str:
+    """Play X at a cell of the game's board; the opponent (O) answers.
+
+    Args:
+        cell: The cell you play, 1 to 9, row by row from the top left.
+    """
+    if "board" not in game:  # the rollout's first move: the board its input states
+        start = BOARD.search(game.input)
+        if start is None:
+            return "error: this game has no board (the input states none)"
+        game["board"], game["over"] = start.group(1).upper(), False
+    if game["over"]:
+        return "error: the game is over"
+    text, game["board"], game["over"] = answer(game["board"], cell)
+    return text
+
+
+def answer(board: str, cell: int) -> tuple[str, str, bool]:
+    """X plays `cell` on `board` and O answers: what the tool says, the board after, and whether the game
+    ended (an illegal cell leaves the board as it was)."""
     if not 1 <= cell <= 9 or board[cell - 1] != ".":
-        return f"error: cell {cell} is not an empty cell of the board (cells 1-9, row by row)"
+        return f"error: cell {cell} is not an empty cell of the board (cells 1-9, row by row)", board, False
     board = place(board, cell - 1, "X")
     if winner(board) == "X":
-        return f"You played {cell} and won.\n{show(board)}"
+        return f"You played {cell} and won.\n{show(board)}", board, True
     if "." not in board:
-        return f"You played {cell}: the game is a draw.\n{show(board)}"
+        return f"You played {cell}: the game is a draw.\n{show(board)}", board, True
     reply = opponent_cell(board)
     board = place(board, reply, "O")
     if winner(board) == "O":
-        return f"You played {cell}; O played {reply + 1} and won.\n{show(board)}"
-    return f"You played {cell}; O played {reply + 1}. Board: {board}\n{show(board)}\nYour move."
+        return f"You played {cell}; O played {reply + 1} and won.\n{show(board)}", board, True
+    return f"You played {cell}; O played {reply + 1}. Board: {board}\n{show(board)}\nYour move.", board, False
 
 
 def agent_cells(messages: list[dict[str, Any]]) -> list[int]:

@@ -16,6 +16,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from autorl.agents.rollout import RolloutConfig
+from autorl.agents.tool_state import RolloutState
 from autorl.agents.tools import Toolbox
 from autorl.training.checkpoints import checkpoint_name
 
@@ -40,24 +41,30 @@ class Conversation:
     max_turns: int = 1
     """Model turns per user message (tool calls and their results in between)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    state: RolloutState = field(default_factory=RolloutState)
+    """The conversation's memory for its function tools: one rollout, from the first user message to a reset."""
 
     def __post_init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system_prompt}]
+        self.state = RolloutState()
 
     async def say(self, text: str, write: Write) -> None:
         """Add the user's `text`; stream the agent's answer to `write`, running the tools it calls (each call and
         its result shown) for up to `max_turns` model turns."""
+        if not self.state.input:
+            self.state.input = text
         self.messages.append({"role": "user", "content": text})
         for _ in range(self.max_turns):
             calls = await self._turn(write)
             if not calls or self.toolbox is None:
                 break
             for call in calls:
-                result = await self.toolbox.call(call["function"]["name"], call["function"]["arguments"])
-                write(f"\n[{call['function']['name']}({call['function']['arguments']}) -> {result.text[:300]}]\n")
+                function = call["function"]
+                result = await self.toolbox.call(function["name"], function["arguments"], self.state)
+                write(f"\n[{function['name']}({function['arguments']}) -> {result.text[:300]}]\n")
                 self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.text})
         write("\n")
 

@@ -1,6 +1,6 @@
 """`autorl chat`'s conversation over a real OpenAI client and HTTP stream (a scripted server at the edge): answers
 streamed as they arrive, tool calls put together from their pieces and run by the task's real toolbox, `/reset`
-and `/quit`."""
+and `/quit`, a conversation as one rollout for a tool's memory."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 from openai import AsyncOpenAI
 
 from autorl.agents.rollout import RolloutConfig
+from autorl.agents.tools import Toolbox
+from autorl.task import load_task
 from pipelines.chat import Conversation, repl
-from tests.helpers.agents import with_toolbox
+from tests.helpers.agents import TICTACTOE_CELL, with_toolbox
 from tests.helpers.chat_server import StreamingChatServer
 
 PROMPT = "Convert units with the tool."
@@ -85,3 +87,39 @@ def test_reset_starts_over_and_quit_ends():
     assert next(lines) == "never read"
     assert [m["role"] for m in conversation.messages] == ["system", "user", "assistant"]
     assert server.requests[0].get("tools") is None
+
+
+def test_a_conversation_is_one_rollout_for_a_tool_with_memory():
+    """The tic-tac-toe tool that keeps its board (`RolloutState`) keeps it across the user's messages of one
+    conversation, from the board the first one states, and starts over after a reset."""
+
+    def play_the_asked_cell(body: dict) -> list[dict]:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return [{"role": "assistant", "content": "ok"}]
+        play = {"name": "play", "arguments": json.dumps({"cell": int(last["content"][-1])})}
+        return [{"role": "assistant", "tool_calls": [{"index": 0, "id": "c", "type": "function", "function": play}]}]
+
+    server = StreamingChatServer(play_the_asked_cell)
+    results: list[str] = []
+
+    async def body():
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        async with await Toolbox.open(load_task(TICTACTOE_CELL)) as toolbox:
+            conversation = Conversation(client, "r@0001", PROMPT, RolloutConfig(), toolbox, max_turns=2)
+            for text in ("Board: X.OX.OO.X, I take 2", "then 5", None, "Board: X.OX.OO.X, I take 5"):
+                if text is None:
+                    conversation.reset()
+                    continue
+                await conversation.say(text, lambda _: None)
+                results.append(conversation.messages[-2]["content"])  # the tool's result, before the answer
+
+    try:
+        asyncio.run(body())
+    finally:
+        server.close()
+    assert [r.splitlines()[0] for r in results] == [
+        "You played 2; O played 5 and won.",
+        "error: the game is over",
+        "You played 5 and won.",
+    ]

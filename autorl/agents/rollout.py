@@ -24,6 +24,7 @@ from ruler.messages import as_message
 from .. import tracing
 from ..trajectories import CONSTRAINED_CHOICES, MessageOrChoice, Trajectory
 from .call_reading import CALL_COUNTS, TurnCalls, read_calls
+from .tool_state import RolloutState
 
 if TYPE_CHECKING:
     from .tools import Toolbox
@@ -209,6 +210,7 @@ async def agent_rollout(
     constrained: list[int] = []
     taken: list[Turn] = []
     counts = {"tool_calls": 0, "tool_errors": 0}
+    state = RolloutState(user_input)  # the memory of this rollout's function tools (`tool_state`)
     if toolbox is not None:
         counts |= dict.fromkeys(CALL_COUNTS, 0)
     for number in range(1, max_turns + 1):
@@ -233,7 +235,7 @@ async def agent_rollout(
                 "gen_ai.tool.call.id": call_id,
             }
             with tracing.span(f"execute_tool {name}", attributes) as span:
-                result = await toolbox.call(name, arguments)
+                result = await toolbox.call(name, arguments, state)
                 tracing.set_attributes(span, {"autorl.tool.ok": result.ok})
             counts["tool_calls"] += 1
             counts["tool_errors"] += int(not result.ok)

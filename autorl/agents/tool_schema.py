@@ -13,6 +13,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .tool_state import is_state
+
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -21,7 +23,8 @@ def signature_schema(function: Callable[..., Any]) -> tuple[dict[str, Any], str]
 
     Types come from the type hints: str, int, float, bool, list[...], dict[str, ...], Literal[...],
     Optional[...] / `X | None` and Annotated[X, "description"]; a parameter without a hint takes any
-    JSON value. A parameter with a default is not required. The description is the docstring's first
+    JSON value. A parameter with a default is not required; one annotated `RolloutState` is autorl's to fill
+    (`tool_state`), not the model's, and is left out. The description is the docstring's first
     paragraph; a Google-style `Args:` or NumPy-style `Parameters` section describes the parameters.
     Raises TypeError for a hint that has no JSON schema.
     """
@@ -41,6 +44,8 @@ def signature_schema(function: Callable[..., Any]) -> tuple[dict[str, Any], str]
             extra_allowed = True
             continue
         if parameter.kind is parameter.VAR_POSITIONAL:
+            continue
+        if is_state(hints.get(parameter.name, parameter.annotation)):
             continue
         if parameter.kind is parameter.POSITIONAL_ONLY:
             raise TypeError(f"parameter {parameter.name!r} is positional-only; tools are called with keywords")

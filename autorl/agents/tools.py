@@ -9,6 +9,7 @@ The one exception is an MCP server that died a second time (`autorl.errors.McpSe
 `AutoRLError`), after which the run cannot go on.
 
 A function tool without `parameters` gets its JSON schema from its signature (`tool_schema.signature_schema`).
+A function may keep memory between the calls of one rollout through a `RolloutState` parameter (`tool_state`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..errors import AutoRLError, McpServerDied
 from ..task import TaskSpec, ToolSpec
 from ..threads import in_daemon_thread
 from .tool_schema import parse_docstring, signature_schema
+from .tool_state import RolloutState, state_parameter
 
 if TYPE_CHECKING:
     import mcp.types
@@ -70,8 +72,9 @@ class Tool:
     parameters: dict[str, Any]
     source: str
     """Where it comes from, for messages: `function unit_tools.py:convert`, `MCP server ...`."""
-    run: Callable[[dict[str, Any]], Awaitable[tuple[bool, Any]]] | None = None
-    """Runs a call on validated arguments: (False, error text) or (True, result)."""
+    run: Callable[[dict[str, Any], RolloutState], Awaitable[tuple[bool, Any]]] | None = None
+    """Runs a call on validated arguments, with the calling rollout's state: (False, error text) or (True,
+    result)."""
     server: McpServer | None = None
 
     def __post_init__(self) -> None:
@@ -158,18 +161,19 @@ class Toolbox:
         server's tools in the order it lists them."""
         return [tool.openai() for tool in self.tools.values()]
 
-    async def call(self, name: str, arguments: str | dict[str, Any]) -> ToolResult:
+    async def call(self, name: str, arguments: str | dict[str, Any], state: RolloutState | None = None) -> ToolResult:
         """Run one tool call of the model (`arguments`: its raw JSON string, or a dict already parsed) and
         return what the model sees, a `str`: the result (JSON-encoded unless a string), or a text starting
-        with `error:` (`ToolResult.ok` tells them apart).
+        with `error:` (`ToolResult.ok` tells them apart). `state` is the calling rollout's memory, handed to
+        a function that takes a `RolloutState` (without it, the call has a memory of its own).
 
         Raises only McpServerDied (an MCP server died a second time) and cancellation.
         """
-        ok, text = await self._outcome(name, arguments)
+        ok, text = await self._outcome(name, arguments, RolloutState() if state is None else state)
         self.calls["ok" if ok else "error"] += 1
         return ToolResult(text if ok else _shorten(text), ok)
 
-    async def _outcome(self, name: str, arguments: str | dict[str, Any]) -> tuple[bool, str]:
+    async def _outcome(self, name: str, arguments: str | dict[str, Any], state: RolloutState) -> tuple[bool, str]:
         tool = self.tools.get(name)
         if tool is None:
             return False, f"error: unknown tool {name!r}; available: {', '.join(self.tools) or 'none'}"
@@ -189,7 +193,7 @@ class Toolbox:
         deadline = asyncio.timeout(self.timeout_s)
         try:
             async with deadline:
-                ok, result = await tool.run(args)
+                ok, result = await tool.run(args, state)
         except McpServerDied:
             raise
         except (Exception, SystemExit) as exc:
@@ -238,6 +242,7 @@ def _function_tool(spec: ToolSpec) -> Tool:
     where = f"tool {spec.name!r}: function {spec.function!r}"
     try:
         function = load_function(spec.function)
+        state = state_parameter(function)
     except Exception as exc:
         raise AutoRLError(f"{where} cannot be loaded: {_one_line(exc)}") from None
     parameters = spec.parameters
@@ -248,12 +253,13 @@ def _function_tool(spec: ToolSpec) -> Tool:
             raise AutoRLError(f"{where}: {exc}; give the tool's `parameters` in the task file") from None
     else:
         summary = parse_docstring(inspect.getdoc(function) or "")[0]
-    return Tool(spec.name, spec.description or summary, parameters, f"function {spec.function}", _runner(function))
+    source = f"function {spec.function}"
+    return Tool(spec.name, spec.description or summary, parameters, source, _runner(function, state))
 
 
 def _mcp_tool(server: McpServer, tool: mcp.types.Tool) -> Tool:
-    async def run(arguments: dict[str, Any]) -> tuple[bool, Any]:
-        return await server.call_tool(tool.name, arguments)
+    async def run(arguments: dict[str, Any], state: RolloutState) -> tuple[bool, Any]:
+        return await server.call_tool(tool.name, arguments)  # an MCP server keeps its own state
 
     schema = tool.input_schema or {"type": "object", "properties": {}}
     return Tool(tool.name, tool.description or "", schema, f"MCP server {server.label!r}", run, server)
@@ -296,11 +302,16 @@ def load_function(spec: str) -> Callable[..., Any]:
     return target
 
 
-def _runner(function: Callable[..., Any]) -> Callable[[dict[str, Any]], Awaitable[tuple[bool, Any]]]:
-    """Run `function` on keyword arguments: awaited if async, else in a daemon thread that a timeout
-    abandons (a hanging function cannot be stopped, but it neither blocks the loop nor the exit)."""
+def _runner(
+    function: Callable[..., Any], state_name: str | None
+) -> Callable[[dict[str, Any], RolloutState], Awaitable[tuple[bool, Any]]]:
+    """Run `function` on keyword arguments (and the rollout's state as `state_name`, when it takes one):
+    awaited if async, else in a daemon thread that a timeout abandons (a hanging function cannot be stopped,
+    but it neither blocks the loop nor the exit)."""
 
-    async def run(arguments: dict[str, Any]) -> tuple[bool, Any]:
+    async def run(arguments: dict[str, Any], state: RolloutState) -> tuple[bool, Any]:
+        if state_name is not None:
+            arguments = {**arguments, state_name: state}
         if inspect.iscoroutinefunction(function):
             return True, await function(**arguments)
         result = await in_daemon_thread(lambda: function(**arguments), f"tool {getattr(function, '__name__', '')}")

@@ -55,10 +55,11 @@ STRICT_TASKS = (
 )
 """The zero-data case: content tasks from their text alone (no system prompt, no worked example), each judged
 strictly on the answer alone that its text asks for."""
-TOOL_TASKS = ("directory", "directory_mcp", "tictactoe_text")
+TOOL_TASKS = ("directory", "directory_mcp", "tictactoe_text", "tictactoe_cell")
 """Tasks whose answer only a tool knows, from their task text alone (no system prompt, no worked call): the model
 must find the tool and use what it returns across turns (`directory_mcp`: the same tool from a stdio MCP server;
-`tictactoe_text`: the example's game without its system prompt and worked call)."""
+`tictactoe_text`: the example's game without its system prompt and worked call; `tictactoe_cell`: the same
+with a tool that keeps the board itself, so a move names only its cell)."""
 FORM_TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 """Probes of reward hacking: their judges score the form of an answer only."""
 LOSSES = ("grpo", "dr_grpo", "gspo")

@@ -8,7 +8,10 @@ from autorl.agents.rollout import Turn
 from autorl.agents.tools import Toolbox
 from autorl.task import load_task
 
-TASK_FILE = Path(__file__).resolve().parents[2] / "pipelines" / "tasks" / "unit_conversion_tool.toml"
+REPO = Path(__file__).resolve().parents[2]
+TASK_FILE = REPO / "pipelines" / "tasks" / "unit_conversion_tool.toml"
+TICTACTOE_CELL = REPO / "benchmarks" / "perf" / "learning_tasks" / "tictactoe_cell.toml"
+"""Tic-tac-toe with a tool that keeps its board per rollout (`autorl.RolloutState`)."""
 
 
 def call(name: str, arguments: str, call_id: str = "c1") -> dict:

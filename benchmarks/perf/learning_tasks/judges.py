@@ -220,6 +220,8 @@ directory_mcp = directory
 """`directory_mcp.toml` (the same tool over MCP) is judged as `directory.toml`."""
 tictactoe_text = tictactoe
 """`tictactoe_text.toml` (the example's game without its system prompt) is judged as the example."""
+tictactoe_cell = tictactoe
+"""`tictactoe_cell.toml` (the game from its text, with a tool that keeps the board) is judged as the example."""
 capitals_text = capitals
 """`capitals_text.toml` (the example without its system prompt) is judged as the example."""
 
