@@ -6,7 +6,8 @@
 Two kinds of task. The content tasks (`CONTENT_TASKS`, the default) are judged on what the answer says:
 the sum, the capital, the opposite, the words in order, the fields extracted, a won game; the strict tasks
 (`STRICT_TASKS`) are five of them from their task text alone, without the hand-written system prompt and its
-worked example, judged on the answer alone that the text asks for (what a user's judge often is); the tool tasks
+worked example, judged on the answer alone that the text asks for (what a user's judge often is), and two of them
+from their description alone (`DESCRIBED_TASKS`: the questions written by the run's generator); the tool tasks
 (`TOOL_TASKS`: `directory`, a made-up staff directory's phone extensions) ask for a fact only their tool knows,
 from the task text alone, judged against the tool's truth with partial credit for the right call; the form-only
 tasks (`FORM_TASKS`: one word, capitals, no punctuation, exclamations) are judged on the answer's shape
@@ -55,6 +56,9 @@ STRICT_TASKS = (
 )
 """The zero-data case: content tasks from their text alone (no system prompt, no worked example), each judged
 strictly on the answer alone that its text asks for."""
+DESCRIBED_TASKS = ("arithmetic_described", "capitals_described")
+"""Zero data to the letter: two strict tasks from their one-line description alone, no inputs file either (the
+run's generator writes the questions), judged on what the text asks in whatever wording the questions come."""
 TOOL_TASKS = ("directory", "directory_mcp", "tictactoe_text", "tictactoe_cell")
 """Tasks whose answer only a tool knows, from their task text alone (no system prompt, no worked call): the model
 must find the tool and use what it returns across turns (`directory_mcp`: the same tool from a stdio MCP server;

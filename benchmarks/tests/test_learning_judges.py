@@ -323,6 +323,36 @@ def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(t
     assert strict.inputs_file.resolve() == original.inputs_file.resolve()
 
 
+@pytest.mark.parametrize(
+    "judge, question, reply, score",
+    [
+        ("arithmetic_described", "What is 12 + 7?", "19", 1.0),
+        ("arithmetic_described", "Calculate the sum of 12 and 7.", "19", 1.0),
+        ("arithmetic_described", "If you have 12 apples and buy 7 more, how many do you have?", "You have 19.", 0.5),
+        ("arithmetic_described", "Add 12 and 7.", "20", 0.25),
+        ("arithmetic_described", "Add 12, 7 and 3.", "22", 0.0),  # three numbers: no question it can read
+        ("arithmetic_described", "Add 1.5 and 2.", "3.5", 0.0),
+        ("arithmetic_described", "Add two numbers.", "4", 0.0),
+        ("capitals_described", "Which city is the capital of Peru?", "Lima", 1.0),
+        ("capitals_described", "Peru's capital?", "The capital of Peru is Lima.", 0.5),
+        ("capitals_described", "Name the capital of Nigeria.", "Abuja", 1.0),
+        ("capitals_described", "Name the capital of Ghana.", "Accra", 0.0),  # a country it does not know
+        ("capitals_described", "Compare Peru and Chile.", "Lima", 0.0),  # two countries
+        ("capitals_described", "What is the capital of Atlantis?", "Atlantis City", 0.0),
+    ],
+)  # fmt: skip
+def test_the_described_judges_read_a_question_in_any_wording(judge, question, reply, score):
+    assert getattr(judges, judge)(asked(question, reply)) == score
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "capitals"])
+def test_a_described_task_is_the_strict_task_s_text_alone(task):
+    described = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{task}_described.toml")
+    strict = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{task}_strict.toml")
+    assert described.description == strict.description
+    assert (described.system_prompt, described.inputs_file, described.seed_examples) == (None, None, [])
+
+
 @pytest.mark.parametrize("example", ["tictactoe", "capitals"])
 def test_a_text_task_is_the_example_without_its_system_prompt(example):
     text = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{example}_text.toml")

@@ -329,3 +329,29 @@ def extract_json_strict(messages: list[dict[str, Any]]) -> float:
         found = pattern.search(text)
         right += found is not None and str(value.get(key, "")).strip().lower() == found.group(1).lower()
     return round(factor * (1.0 if right == len(EXTRACT) else 0.3 * right), 4)
+
+
+# The judges of the `<task>_described` tasks: a one-line description and nothing else, the inputs written by the
+# run's generator. Its questions come in any wording, so each judge reads what a question asks (two numbers; one
+# country it knows) and scores the reply as the strict judge scores that question in the benchmark's own wording;
+# a question it cannot read (three numbers, no known country) scores 0 for every reply.
+def _as_asked(messages: list[dict[str, Any]], asked: str | None) -> list[dict[str, Any]]:
+    """`messages` with the question replaced by `asked` (None: no question a judge can read)."""
+    if asked is None:
+        return [m for m in messages if m.get("role") != "user"]
+    first = next(i for i, m in enumerate(messages) if m.get("role") == "user")
+    return [*messages[:first], {"role": "user", "content": asked}, *messages[first + 1 :]]
+
+
+def arithmetic_described(messages: list[dict[str, Any]]) -> float:
+    """`arithmetic_strict` for a question holding exactly two whole numbers, in any wording."""
+    numbers = re.findall(r"(?<![\d.])\d+(?![\d.]*\d)", question(messages))
+    return arithmetic_strict(
+        _as_asked(messages, f"What is {numbers[0]} + {numbers[1]}?" if len(numbers) == 2 else None)
+    )
+
+
+def capitals_described(messages: list[dict[str, Any]]) -> float:
+    """`capitals_strict` for a question that names exactly one country the judge knows, in any wording."""
+    named = [country for country in CAPITALS if re.search(rf"\b{re.escape(country)}\b", question(messages))]
+    return capitals_strict(_as_asked(messages, f"What is the capital of {named[0]}?" if len(named) == 1 else None))
