@@ -138,8 +138,11 @@ def test_the_task_text_the_tool_and_the_call_format_reach_the_model_through_the_
             ],
             0.5,
         ),
-        ([*looked_up("Bruno Vela", f"Bruno Vela: extension {extension('Bruno Vela')}")], 0.25),  # another person
-        ([*looked_up("Ada", "error: 'lookup_extension' raised ValueError: no employee named 'Ada'")], 0.25),
+        # the tool called with another name: 0.25, and more the nearer the name is to the asked one
+        ([*looked_up("Bruno Vela", f"Bruno Vela: extension {extension('Bruno Vela')}")], 0.2722),  # another person
+        ([*looked_up("lookup_extension", "error: ... no employee named 'lookup_extension'")], 0.2667),
+        ([*looked_up("Ada", "error: 'lookup_extension' raised ValueError: no employee named 'Ada'")], 0.3591),
+        ([*looked_up("AdaPark", "error: 'lookup_extension' raised ValueError: no employee named 'AdaPark'")], 0.4367),
         ([{"role": "assistant", "content": "I would use lookup_extension for that."}], 0.1),  # named, not called
         ([{"role": "assistant", "content": '<tool_call>{"name": "lookup"}'}], 0.1),  # a call that was not read
         ([{"role": "assistant", "content": "Her extension is 1234."}], 0.0),

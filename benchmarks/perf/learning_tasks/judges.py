@@ -17,6 +17,7 @@ every group in our trials: GRPO has next to nothing to learn from.) A task file 
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from typing import Any
@@ -192,14 +193,18 @@ def tool_call(messages: list[dict[str, Any]]) -> float:
 
 DIRECTORY_TOOL = "lookup_extension"
 """The tool of learning_tasks/directory.toml (directory.py), the only place the extensions are found."""
+NEARER_NAME = 0.2
+"""The most a refused or mistaken call of the directory tool earns for a name near the asked one (below 0.5)."""
 FOUR_DIGITS = re.compile(r"(?<!\d)\d{4}(?!\d)")
 
 
 def directory(messages: list[dict[str, Any]]) -> float:
     """The asked employee's extension, which only the tool knows (`directory.extension`): 1 when the final reply
     states it and no other four-digit number; else 0.5 for a call of the tool with the asked name that it
-    answered, 0.25 for a call of it with another name or arguments it refused, 0.1 for a reply that names the
-    tool or calls another one (a call the agent loop could not read, or a misnamed tool); else 0."""
+    answered; 0.25 for a call of it with another name or arguments it refused, up to `NEARER_NAME` more the nearer
+    its name is to the asked one (so that groups whose every answer calls the tool still differ, and the nearer
+    name is reinforced); 0.1 for a reply that names the tool or calls another one (a call the agent loop could not
+    read, or a misnamed tool); else 0."""
     asked = next((name for name in EMPLOYEES if name in question(messages)), None)
     if asked is None:
         return 0.0
@@ -211,9 +216,22 @@ def directory(messages: list[dict[str, Any]]) -> float:
     if any(f"extension {extension(asked)}" in results.get(c.get("id"), "") for c in ours):
         return 0.5
     if ours:
-        return 0.25
+        return round(0.25 + NEARER_NAME * max(_name_likeness(c, asked) for c in ours), 4)
     texts = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
     return 0.1 if calls or DIRECTORY_TOOL in texts or "<tool_call>" in texts else 0.0
+
+
+def _name_likeness(call: dict[str, Any], asked: str) -> float:
+    """How near a call's `name` argument is to the asked name, 0 to 1 (difflib's ratio, case aside; 0 for a call
+    without a readable name)."""
+    try:
+        arguments = call.get("function", {}).get("arguments")
+        name = (json.loads(arguments) if isinstance(arguments, str) else arguments or {}).get("name")
+    except (ValueError, AttributeError):
+        return 0.0
+    if not isinstance(name, str):
+        return 0.0
+    return difflib.SequenceMatcher(None, name.lower(), asked.lower()).ratio()
 
 
 directory_mcp = directory
