@@ -170,6 +170,24 @@ MEASURES: dict[str, Measures] = {
         for examples in ("", "_examples", "_rl", "_bootstrap")
         for seed in range(3)
     },
+    **{  # the strict tasks at 20 steps, three seeds (issue 55, item 5), and two of them from their one-line
+        # description alone (the generator writes the questions)
+        name: Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for seed in range(3)
+        for name in (
+            *(
+                f"learning_strict20_{task}_s{seed}"
+                for task in ("arithmetic", "capitals", "opposites", "alphabetical", "extract_json")
+            ),
+            *(f"learning_described_{task}_s{seed}" for task in ("arithmetic", "capitals")),
+        )
+    },
+    **{  # tic-tac-toe with a tool that keeps the board per rollout (issue 56, item 3)
+        f"learning_tool_tictactoe_cell_s{seed}": Measures(
+            "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")
+        )
+        for seed in range(3)
+    },
     **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
         f"learning_content_tictactoe_{warmup}_s0": Measures(
             "benchmarks/perf/learning.py", ("examples/tictactoe_sft.jsonl", *LEARNING, *EVERYTHING)
@@ -180,9 +198,10 @@ MEASURES: dict[str, Measures] = {
         # turn's call required (`-- --tool-choice required`), required with strict tools (`--strict-tools`), that
         # with forced tokens' logprobs unknown to training (`_forced`), and part of each group forced (`_share`;
         # `_share40`: 40 steps); `_fn` and `_mcp`: the same settings side by side, the tool as a function and from
-        # a stdio MCP server (directory_mcp.toml, directory_server.py)
+        # a stdio MCP server (directory_mcp.toml, directory_server.py); `_nearer40`: 40 steps under the judge that
+        # credits a wrong call's name by its nearness to the asked one
         f"learning_tool_directory{required}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
-        for required in ("", "_required", "_strict", "_forced", "_share", "_share40", "_fn", "_mcp")
+        for required in ("", "_required", "_strict", "_forced", "_share", "_share40", "_fn", "_mcp", "_nearer40")
         for seed in range(3)
     },
     **{  # capitals by --async 1 --ray local --trainer-workers 2 (issue 45's parity with the synchronous loop)

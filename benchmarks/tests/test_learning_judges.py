@@ -385,18 +385,27 @@ DEGENERATE = {
 answers can be gamed by training."""
 
 
-@pytest.mark.parametrize("task", list(CONTENT_INPUTS))
+RESULTS = {
+    **{task: f"learning_content_{task}_s[0-9].json" for task in CONTENT_INPUTS},
+    **{f"{task}_strict": f"learning_strict20_{task}_s[0-9].json" for task in CONTENT_INPUTS if task != "tictactoe"},
+}
+"""Each judged task's learning results, whose base held-out means a degenerate answer must stay below."""
+
+
+@pytest.mark.parametrize("task", list(RESULTS))
 def test_no_degenerate_answer_scores_as_well_as_the_base_model_s_held_out_answers(task):
-    """Each content judge scores every degenerate answer, over the task's validation inputs, below the base
-    model's held-out mean (the lowest of the learning benchmark's recorded seeds, results/learning_content_*)."""
+    """Each content and strict judge scores every degenerate answer, over the task's validation inputs, below the
+    base model's held-out mean (the lowest of the learning benchmark's recorded seeds: `RESULTS`), or 0 where
+    that mean is 0."""
     bases = [
         json.loads(path.read_text())["runs"][0]["base"]["mean"]
-        for path in (ROOT / "benchmarks" / "perf" / "results").glob(f"learning_content_{task}_s[0-9].json")
+        for path in (ROOT / "benchmarks" / "perf" / "results").glob(RESULTS[task])
     ]
-    rows = [json.loads(line) for line in (ROOT / CONTENT_INPUTS[task]).read_text().splitlines()]
+    rows = [json.loads(line) for line in (ROOT / CONTENT_INPUTS[task.removesuffix("_strict")]).read_text().splitlines()]
     questions = [row["input"] for row in rows if row["split"] == "val"]
     judge = getattr(judges, task)
     assert bases and questions
     for name, degenerate in DEGENERATE.items():
         scores = [judge(asked(q, degenerate(q))) for q in questions]
-        assert sum(scores) / len(scores) < min(bases), (name, sum(scores) / len(scores), min(bases))
+        mean = sum(scores) / len(scores)
+        assert mean < min(bases) or mean == 0, (name, mean, min(bases))  # 0 where the base model scored 0
