@@ -10,9 +10,11 @@ a corner, an edge, the first free one.
 (`autorl.RolloutState`), from the board the input states (`tictactoe_cell.toml` in the learning benchmark).
 
 The judge replays the game from the input's board with the agent's moves (its `play` calls in order, a call
-the tool rejected counting as an illegal move; without a call, the first cell number 1-9 its last reply
-names), whatever boards the agent passed to the tool, so a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each legal move the
-agent made before the game ended or an illegal move stopped it (at most 0.4).
+the tool rejected counting as an illegal move; a cell named in prose is no move), whatever boards the agent
+passed to the tool, so a wrong board in a call cannot make a win: a win scores 1, a draw 0.5, else 0.2 for each
+legal move the agent made before the game ended or an illegal move stopped it (at most 0.4). `score_result`
+scores the result alone (a win 1, a draw 0.5, else 0), which a policy naming one cell on every board cannot
+earn without reading the board.
 """
 
 from __future__ import annotations
@@ -139,9 +141,24 @@ def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
 def score(messages: list[dict[str, Any]]) -> float:
     """The agent's game, replayed from the input's board: 1 for a win, 0.5 for a draw, else 0.2 per legal move
     made (at most 0.4); 0 when the input states no board."""
+    outcome, legal = replay(messages)
+    return {"win": WIN, "draw": DRAW}.get(outcome, min(MOST_FOR_MOVES, PER_LEGAL_MOVE * legal))
+
+
+def score_result(messages: list[dict[str, Any]]) -> float:
+    """The game's result alone: 1 for a win, 0.5 for a draw, else 0. No credit for a legal move that does not
+    win: a policy that always names one cell makes legal moves on most boards without reading any, and under
+    `score` that earns the 0.2 a move (a constant `play(1)` scores 0.225 on the held-out boards)."""
+    return {"win": WIN, "draw": DRAW}.get(replay(messages)[0], 0.0)
+
+
+def replay(messages: list[dict[str, Any]]) -> tuple[str, int]:
+    """The agent's game replayed from the input's board: how it ended ("win", "draw", else "lost" or "stopped":
+    the opponent won, an illegal move, no more moves) and how many legal moves the agent made. "stopped" with 0
+    moves when the input states no board."""
     start = next((BOARD.search(str(m.get("content") or "")) for m in messages if m.get("role") == "user"), None)
     if start is None:
-        return 0.0
+        return "stopped", 0
     board, legal = start.group(1).upper(), 0
     for cell in agent_cells(messages):
         if not 1 <= cell <= 9 or board[cell - 1] != ".":
@@ -149,10 +166,10 @@ def score(messages: list[dict[str, Any]]) -> float:
         legal += 1
         board = place(board, cell - 1, "X")
         if winner(board) == "X":
-            return WIN
+            return "win", legal
         if "." not in board:
-            return DRAW
+            return "draw", legal
         board = place(board, opponent_cell(board), "O")
         if winner(board) == "O":
-            break
-    return min(MOST_FOR_MOVES, PER_LEGAL_MOVE * legal)
+            return "lost", legal
+    return "stopped", legal

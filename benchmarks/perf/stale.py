@@ -182,11 +182,13 @@ MEASURES: dict[str, Measures] = {
             *(f"learning_described_{task}_s{seed}" for task in ("arithmetic", "capitals")),
         )
     },
-    **{  # tic-tac-toe with a tool that keeps the board per rollout (issue 56, item 3)
-        f"learning_tool_tictactoe_cell_s{seed}": Measures(
+    **{  # tic-tac-toe with a tool that keeps the board per rollout (issue 56, item 3), judged as the example and
+        # on its result alone (_strict)
+        f"learning_tool_tictactoe_cell{strict}_s{seed}": Measures(
             "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")
         )
         for seed in range(3)
+        for strict in ("", "_strict")
     },
     **{  # tic-tac-toe after an SFT warm-up on examples/tictactoe_sft.jsonl (one epoch, three)
         f"learning_content_tictactoe_{warmup}_s0": Measures(

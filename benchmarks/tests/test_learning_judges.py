@@ -9,7 +9,7 @@ import pytest
 from autorl.task import load_task
 from benchmarks.perf.learning_tasks import judges
 from benchmarks.perf.learning_tasks.judges import json_keys, tictactoe, tool_call
-from examples.tictactoe import opponent_cell, play, show, winner, winning_cells
+from examples.tictactoe import BOARD, opponent_cell, place, play, show, winner, winning_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "benchmarks" / "perf" / "learning_tasks" / "tool_call.toml"
@@ -210,6 +210,36 @@ def played(*cells: int | str, text: str = "") -> list[dict]:
 )
 def test_tictactoe_replays_the_game(messages, score):
     assert tictactoe(messages) == score
+
+
+@pytest.mark.parametrize(
+    "messages, score",
+    [(played(5), 1.0), (played(2), 0.0), (played(8, 2), 0.0), (played(1), 0.0), (played(text="I play 5."), 0.0)],
+)
+def test_the_result_alone_scores_a_win_and_no_legal_move_that_loses(messages, score):
+    assert judges.tictactoe_cell_strict(messages) == score
+
+
+def test_a_constant_move_earns_only_the_wins_chance_gives_it_under_the_result_alone():
+    """A policy that calls play with one cell on every held-out board: the example's judge pays it for its legal
+    moves too; the result alone pays only the boards where that cell happens to win."""
+    rows = [json.loads(line) for line in (ROOT / "benchmarks/perf/learning_tasks/tictactoe_cell.jsonl").open()]
+    boards = [row["input"] for row in rows if row["split"] == "val"]
+
+    def constant(judge, cell: int) -> float:
+        call = {"id": "c", "type": "function", "function": {"name": "play", "arguments": json.dumps({"cell": cell})}}
+        games = [[{"role": "user", "content": b}, {"role": "assistant", "tool_calls": [call]}] for b in boards]
+        return sum(map(judge, games)) / len(games)
+
+    for cell in range(1, 10):
+        wins = sum(
+            winner(place(board, cell - 1, "X")) == "X"
+            for board in (BOARD.search(b).group(1) for b in boards)
+            if board[cell - 1] == "."
+        ) / len(boards)
+        assert constant(judges.tictactoe_cell_strict, cell) == wins
+        assert constant(tictactoe, cell) >= wins
+    assert constant(tictactoe, 1) == 0.225 and constant(judges.tictactoe_cell_strict, 1) == 0.1875
 
 
 def test_tictactoe_counts_a_call_the_tool_rejected_as_an_illegal_move():

@@ -35,6 +35,7 @@ from examples.judges import (
     question,
 )  # fmt: skip
 from examples.tictactoe import score as tictactoe
+from examples.tictactoe import score_result
 
 from .directory import EMPLOYEES, extension
 
@@ -240,6 +241,8 @@ tictactoe_text = tictactoe
 """`tictactoe_text.toml` (the example's game without its system prompt) is judged as the example."""
 tictactoe_cell = tictactoe
 """`tictactoe_cell.toml` (the game from its text, with a tool that keeps the board) is judged as the example."""
+tictactoe_cell_strict = score_result
+"""`tictactoe_cell_strict.toml` (the same game) is judged on its result alone: a win 1, a draw 0.5, else 0."""
 capitals_text = capitals
 """`capitals_text.toml` (the example without its system prompt) is judged as the example."""
 
