@@ -152,6 +152,12 @@ MEASURES: dict[str, Measures] = {
     "learning_regression_capitals": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals_text": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
     "learning_regression_capitals_text10": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING)),
+    **{  # examples/capitals_text.toml at the defaults, 20 steps: the README's "see it learn"
+        f"learning_text_capitals_s{seed}": Measures(
+            "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/capitals_text.toml", "examples/judges.py")
+        )
+        for seed in range(3)
+    },
     # tic-tac-toe from its text, the warm-up from the policy's own won games (issue 56, item 3)
     "learning_tool_tictactoe_text_s0": Measures(
         "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")

@@ -1,6 +1,6 @@
 """A run makes the model better at what its task asks, from the task text alone, from the CLI: `capitals_text`
-(examples/capitals.toml without its hand-written system prompt and worked example; the judge checks the city the
-answer names) at the run defaults, 10 steps, 4 answers to each held-out input.
+(examples/capitals_text.toml: examples/capitals.toml without its hand-written system prompt and worked example;
+the judge checks the city the answer names) at the run defaults, 10 steps, 4 answers to each held-out input.
 
 The gain is tested input by input: each held-out input's mean score under the trained LoRA against the base
 model's on the same input, by the one-sided paired sign-flip test (`pipelines.stats.sign_flip_p`) at `ALPHA`. A

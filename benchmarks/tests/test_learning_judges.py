@@ -4,6 +4,7 @@ and partly right answers; the examples' judges and game among them), the tool-us
 import json
 from pathlib import Path
 
+import learning
 import pytest
 
 from autorl.task import load_task
@@ -385,7 +386,7 @@ def test_a_described_task_is_the_strict_task_s_text_alone(task):
 
 @pytest.mark.parametrize("example", ["tictactoe", "capitals"])
 def test_a_text_task_is_the_example_without_its_system_prompt(example):
-    text = load_task(ROOT / "benchmarks" / "perf" / "learning_tasks" / f"{example}_text.toml")
+    text = load_task(learning.task_file(f"{example}_text"))  # capitals_text is an example itself
     original = load_task(ROOT / "examples" / f"{example}.toml")
     assert text.system_prompt is None and original.system_prompt is not None
     assert (text.description, text.max_turns) == (original.description, original.max_turns)

@@ -244,7 +244,7 @@ tictactoe_cell = tictactoe
 tictactoe_cell_strict = score_result
 """`tictactoe_cell_strict.toml` (the same game) is judged on its result alone: a win 1, a draw 0.5, else 0."""
 capitals_text = capitals
-"""`capitals_text.toml` (the example without its system prompt) is judged as the example."""
+"""`examples/capitals_text.toml` (capitals.toml without its system prompt) is judged as `capitals.toml`."""
 
 # The strict judges of the `<task>_strict` tasks: the task text alone (no system prompt, no worked example),
 # judged on what the text asks for: full credit only for the answer alone; the right content inside more words
