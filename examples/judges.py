@@ -1,4 +1,4 @@
-"""Program judges of the example tasks `arithmetic.toml` and `capitals.toml`: `(messages) -> float` in [0, 1].
+"""Program judges of the example tasks `arithmetic.toml`, `capitals.toml`, `capitals_text.toml`: messages -> [0, 1].
 
 Each reads the question from the user message, works out the right answer itself, and checks that the
 reply gives it: the content, not the form. Each gives partial credit where an answer is nearly right, so
