@@ -74,7 +74,7 @@ def play(board: str, cell: int) -> str:
     board = board.strip().upper()
     if len(board) != 9 or set(board) - set("XO."):
         return f"error: the board must be 9 characters X, O or ., row by row; got {board!r}"
-    return answer(board, cell)[0]
+    return take_cell(board, cell)[0]
 
 
 def play_cell(cell: int, game: RolloutState) -> str:
@@ -90,11 +90,11 @@ def play_cell(cell: int, game: RolloutState) -> str:
         game["board"], game["over"] = start.group(1).upper(), False
     if game["over"]:
         return "error: the game is over"
-    text, game["board"], game["over"] = answer(game["board"], cell)
+    text, game["board"], game["over"] = take_cell(game["board"], cell)
     return text
 
 
-def answer(board: str, cell: int) -> tuple[str, str, bool]:
+def take_cell(board: str, cell: int) -> tuple[str, str, bool]:
     """X plays `cell` on `board` and O answers: what the tool says, the board after, and whether the game
     ended (an illegal cell leaves the board as it was)."""
     if not 1 <= cell <= 9 or board[cell - 1] != ".":
@@ -148,7 +148,7 @@ def score(messages: list[dict[str, Any]]) -> float:
 def score_result(messages: list[dict[str, Any]]) -> float:
     """The game's result alone: 1 for a win, 0.5 for a draw, else 0. No credit for a legal move that does not
     win: a policy that always names one cell makes legal moves on most boards without reading any, and under
-    `score` that earns the 0.2 a move (a constant `play(1)` scores 0.225 on the held-out boards)."""
+    `score` that earns the 0.2 a move."""
     return {"win": WIN, "draw": DRAW}.get(replay(messages)[0], 0.0)
 
 
