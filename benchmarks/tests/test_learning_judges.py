@@ -221,6 +221,17 @@ def test_the_result_alone_scores_a_win_and_no_legal_move_that_loses(messages, sc
     assert judges.tictactoe_cell_strict(messages) == score
 
 
+def test_a_constant_number_earns_only_the_sums_it_is_under_the_strict_arithmetic_judge():
+    """Every constant number alone, over the held-out questions, scores the share of them whose sum it is, and
+    nothing for the sums it is near."""
+    rows = [json.loads(line) for line in (ROOT / "examples/arithmetic.jsonl").open()]
+    questions = [row["input"] for row in rows if row["split"] == "val"]
+    sums = [int(a) + int(b) for a, b in (judges.SUM.search(q).groups() for q in questions)]
+    for number in range(50):
+        scores = [judges.arithmetic_strict(asked(q, str(number))) for q in questions]
+        assert sum(scores) / len(scores) == sums.count(number) / len(sums)
+
+
 def test_a_constant_move_earns_only_the_wins_chance_gives_it_under_the_result_alone():
     """A policy that calls play with one cell on every held-out board: the example's judge pays it for its legal
     moves too; the result alone pays only the boards where that cell happens to win."""
@@ -316,8 +327,7 @@ def test_the_worked_games_for_the_warm_up_are_read_as_sft_conversations_and_each
         ("arithmetic_strict", "What is 12 + 7?", "The sum is 19.", 0.5),
         ("arithmetic_strict", "What is 12 + 7?", "To add them we count on from twelve by seven steps to get 19.", 0.2),
         ("arithmetic_strict", "What is 12 + 7?", "The sum is 20.", 0.0),
-        ("arithmetic_strict", "What is 12 + 7?", "20", 0.25),  # a nearer miss of the same form
-        ("arithmetic_strict", "What is 12 + 7?", "17", 0.1),
+        ("arithmetic_strict", "What is 12 + 7?", "20", 0.0),  # a number alone is right or nothing
         ("arithmetic_strict", "What is 12 + 7?", "25", 0.0),
         ("arithmetic_strict", "What is 12 + 7?", "19.5", 0.0),
         ("capitals_strict", "What is the capital of Peru?", "Lima", 1.0),
@@ -360,7 +370,7 @@ def test_a_strict_task_is_its_task_s_text_and_inputs_without_the_system_prompt(t
         ("arithmetic_described", "What is 12 + 7?", "19", 1.0),
         ("arithmetic_described", "Calculate the sum of 12 and 7.", "19", 1.0),
         ("arithmetic_described", "If you have 12 apples and buy 7 more, how many do you have?", "You have 19.", 0.5),
-        ("arithmetic_described", "Add 12 and 7.", "20", 0.25),
+        ("arithmetic_described", "Add 12 and 7.", "20", 0.0),
         ("arithmetic_described", "Add 12, 7 and 3.", "22", 0.0),  # three numbers: no question it can read
         ("arithmetic_described", "Add 1.5 and 2.", "3.5", 0.0),
         ("arithmetic_described", "Add two numbers.", "4", 0.0),

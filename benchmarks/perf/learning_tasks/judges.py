@@ -273,15 +273,16 @@ def within(messages: list[dict[str, Any]], holds_it: bool) -> float:
 
 
 def arithmetic_strict(messages: list[dict[str, Any]]) -> float:
-    """The sum alone: 1 for a reply that is the asked sum and nothing else; a number alone one off 0.25, two off
-    0.1; the right sum as the last number of a longer reply `within`'s credit; else 0."""
+    """The sum alone: 1 for a reply that is the asked sum and nothing else (another number alone 0: credit for a
+    number near the sum would pay one constant number across every question whose sum is near it); the right sum
+    as the last number of a longer reply `within`'s credit; else 0."""
     asked = SUM.search(question(messages))
     if asked is None:
         return 0.0
     right = int(asked.group(1)) + int(asked.group(2))
     reply = bare(messages).replace(",", "")
     if re.fullmatch(r"-?\d+(?:\.0+)?", reply):
-        return {0: 1.0, 1: 0.25, 2: 0.1}.get(abs(int(float(reply)) - right), 0.0)
+        return 1.0 if int(float(reply)) == right else 0.0
     numbers = NUMBER.findall(reply)
     return within(messages, bool(numbers) and float(numbers[-1]) == right)
 
