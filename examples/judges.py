@@ -45,8 +45,10 @@ def answer(messages: list[dict[str, Any]]) -> str:
 
 
 def arithmetic(messages: list[dict[str, Any]]) -> float:
-    """1 when the reply's last number is the sum asked for; else up to 0.5 for a last number close to it
-    (0.5 at one off, falling to 0 at ten off); 0 without a number, or for a question that is no sum."""
+    """1 when the reply's last number is the sum asked for; else, in a reply that names both numbers of the
+    question, up to 0.5 for a last number close to the sum (0.5 at one off, falling to 0 at ten off); 0 without
+    a number, or for a question that is no sum. (Closeness alone would pay a constant number on every question
+    whose sum is near it.)"""
     asked = SUM.search(question(messages))
     numbers = NUMBER.findall(answer(messages).replace(",", ""))
     if asked is None or not numbers:
@@ -54,6 +56,9 @@ def arithmetic(messages: list[dict[str, Any]]) -> float:
     off = abs(float(numbers[-1]) - (int(asked.group(1)) + int(asked.group(2))))
     if off == 0:
         return 1.0
+    named = {float(n) for n in numbers[:-1]}
+    if not {float(asked.group(1)), float(asked.group(2))} <= named:
+        return 0.0
     return round(max(0.0, 0.5 * (1 - (off - 1) / 9)), 4)
 
 

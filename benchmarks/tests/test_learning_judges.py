@@ -82,11 +82,25 @@ def asked(question: str, reply: str) -> list[dict]:
         ("12 + 7 = 24", round(0.5 * (1 - 4 / 9), 4)),
         ("12 + 7 = 40", 0.0),  # far off
         ("The sum is nineteen.", 0.0),  # no number
-        ("19 is not it, it is 21", round(0.5 * (1 - 1 / 9), 4)),  # the last number counts
+        ("12 + 7 is 19? No, it is 21", round(0.5 * (1 - 1 / 9), 4)),  # the last number counts
+        ("20", 0.0),  # close, but about no numbers of the question: a constant answer would earn it everywhere
+        ("7 + 7 = 20", 0.0),
     ],
 )
 def test_arithmetic_checks_the_sum(reply, score):
     assert judges.arithmetic(asked("What is 12 + 7?", reply)) == score
+
+
+@pytest.mark.parametrize("judge", ["arithmetic", "arithmetic_strict"])
+def test_a_constant_number_earns_only_the_sums_it_is(judge):
+    """Every constant number alone, over the held-out questions, scores the share of them whose sum it is, and
+    nothing for the sums it is near."""
+    rows = [json.loads(line) for line in (ROOT / "examples/arithmetic.jsonl").open()]
+    questions = [row["input"] for row in rows if row["split"] == "val"]
+    sums = [int(a) + int(b) for a, b in (judges.SUM.search(q).groups() for q in questions)]
+    for number in range(50):
+        scores = [getattr(judges, judge)(asked(q, str(number))) for q in questions]
+        assert sum(scores) / len(scores) == sums.count(number) / len(sums)
 
 
 def test_arithmetic_needs_a_sum_to_check():
@@ -219,17 +233,6 @@ def test_tictactoe_replays_the_game(messages, score):
 )
 def test_the_result_alone_scores_a_win_and_no_legal_move_that_loses(messages, score):
     assert judges.tictactoe_cell_strict(messages) == score
-
-
-def test_a_constant_number_earns_only_the_sums_it_is_under_the_strict_arithmetic_judge():
-    """Every constant number alone, over the held-out questions, scores the share of them whose sum it is, and
-    nothing for the sums it is near."""
-    rows = [json.loads(line) for line in (ROOT / "examples/arithmetic.jsonl").open()]
-    questions = [row["input"] for row in rows if row["split"] == "val"]
-    sums = [int(a) + int(b) for a, b in (judges.SUM.search(q).groups() for q in questions)]
-    for number in range(50):
-        scores = [judges.arithmetic_strict(asked(q, str(number))) for q in questions]
-        assert sum(scores) / len(scores) == sums.count(number) / len(sums)
 
 
 def test_a_constant_move_earns_only_the_wins_chance_gives_it_under_the_result_alone():
