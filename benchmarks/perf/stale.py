@@ -407,7 +407,7 @@ def quoted(readme: str, names: list[str]) -> set[str]:
         for quote, suffix in QUOTE.findall(paragraph):
             if not suffix and "*" not in quote:
                 continue  # a folder or a word, not a result
-            pattern = re.sub(r"[A-Z]+", "[a-z0-9.]+", re.escape(quote).replace(r"\*", ".*"))
+            pattern = re.sub(r"[A-Z]+", "[a-z0-9._]+", re.escape(quote).replace(r"\*", ".*"))
             found.update(name for name in names if re.fullmatch(pattern, name))
     return found
 

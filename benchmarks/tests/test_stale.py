@@ -196,7 +196,12 @@ def test_the_docs_quote_no_stale_result():
 
 
 def test_a_family_of_results_named_by_a_pattern_is_quoted_by_each_of_its_files():
-    names = ["learning_content_capitals_s0", "learning_content_opposites_s2", "learning_ablation_capitals_gs4_s0", "x"]
+    names = [
+        "learning_content_capitals_s0",
+        "learning_content_extract_json_s2",  # a placeholder stands for a name with underscores too
+        "learning_ablation_capitals_gs4_s0",
+        "x",
+    ]
     text = (
         "Each run (`results/learning_content_TASK_sSEED.json`)...\n\nAblations (`results/learning_ablation_capitals_*`)."
         "\n\nA folder: `results/` and `results/x` alone are no quote."
