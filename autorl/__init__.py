@@ -7,13 +7,17 @@ not load torch until a trainer is needed. The library's packages: ``backends`` (
 and trained), ``serving`` (vLLM, the embedded model), ``training`` (the trainer and the loss), ``agents``
 (the agent loop, tools, MCP, LangGraph), ``inputs`` (generation, checks, dedup).
 
-Importing autorl registers its embedded model with ruler, so the spec ``"embedded"`` names it there.
+Importing autorl registers its embedded model with ruler, so the spec ``"embedded"`` names it there, and on a
+CPython with gh-106905 guards ``ast.parse`` against its thread race (`autorl.ast_parse`).
 """
 
 import importlib
 
+from autorl import ast_parse as _ast_parse
 from ruler.endpoint import ModelEndpoint as _ModelEndpoint
 from ruler.endpoint import register_embedded as _register_embedded
+
+_ast_parse.guard()
 
 _EXPORTS = {
     "AutoRLError": "errors",

@@ -5,13 +5,9 @@ held-out inputs, is cached, and shows in the results with its cost; and the user
 
 from __future__ import annotations
 
-import ast
-import gc
 import itertools
 import json
 import re
-import threading
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -310,62 +306,3 @@ def test_a_checkpoint_costs_its_training_steps(home):
     assert (first.cost.calls, first.cost.seconds) == (10, 30.5) and (base.cost.calls, base.cost.seconds) == (0, 0)
     (steps / "0001" / "cost.json").unlink()  # a run trained before steps were costed: unknown, not 0
     assert resolve("r@latest", main, {"r": main}).cost.calls is None
-
-
-class _YieldsWhenCollected:
-    """Garbage in a reference cycle whose finalizer lets another thread run: a collection that happens inside
-    the AST constructor switches threads there."""
-
-    def __init__(self):
-        self.cycle = self
-
-    def __del__(self):
-        time.sleep(0)
-
-
-class _RaisesWhenCollected:
-    """Garbage whose finalizer raises: the interpreter hands the exception to `sys.unraisablehook`, which under
-    pytest formats its traceback, and formatting a traceback parses the source line (`ast.parse`) in the thread
-    that collected, which may be inside `ast.parse` already."""
-
-    def __init__(self):
-        self.cycle = self
-
-    def __del__(self):
-        raise RuntimeError("a finalizer that fails")
-
-
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_dspys_threads_parse_at_once_without_the_ast_constructors_race():
-    """DSPy's answering threads parse while garbage is collected; on CPython 3.11.7 that raised "AST constructor
-    recursion depth mismatch" (gh-106905), which `dspy_session` rules out by parsing one thread at a time; and a
-    collection inside a parse that parses again in the same thread (the hook of a finalizer's exception) goes on,
-    where a plain lock waited on itself for ever."""
-    import pipelines.benchmarking.dspy_session  # noqa: F401  (what a benchmark imports before DSPy's threads run)
-
-    errors: list[SystemError] = []
-
-    def parse() -> None:
-        for round_ in range(20):
-            for _ in range(5):
-                _YieldsWhenCollected()
-            if round_ % 5 == 0:
-                _RaisesWhenCollected()
-            try:
-                ast.parse("a.b[1].c(d, e=[f, g, (h, i)])\n" * 400)
-            except SystemError as exc:
-                errors.append(exc)
-                return
-
-    threshold = gc.get_threshold()
-    gc.set_threshold(10)  # collect often, so collections fall inside the constructor
-    try:
-        threads = [threading.Thread(target=parse, daemon=True) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-    finally:
-        gc.set_threshold(*threshold)
-    assert not any(thread.is_alive() for thread in threads), "a parsing thread waits on the lock it holds"
-    assert errors == []

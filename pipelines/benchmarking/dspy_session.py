@@ -4,15 +4,12 @@ adapter and LM that answer its calls through autorl's agent loop, the judge as t
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
-import gc
 import io
 import logging
 import math
 import statistics
-import sys
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -38,38 +35,6 @@ REFLECTION_MAX_TOKENS = 4000
 """Completion token cap of one reflection call."""
 THREADS = 8
 """Answers DSPy asks for at once."""
-
-
-def _serialize_ast_parse() -> None:
-    """Run `ast.parse` one thread at a time and with garbage collection paused, on a CPython whose AST constructor
-    keeps its recursion counter in state shared by threads (gh-106905, fixed in 3.11.8 and 3.12.2). DSPy parses
-    attribute paths and signatures in the threads that answer its calls; a collection inside the constructor runs
-    finalizers, which may switch threads (another thread's parse) or parse in the same one (the hook for an
-    exception a finalizer raised formats its traceback, which parses the source line): either raised "SystemError:
-    AST constructor recursion depth mismatch" at random. With collection paused no finalizer runs inside the
-    constructor; the lock keeps one thread's pause from being lifted by another's; it is re-entrant, so a parse
-    inside a parse (the hook above, from a collection just before) goes on instead of waiting on itself."""
-    if not (sys.version_info < (3, 11, 8) or (3, 12) <= sys.version_info < (3, 12, 2)):
-        return
-    parse, lock = ast.parse, threading.RLock()
-    if getattr(parse, "serialized", False):
-        return
-
-    def serialized(*args: Any, **kwargs: Any) -> ast.AST:
-        with lock:
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                return parse(*args, **kwargs)
-            finally:
-                if collecting:
-                    gc.enable()
-
-    serialized.serialized = True  # type: ignore[attr-defined]
-    ast.parse = serialized  # type: ignore[assignment]
-
-
-_serialize_ast_parse()
 
 
 class SessionOwner(Protocol):
