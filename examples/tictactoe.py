@@ -130,12 +130,20 @@ def agent_cells(messages: list[dict[str, Any]]) -> list[int]:
                 cells.append(0)
                 continue
             try:
-                arguments = function.get("arguments")
-                cell = (json.loads(arguments) if isinstance(arguments, str) else arguments or {}).get("cell")
-                cells.append(int(cell))
-            except (ValueError, TypeError, AttributeError):
+                cells.append(int(call_arguments(call).get("cell")))
+            except (ValueError, TypeError):
                 cells.append(0)  # a call without a readable cell is an illegal move
     return cells
+
+
+def call_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments (an OpenAI `tool_calls` entry) as a dict; {} when they are no JSON object."""
+    arguments = (call.get("function") or {}).get("arguments")
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def score(messages: list[dict[str, Any]]) -> float:

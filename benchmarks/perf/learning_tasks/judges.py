@@ -34,8 +34,8 @@ from examples.judges import (
     capitals,
     question,
 )  # fmt: skip
+from examples.tictactoe import call_arguments, score_result
 from examples.tictactoe import score as tictactoe
-from examples.tictactoe import score_result
 
 from .directory import EMPLOYEES, extension
 
@@ -225,11 +225,7 @@ def directory(messages: list[dict[str, Any]]) -> float:
 def _name_likeness(call: dict[str, Any], asked: str) -> float:
     """How near a call's `name` argument is to the asked name, 0 to 1 (difflib's ratio, case aside; 0 for a call
     without a readable name)."""
-    try:
-        arguments = call.get("function", {}).get("arguments")
-        name = (json.loads(arguments) if isinstance(arguments, str) else arguments or {}).get("name")
-    except (ValueError, AttributeError):
-        return 0.0
+    name = call_arguments(call).get("name")
     if not isinstance(name, str):
         return 0.0
     return difflib.SequenceMatcher(None, name.lower(), asked.lower()).ratio()
