@@ -124,7 +124,7 @@ async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, 
     step = run.checkpoint_step(which)
     policy = run.policy
     try:
-        note(f"starting {name}@{checkpoint_name(step)} on the run's server (about a minute on CPU) ...")
+        note(f"starting {name}@{checkpoint_name(step)} on the run's server ...")
         served = await policy.serve_step(step)
         conversation = Conversation(
             policy.model.openai_client(),
