@@ -115,9 +115,11 @@ def atomic_text(path: Path, text: str) -> None:
 
 
 @contextmanager
-def atomic_dir(target: Path) -> Iterator[Path]:
+def atomic_dir(target: Path, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary directory beside `target` to fill; when the block ends without an error it
-    replaces `target` (a previous, possibly incomplete, `target` is removed first)."""
+    replaces `target` (a previous, possibly incomplete, `target` is removed first). replace=False: a `target`
+    that appeared meanwhile (a user's directory, another export's) is kept and `FileExistsError` raised, the
+    temporary removed."""
     target = Path(target)
 
     def make() -> Path:
@@ -127,6 +129,8 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     with _temporary(target, make, lambda tmp: shutil.rmtree(tmp, ignore_errors=True)) as tmp:
         yield tmp
         tmp.chmod(0o777 & ~umask())  # mkdtemp made it 0700: the modes a plain mkdir would give
-        if target.exists():
+        if target.exists() or target.is_symlink():
+            if not replace:
+                raise FileExistsError(errno.EEXIST, "made while the directory was written", str(target))
             shutil.rmtree(target)
         os.replace(tmp, target)

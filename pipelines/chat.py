@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
 from openai import AsyncOpenAI
 
 from autorl.agents.rollout import RolloutConfig
@@ -56,16 +57,21 @@ class Conversation:
         its result shown) for up to `max_turns` model turns."""
         if not self.state.input:
             self.state.input = text
+        before = len(self.messages)
         self.messages.append({"role": "user", "content": text})
-        for _ in range(self.max_turns):
-            calls = await self._turn(write)
-            if not calls or self.toolbox is None:
-                break
-            for call in calls:
-                function = call["function"]
-                result = await self.toolbox.call(function["name"], function["arguments"], self.state)
-                write(f"\n[{function['name']}({function['arguments']}) -> {result.text[:300]}]\n")
-                self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.text})
+        try:
+            for _ in range(self.max_turns):
+                calls = await self._turn(write)
+                if not calls or self.toolbox is None:
+                    break
+                for call in calls:
+                    function = call["function"]
+                    result = await self.toolbox.call(function["name"], function["arguments"], self.state)
+                    write(f"\n[{function['name']}({function['arguments']}) -> {result.text[:300]}]\n")
+                    self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.text})
+        except openai.APIError:
+            del self.messages[before:]  # the conversation as it was before the message that failed
+            raise
         write("\n")
 
     async def _turn(self, write: Write) -> list[dict[str, Any]]:
@@ -113,7 +119,10 @@ async def repl(conversation: Conversation, read: Callable[[], Awaitable[str | No
             conversation.reset()
             write("(conversation reset)\n")
         elif text:
-            await conversation.say(text, write)
+            try:
+                await conversation.say(text, write)
+            except openai.APIError as exc:  # e.g. a conversation past the model's context: the chat goes on
+                write(f"\n(no answer: the server said {exc.message!r}; the message is dropped, {RESET} starts over)\n")
 
 
 async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, note: Write) -> None:
@@ -122,6 +131,7 @@ async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, 
     name, which = split_target(target)
     run = RunView(home, name, Counter())
     step = run.checkpoint_step(which)
+    system_prompt = run.system_prompt()  # what can fail without a server, before one starts
     policy = run.policy
     try:
         note(f"starting {name}@{checkpoint_name(step)} on the run's server ...")
@@ -129,7 +139,7 @@ async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, 
         conversation = Conversation(
             policy.model.openai_client(),
             served,
-            run.system_prompt(),
+            system_prompt,
             run.config.rollout.model_copy(update={k: v for k, v in sampling.items() if v is not None}),
             await policy.toolbox(),
             run.task.max_turns if run.task.has_tools() else 1,

@@ -11,9 +11,12 @@ from rich.console import Console
 from .chat import chat
 from .cli_base import USER_ERRORS, HomeOption, err, exit_interrupted, fail, run_async
 from .config import DEFAULT_HOME
-from .export import DEFAULT_QUANT, FORMATS, export, parse_quants
+from .export import DEFAULT_QUANT, FORMATS, SYSTEM_PROMPT, export, parse_quants
 
-TARGET_HELP = "RUN, RUN@latest, RUN@best (the highest mean training reward) or RUN@STEP (see `autorl runs`)."
+TARGET_HELP = (
+    "RUN, RUN@latest, RUN@best (the highest validation reward during training, else the highest mean training "
+    "reward) or RUN@STEP (see `autorl runs`)."
+)
 
 
 def export_command(
@@ -59,6 +62,14 @@ def export_command(
         highlight=False,
         markup=False,
     )
+    if done.secret_in_prompt:
+        err.print(
+            f"warning: the run's system prompt holds what looks like a secret; {SYSTEM_PROMPT}"
+            f"{' and the Modelfile' if format == 'gguf' else ''} keep it as the agent was trained with it (the card "
+            "shows it redacted): read them before you share the export",
+            highlight=False,
+            markup=False,
+        )
 
 
 def chat_command(

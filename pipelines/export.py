@@ -15,10 +15,12 @@ joins no Ray cluster and asks no server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import shutil
+import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,10 +34,12 @@ from autorl.errors import AutoRLError, DiskFullError
 from autorl.export import hf
 from autorl.export.gguf_file import QUANTS, write_gguf
 from autorl.export.ollama import modelfile
+from autorl.redaction import redact_text
 from autorl.serving.embedded import embedded_gguf, embedded_model, resolve_base_model
 from autorl.serving.merge import LoraMerger
 
 from .model_card import base_identity, model_card
+from .records import train
 from .run_lock import finished_run
 from .run_view import RunView, split_target
 
@@ -60,6 +64,9 @@ class Exported:
     files: list[str]
     fetched_from: str | None = None
     """The `autorl serve` the checkpoint was fetched from (None: it was in the run directory)."""
+    secret_in_prompt: bool = False
+    """Whether the system prompt holds what looks like a secret: the card shows it redacted, while
+    system_prompt.txt (and a Modelfile) keep the prompt the agent was trained with."""
 
 
 def parse_quants(text: str, fmt: str) -> list[str]:
@@ -78,11 +85,17 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
     if fmt not in FORMATS:
         raise AutoRLError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     quants = quants or [DEFAULT_QUANT]
+    if unknown := [q for q in quants if q not in QUANTS]:
+        raise AutoRLError(f"GGUF type {', '.join(unknown)}: use one or more of {', '.join(QUANTS)}")
     out = Path(out).expanduser()
     if out.exists() or out.is_symlink():
         raise AutoRLError(f"--out {out} exists; give a path that does not (an export never overwrites)")
     if not out.parent.is_dir():
         raise AutoRLError(f"--out {out}: its directory {out.parent} does not exist")
+    try:
+        tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent).cleanup()
+    except OSError as exc:
+        raise AutoRLError(f"--out {out}: its directory {out.parent} takes no files ({exc.strerror})") from None
     name, which = split_target(target)
     run = RunView(home, name, Counter(), connect=False)
     step, fetch = _step(run, which, target)
@@ -99,6 +112,7 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
     base_name, _ = base_identity(run.config.model)
     gguf_files = [f"model-{quant}.gguf" for quant in quants]
     system_prompt = run.system_prompt()
+    secret_in_prompt = redact_text(system_prompt) != system_prompt
     usage = {"hf": _hf_usage(out), "peft": _peft_usage(out, base_name), "gguf": _gguf_usage(run.name, gguf_files)}
     with finished_run(home, name, run.keys["train"]):
         if fetch:  # into the run directory, as the run's own copy-back would have
@@ -108,7 +122,7 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
         card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
         checkpoint = run.checkpoint_dir(step)
         _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
-        with atomic_dir(out) as tmp:
+        with _never_over(out), atomic_dir(out, replace=False) as tmp:
             if fmt == "hf":
                 hf.write_merged(base_dir, checkpoint, tmp)
             elif fmt == "peft":
@@ -123,7 +137,19 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             (tmp / SYSTEM_PROMPT).write_text(system_prompt + "\n", encoding="utf-8")
             (tmp / CARD).write_text(card, encoding="utf-8")
             files = sorted(p.name for p in tmp.iterdir())
-    return Exported(out, name, step, files, run.config.backend if fetch else None)
+    return Exported(out, name, step, files, run.config.backend if fetch else None, secret_in_prompt)
+
+
+@contextlib.contextmanager
+def _never_over(out: Path) -> Iterator[None]:
+    """One line, not a traceback, when `out` was made while the export was written (it is left as it was)."""
+    try:
+        yield
+    except FileExistsError:
+        raise AutoRLError(
+            f"--out {out} was made while the export was written; it is left as it was and the export is not kept: "
+            "give a path that does not exist"
+        ) from None
 
 
 def _step(run: RunView, which: str, target: str) -> tuple[int, bool]:
@@ -131,7 +157,10 @@ def _step(run: RunView, which: str, target: str) -> tuple[int, bool]:
     serve` whose run directory here lacks what `which` names (no checkpoint at all for latest or best, or not
     that step) is the server asked which checkpoints it has."""
     here = [step for step, _ in run.checkpoints()]
-    missing = not here if which in ("latest", "best") else which.isdigit() and int(which) not in here
+    if which == "best":
+        missing = train.best_step(run) not in here
+    else:
+        missing = not here if which == "latest" else which.isdigit() and int(which) not in here
     if run.config.backend is None or not missing:
         return run.checkpoint_step(which, here), False
     there = _from_server(run, target, lambda backend, model: backend.list_checkpoints(model))

@@ -14,22 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+import yaml
 
 from autorl.backends.run_dir import read_history
+from autorl.redaction import redact_text
 from autorl.serving.embedded import embedded_gguf, embedded_model, resolve_base_model
 from autorl.training.checkpoints import checkpoint_name
 
-from .records import inputs
+from .records import inputs, sft
 from .records.train import rl_history, sentinel_actions
 from .run_view import RunView
 from .runs import judge_verdict
-from .stages.report import sentinel_section, validation_table
+from .stages.report import sentinel_section, sft_section, validation_table
 
 BENCHMARK_RESULTS = Path("benchmark") / "results.md"
 """Where `autorl benchmark RUN` leaves its table by default (under HOME/runs/RUN)."""
 LIBRARIES = {"hf": "transformers", "peft": "peft", "gguf": "gguf"}
 RELATIONS = {"hf": "finetune", "peft": "adapter", "gguf": "quantized"}
 """Hugging Face's `base_model_relation` of each format."""
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+"""A Hugging Face model id (`owner/name`): the card's `base_model` when the base is one, else left out."""
 
 
 def base_identity(base_model: str) -> tuple[str, str | None]:
@@ -52,37 +56,43 @@ def autorl_version() -> str:
         number = "unknown"
     source = Path(__file__).resolve().parents[1]
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(source), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        commit = ""
-    return f"{number} (commit {commit})" if commit else number
+        top, commit = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--show-toplevel", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines() or ("", "")
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        top, commit = "", ""
+    ours = top and Path(top).resolve() == source  # not a repository that holds an installed copy
+    return f"{number} (commit {commit})" if ours else number
 
 
 def model_card(run: RunView, step: int, fmt: str, usage: list[str]) -> str:
     """The card of checkpoint `step` of `run` exported as `fmt`; `usage`: the format's how-to-run lines."""
     base, license_id = base_identity(run.config.model)
+    if Path(base).is_absolute():  # a local directory: its name, not where it lies on this machine
+        base = Path(base).name
     record = run.record
     stages = record.get("stages", {})
     config = run.config
-    metadata = [
-        "---",
-        f"base_model: {base}",
-        f"base_model_relation: {RELATIONS[fmt]}",
-        f"license: {license_id}" if license_id else "license: other",
-        f"library_name: {LIBRARIES[fmt]}",
-        "pipeline_tag: text-generation",
-        "tags: [autorl, reinforcement-learning, grpo, lora]",
-        "---",
-    ]
+    metadata = {
+        **({"base_model": base} if HUB_ID.fullmatch(base) else {}),
+        "base_model_relation": RELATIONS[fmt],
+        "license": license_id or "other",
+        "library_name": LIBRARIES[fmt],
+        "pipeline_tag": "text-generation",
+        "tags": ["autorl", "reinforcement-learning", config.train.loss, "lora"],
+    }
     lines = [
-        *metadata,
+        "---",
+        yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
         "",
         f"# {run.name}@{checkpoint_name(step)}",
         "",
         f"An agent trained with reinforcement learning by autorl {autorl_version()}:",
-        f"checkpoint {step} of run `{run.name}`, GRPO on a LoRA of `{base}`"
+        f"checkpoint {step} of run `{run.name}`, {config.train.loss} on a LoRA of `{base}`"
         + (
             f" (license: {license_id})."
             if license_id
@@ -114,7 +124,7 @@ def model_card(run: RunView, step: int, fmt: str, usage: list[str]) -> str:
         _inputs_line(run),
         "",
     ]
-    return "\n".join(lines)
+    return redact_text("\n".join(lines))  # a card is made to be shared: no secret the run's text may hold
 
 
 def _base_note(base_model: str, fmt: str) -> list[str]:
@@ -133,7 +143,8 @@ def _base_note(base_model: str, fmt: str) -> list[str]:
 def _training(run: RunView, step: int, stages: dict[str, Any]) -> list[str]:
     """The judge and its audit, the settings (the LoRA's as its checkpoint has them), the curve up to `step`."""
     config = run.config
-    history = rl_history(read_history(run.policy.run_dir))[:step]
+    history = [h for h in rl_history(read_history(run.policy.run_dir)) if h.get("step", 0) <= step]
+    rl_steps = max(0, step - sft.first_rl_step(run) + 1)
     lora = json.loads((run.checkpoint_dir(step) / "adapter_config.json").read_text())
     verdict = judge_verdict(run.record)
     audit = "not made (the checks before training did not run)" if verdict == "-" else f"**{verdict}**"
@@ -142,11 +153,13 @@ def _training(run: RunView, step: int, stages: dict[str, Any]) -> list[str]:
         "",
         f"- judge: `{config.judge}`; its audit before training: {audit}"
         + _audit_line(stages.get("preflight", {}).get("summary", {})),
-        f"- steps: {step} (of {config.steps} asked), {config.groups_per_step} groups of {config.group_size} answers each",
+        f"- RL steps: {rl_steps} (of {config.steps} asked), {config.groups_per_step} groups of {config.group_size} "
+        "answers each",
         f"- loss: {config.train.loss}, learning rate {config.train.learning_rate:g}, KL coefficient {config.train.kl_beta:g}",
         f"- LoRA: rank {lora['r']}, alpha {lora['lora_alpha']}, on {', '.join(sorted(lora['target_modules']))}",
         f"- seed: {config.seed}",
         "",
+        *sft_section(run),
     ]
     if history:
         lines += ["| step | reward | loss |", "|---|---|---|"]
@@ -172,7 +185,13 @@ def _evaluation(run: RunView, step: int, stages: dict[str, Any]) -> list[str]:
     benchmark = run.home / "runs" / run.name / BENCHMARK_RESULTS
     lines = ["## Held-out evaluation", ""]
     if benchmark.is_file():
-        return [*lines, f"From `autorl benchmark {run.name}` (`{BENCHMARK_RESULTS}`):", "", benchmark.read_text(), ""]
+        return [
+            *lines,
+            f"From `autorl benchmark {run.name}` (`{BENCHMARK_RESULTS}`); this export is `{run.name}@{step}`:",
+            "",
+            benchmark.read_text(),
+            "",
+        ]
     summary = stages.get("evaluate", {}).get("summary")
     if not summary or "variants" not in summary:
         return [*lines, "The run was not evaluated (its evaluate stage did not run).", ""]

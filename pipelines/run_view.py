@@ -37,7 +37,8 @@ class RunView:
 
     It is a `pipelines.records.run.RunArtifacts`, so the stages' readers (`inputs.load`, `system_prompt.load`,
     `train.best_step`) read its artifacts. connect=False: its policy's backend is made on first use (`Policy`), so
-    reading its files joins no Ray cluster and asks no `autorl serve`.
+    reading its files joins no Ray cluster and asks no `autorl serve`; and its task keeps the MCP servers' `env`
+    values redacted as run.json has them (what reads files opens no tool), so a task file moved since is no error.
     """
 
     def __init__(self, home: Path, name: str, calls: Counter, connect: bool = True):
@@ -51,7 +52,8 @@ class RunView:
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid config ({describe(exc)})") from None
         try:
-            self.task = _with_secrets(TaskSpec.model_validate(record["task"]), record.get("task_file"), name)
+            task = TaskSpec.model_validate(record["task"])
+            self.task = _with_secrets(task, record.get("task_file"), name) if connect else task
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
         self.store = ArtifactStore(Path(home) / "artifacts")
@@ -67,9 +69,10 @@ class RunView:
         return complete_checkpoints(self.policy.run_dir / "checkpoints")
 
     def checkpoint_step(self, which: str, steps: list[int] | None = None) -> int:
-        """The step `which` names (`latest`, `best`: the highest mean training reward, or a step number) among
-        `steps` (default: the complete checkpoints in the run directory); one error line naming the checkpoints
-        there are when it names none."""
+        """The step `which` names (`latest`, `best`: `train.best_step`, by validation reward during training, else
+        by mean training reward; or a step number) among `steps` (default: the complete checkpoints in the run
+        directory); one error line naming the checkpoints there are when it names none (the best one deleted by
+        `--keep-checkpoints` too: never another in its place)."""
         if steps is None:
             steps = [step for step, _ in self.checkpoints()]
         if not steps:
@@ -79,7 +82,12 @@ class RunView:
             return steps[-1]
         if which == "best":
             best = train.best_step(self)
-            return best if best in steps else steps[-1]
+            if best in steps:
+                return best
+            raise AutoRLError(
+                f"run {self.name!r}'s best checkpoint{f' ({checkpoint_name(best)})' if best else ''} is not among "
+                f"its checkpoints here ({listing}; --keep-checkpoints deletes what its rules do not keep): name one"
+            )
         if which.isdigit():
             if int(which) in steps:
                 return int(which)

@@ -15,7 +15,7 @@ from autorl.agents.tools import Toolbox
 from autorl.task import load_task
 from pipelines.chat import Conversation, repl
 from tests.helpers.agents import TICTACTOE_CELL, with_toolbox
-from tests.helpers.chat_server import StreamingChatServer
+from tests.helpers.chat_server import StreamingChatServer, send_json
 
 PROMPT = "Convert units with the tool."
 
@@ -65,28 +65,58 @@ def test_a_tool_call_streamed_in_pieces_is_run_and_the_answer_streams_after_it(s
     assert first["messages"][0] == {"role": "system", "content": PROMPT}
 
 
-def test_reset_starts_over_and_quit_ends():
-    server = StreamingChatServer(lambda body: [{"role": "assistant", "content": f"#{len(body['messages'])}"}])
-    lines = iter(["hi", "again", "/reset", "", "hi", "/quit", "never read"])
+def count_messages(body: dict) -> list[dict]:
+    """An answer that says how many messages the request sent (system + user, + earlier turns)."""
+    return [{"role": "assistant", "content": f"#{len(body['messages'])}"}]
+
+
+def chat_through(server: StreamingChatServer, lines) -> tuple[Conversation, str]:
+    """`repl` over `lines` (an iterator, read until it ends) against `server`, which is closed after: the
+    conversation and what was written."""
     written: list[str] = []
 
     async def read():
         return next(lines, None)
 
     async def body():
-        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)
         conversation = Conversation(client, "r@0001", PROMPT, RolloutConfig())
         await repl(conversation, read, written.append)
         return conversation
 
     try:
-        conversation = asyncio.run(body())
+        return asyncio.run(body()), "".join(written)
     finally:
         server.close()
-    assert "".join(written) == "#2\n#4\n(conversation reset)\n#2\n"  # messages sent: system + user (+ earlier turns)
+
+
+def test_reset_starts_over_and_quit_ends():
+    server = StreamingChatServer(count_messages)
+    lines = iter(["hi", "again", "/reset", "", "hi", "/quit", "never read"])
+    conversation, written = chat_through(server, lines)
+    assert written == "#2\n#4\n(conversation reset)\n#2\n"
     assert next(lines) == "never read"
     assert [m["role"] for m in conversation.messages] == ["system", "user", "assistant"]
     assert server.requests[0].get("tools") is None
+
+
+class RefusesLongConversations(StreamingChatServer):
+    """vLLM's answer to a conversation past the model's context: 400, before any token."""
+
+    def respond(self, handler, body: dict) -> None:
+        if len(body["messages"]) > 3:
+            send_json(handler, 400, {"error": {"message": "maximum context length is 2048 tokens", "code": 400}})
+        else:
+            super().respond(handler, body)
+
+
+def test_a_server_error_is_one_line_the_message_is_dropped_and_the_chat_goes_on():
+    conversation, text = chat_through(
+        RefusesLongConversations(count_messages), iter(["hi", "too long", "/reset", "hi"])
+    )
+    assert text.startswith("#2\n\n(no answer: the server said ") and "maximum context length is 2048 tokens" in text
+    assert text.endswith("the message is dropped, /reset starts over)\n(conversation reset)\n#2\n")
+    assert [m["role"] for m in conversation.messages] == ["system", "user", "assistant"]
 
 
 def test_a_conversation_is_one_rollout_for_a_tool_with_memory():

@@ -5,6 +5,8 @@ is one line and nothing is left under --out."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
+from autorl.errors import AutoRLError
 from autorl.export import hf
 from autorl.export.ollama import modelfile
 from pipelines.cli import app
@@ -85,7 +88,7 @@ def test_the_peft_export_loads_onto_its_base_and_equals_the_merged_one(home, tin
     assert AutoTokenizer.from_pretrained(tmp_path / "peft").chat_template == CHATML
 
 
-def test_the_model_card_carries_the_runs_evidence(home, tmp_path):
+def test_the_model_card_carries_the_runs_evidence(home, tiny_model, tmp_path):
     record_path = home / "runs" / "r" / "run.json"
     record = json.loads(record_path.read_text())
     record["stages"] = {
@@ -102,13 +105,22 @@ def test_the_model_card_carries_the_runs_evidence(home, tmp_path):
     }
     record["cost"] = {"seconds": 120.0, "tokens_total": 8233, "usd": {"compute": 0.01, "api": 0.0, "total": 0.01}}
     record_path.write_text(json.dumps(record))
-    export(home, "r@2", "hf", tmp_path / "agent")
+    prompt_file = next((home / "artifacts" / "system_prompt").glob("*/system_prompt.json"))
+    secret = "sk-proj-AbCdEf1234567890AbCdEf1234567890XyZ"
+    prompt_file.write_text(json.dumps({"system_prompt": f"{PROMPT}\nCall the API with {secret}."}))
+    result = invoke(home, "r@2", "--out", str(tmp_path / "agent"))
+    assert result.exit_code == 0 and "warning: the run's system prompt holds what looks like a secret" in result.output
+    assert secret in (tmp_path / "agent" / "system_prompt.txt").read_text()  # as the agent was trained with it
     card = (tmp_path / "agent" / "README.md").read_text()
+    assert secret not in card and "Call the API with <redacted>." in card  # the card is made to be shared
+    assert str(tiny_model) not in card  # where the base model lies here is no one's business
     front, body = card.removeprefix("---\n").split("\n---\n", 1)
     metadata = yaml.safe_load(front)
     assert metadata["base_model_relation"] == "finetune" and metadata["library_name"] == "transformers"
     assert metadata["license"] == "other"  # the tiny model's directory names none
-    assert "tags" in metadata and "autorl" in metadata["tags"]
+    assert "base_model" not in metadata  # a local directory is no Hugging Face id
+    assert metadata["tags"] == ["autorl", "reinforcement-learning", "grpo", "lora"]
+    assert re.search(r"by autorl \S+ \(commit [0-9a-f]{12}\):", body)  # the suite runs in a git checkout
     for evidence in (
         "> Arithmetic.",  # the task
         f"> {PROMPT}",
@@ -126,8 +138,36 @@ def test_the_model_card_carries_the_runs_evidence(home, tmp_path):
     (home / "runs" / "r" / "benchmark" / "results.md").write_text("| variant | mean |\n|---|---|\n| r@2 | 0.8 |\n")
     export(home, "r@1", "peft", tmp_path / "adapter")
     card = (tmp_path / "adapter" / "README.md").read_text()
-    assert "From `autorl benchmark r`" in card and "| r@2 | 0.8 |" in card
-    assert "base_model_relation: adapter" in card
+    assert "From `autorl benchmark r` (`benchmark/results.md`); this export is `r@1`:" in card
+    assert "| r@2 | 0.8 |" in card and "base_model_relation: adapter" in card
+    assert "| 1 | 0.600 |" in card and "| 2 | 0.400 |" not in card  # the curve ends at the exported step
+
+
+def test_the_card_of_a_run_warmed_up_with_sft_counts_its_rl_steps_and_says_so(home, tmp_path):
+    record_path = home / "runs" / "r" / "run.json"
+    record = json.loads(record_path.read_text())
+    record["config"]["sft"]["bootstrap"] = 8  # step 1 was the warm-up's, step 2 the first RL step
+    record["keys"]["sft"] = "sft-r"
+    record_path.write_text(json.dumps(record))
+    manifest = {"steps": 1, "conversations": 3, "epochs": 1, "file": "samples.jsonl", "final_loss": 0.5}
+    (home / "artifacts" / "sft" / "sft-r").mkdir(parents=True)
+    (home / "artifacts" / "sft" / "sft-r" / "artifact.json").write_text(json.dumps(manifest))
+    history = home / "artifacts" / "train" / "train-r" / "history.jsonl"
+    history.write_text(
+        '{"step": 1, "sft": true, "loss": 0.5}\n{"step": 2, "reward": 0.4}\n{"step": 3, "reward": 0.9}\n'
+    )
+    export(home, "r@2", "peft", tmp_path / "agent")
+    card = (tmp_path / "agent" / "README.md").read_text()
+    assert "- RL steps: 1 (of 2 asked)" in card and "| 2 | 0.400 |" in card
+    assert "| 1 |" not in card and "| 3 |" not in card  # the curve: RL steps up to the exported one
+    assert "Warmed up with SFT before RL: 3 conversations of `samples.jsonl`, 1 epoch(s), in 1 model steps" in card
+
+
+def test_a_deleted_best_checkpoint_is_one_line_not_another_step(home, tmp_path):
+    shutil.rmtree(home / "artifacts" / "train" / "train-r" / "checkpoints" / "0001")  # step 1 is the best
+    line = error_line(invoke(home, "r@best", "--out", str(tmp_path / "agent")))
+    assert line.startswith("error: run 'r''s best checkpoint (0001) is not among its checkpoints here (0002;")
+    assert invoke(home, "r@latest", "--out", str(tmp_path / "agent")).exit_code == 0
 
 
 @pytest.mark.parametrize(
@@ -156,6 +196,29 @@ def test_an_existing_out_is_never_overwritten(home, tmp_path):
     (out / "mine.txt").write_text("keep")
     assert error_line(invoke(home, "r", "--out", str(out))).startswith(f"error: --out {out} exists")
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_an_out_made_while_the_export_is_written_is_kept_and_the_export_is_not(home, tmp_path, monkeypatch):
+    out = tmp_path / "agent"
+    write_merged = hf.write_merged
+
+    def meanwhile(*args):
+        write_merged(*args)
+        out.mkdir()  # another export to the same path, or the user, got there first
+        (out / "mine.txt").write_text("keep")
+
+    monkeypatch.setattr(hf, "write_merged", meanwhile)
+    line = error_line(invoke(home, "r", "--out", str(out)))
+    assert line.startswith(f"error: --out {out} was made while the export was written; it is left as it was")
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not list(tmp_path.glob(".agent*"))
+
+
+def test_an_out_where_no_file_can_be_made_and_an_unknown_gguf_type_are_one_line(home, tmp_path):
+    line = error_line(invoke(home, "r", "--out", "/sys/agent"))  # sysfs takes no new files, even from root
+    assert line.startswith("error: --out /sys/agent: its directory /sys takes no files (")
+    with pytest.raises(AutoRLError, match=r"^GGUF type q3_k: use one or more of f16, q8_0"):
+        export(home, "r", "gguf", tmp_path / "agent", ["q8_0", "q3_k"])  # the Python API, as --quant is checked
+    assert not (tmp_path / "agent").exists()
 
 
 def test_a_run_still_training_is_refused(home, tmp_path):

@@ -155,7 +155,7 @@ def test_no_wandb_file_holds_a_secret_of_the_config_or_the_command_line(tmp_path
     assert any(b"10.0.0.5:8000" in p.read_bytes() for p in files)  # the config itself was written
 
 
-def test_a_benchmark_reads_the_env_values_run_json_does_not_keep_from_the_task_file(tmp_path):
+def test_a_benchmark_reads_the_env_values_run_json_does_not_keep_from_the_task_file_and_an_export_needs_none(tmp_path):
     from collections import Counter
 
     from autorl.task import load_task
@@ -173,6 +173,7 @@ def test_a_benchmark_reads_the_env_values_run_json_does_not_keep_from_the_task_f
     task_file.write_text(task_file.read_text().replace('"python", "s.py"', '"python", "other.py"'))
     with pytest.raises(AutoRLError, match=r"run 'r': run.json does not keep its MCP servers' env values"):
         RunView(tmp_path, "r", Counter())
+    assert RunView(tmp_path, "r", Counter(), connect=False).task.mcp_servers[0].env == {"NOTES_TOKEN": "<redacted>"}
 
 
 # --- every shape a secret takes in a task or a run's settings, by rule ---------------------------------------

@@ -186,7 +186,7 @@ def test_the_bootstrap_warm_up_fine_tunes_on_the_policy_s_best_answers_to_traini
     ]  # fmt: skip
     assert "warm-up: kept 3 of 8 groups' best answers (scored at least 0.5)" in printed.getvalue()
     assert sft_records.first_rl_step(ctx) == 2 and [h["step"] for h in read_history(ctx.artifact("sft"))] == [1]
-    assert report._sft_lines(ctx)[0].startswith(
+    assert report.sft_section(ctx)[0].startswith(
         "Warmed up with SFT before RL: the policy's own best answers (3 of 8 groups of training inputs had one "
         "scoring at least 0.5), 1 epoch(s), in 1 model steps (1-1, final loss"
     )
@@ -208,4 +208,4 @@ def test_no_answer_good_enough_or_a_judge_found_unreliable_is_no_warm_up(tiny_mo
     assert summary["steps"] == 0 and summary["conversations"] == 0 and sft_records.first_rl_step(ctx) == 1
     assert f"warm-up: kept 0 of 8 groups' best answers {why}" in printed.getvalue()
     assert not (ctx.artifact("sft") / "checkpoints" / "0001").exists()
-    assert report._sft_lines(ctx)[0].startswith("No warm-up from the policy's own answers: ")
+    assert report.sft_section(ctx)[0].startswith("No warm-up from the policy's own answers: ")

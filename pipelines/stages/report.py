@@ -22,6 +22,7 @@ from ..config import RunConfig
 from ..records import evaluate, inputs, preflight, sft, system_prompt, train
 from ..records import evaluation as records
 from ..records.pricing import added
+from ..records.run import RunArtifacts
 from ..sampling import step_draws
 from ..stage_context import StageContext
 
@@ -255,7 +256,7 @@ def sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
     return [*lines, "", *[f"- step {a['step']}: {a['warning']}" for a in actions]]
 
 
-def _sft_lines(ctx: StageContext) -> list[str]:
+def sft_section(ctx: RunArtifacts) -> list[str]:
     """The SFT warm-up, if the run had one: what it trained on and the model steps it took (RL's come after)."""
     warm_up = sft.load(ctx)
     if not warm_up:
@@ -357,7 +358,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "",
         "## Training",
         "",
-        *_sft_lines(ctx),
+        *sft_section(ctx),
         f"![reward curve]({CURVE})",
         "",
         "The band around the base model's validation line is the judge's noise floor: a validation line",
