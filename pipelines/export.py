@@ -45,8 +45,6 @@ from .run_view import RunView, split_target
 
 FORMATS = ("hf", "peft", "gguf")
 DEFAULT_QUANT = "q8_0"
-GGUF_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q4_0": 18 / 32}
-"""What a weight takes in each GGUF type (blocks of 32 with their scales): the disk an export needs."""
 MODELFILE = "Modelfile"
 CARD = "README.md"
 SYSTEM_PROMPT = "system_prompt.txt"
@@ -109,7 +107,8 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             )
         base_gguf = embedded_gguf(embedded)
     base_dir = resolve_base_model(run.config.model)
-    base_name, _ = base_identity(run.config.model)
+    identity = base_identity(run.config.model)
+    base_name = identity[0]
     gguf_files = [f"model-{quant}.gguf" for quant in quants]
     system_prompt = run.system_prompt()
     secret_in_prompt = redact_text(system_prompt) != system_prompt
@@ -119,7 +118,9 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             ensure_writable(run.policy.run_dir)
             into = run.checkpoint_dir(step).parent
             _from_server(run, target, lambda backend, model: backend.download_checkpoint(model, step, into))
-        card = model_card(run, step, fmt, usage[fmt])  # before any weight is written: what it cannot read fails first
+        card = model_card(
+            run, step, fmt, usage[fmt], identity
+        )  # before any weight is written: what it cannot read fails first
         checkpoint = run.checkpoint_dir(step)
         _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
         with _never_over(out), atomic_dir(out, replace=False) as tmp:
@@ -248,7 +249,7 @@ def _bytes_needed(base_dir: Path, checkpoint: Path, fmt: str, quants: list[str])
             for key in f.keys():  # noqa: SIM118 (a safetensors file is not iterable)
                 shape = f.get_slice(key).get_shape()
                 weights += math.prod(shape)
-    return int(sum(weights * GGUF_BYTES_PER_WEIGHT[q] for q in quants))
+    return int(sum(weights * QUANTS[q].bytes_per_weight() for q in quants))
 
 
 def _check_space(directory: Path, needed: int) -> None:

@@ -68,9 +68,10 @@ def autorl_version() -> str:
     return f"{number} (commit {commit})" if ours else number
 
 
-def model_card(run: RunView, step: int, fmt: str, usage: list[str]) -> str:
-    """The card of checkpoint `step` of `run` exported as `fmt`; `usage`: the format's how-to-run lines."""
-    base, license_id = base_identity(run.config.model)
+def model_card(run: RunView, step: int, fmt: str, usage: list[str], identity: tuple[str, str | None]) -> str:
+    """The card of checkpoint `step` of `run` exported as `fmt`; `usage`: the format's how-to-run lines;
+    `identity`: the base model's name and license (`base_identity`)."""
+    base, license_id = identity
     if Path(base).is_absolute():  # a local directory: its name, not where it lies on this machine
         base = Path(base).name
     record = run.record

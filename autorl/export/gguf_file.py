@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import gguf
 import numpy as np
@@ -13,20 +14,27 @@ import torch
 
 from ..errors import AutoRLError
 
+
+class GgufType(NamedTuple):
+    """A GGUF type `--quant` names: its tensors' type and the file type the header records."""
+
+    tensors: gguf.GGMLQuantizationType
+    file: gguf.LlamaFileType
+
+    def bytes_per_weight(self) -> float:
+        """What a weight takes on disk (blocks of weights with their scales)."""
+        weights, size = gguf.GGML_QUANT_SIZES[self.tensors]
+        return size / weights
+
+
 QUANTS = {
-    "f16": gguf.GGMLQuantizationType.F16,
-    "q8_0": gguf.GGMLQuantizationType.Q8_0,
-    "q5_0": gguf.GGMLQuantizationType.Q5_0,
-    "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "f16": GgufType(gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "q8_0": GgufType(gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q5_0": GgufType(gguf.GGMLQuantizationType.Q5_0, gguf.LlamaFileType.MOSTLY_Q5_0),
+    "q4_0": GgufType(gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
 }
 """The types `--quant` names (those the `gguf` package quantizes); norms stay float32 in every one, as llama.cpp
 keeps them."""
-FILE_TYPES = {
-    "f16": gguf.LlamaFileType.MOSTLY_F16,
-    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-    "q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
-    "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-}
 EMBEDDING = "token_embd.weight"
 """Kept at q8_0 below 8 bits (the embedding is the output layer too where they are tied), as the embedded
 model's own Q4_1 file keeps it."""
@@ -55,9 +63,9 @@ def write_gguf(
         value_type = field.types[0]
         sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
-    writer.add_file_type(FILE_TYPES[quant])
+    writer.add_file_type(QUANTS[quant].file)
     writer.add_chat_template(chat_template)
-    for name, array, qtype in _tensors(weights, reader, arch, QUANTS[quant]):
+    for name, array, qtype in _tensors(weights, reader, arch, QUANTS[quant].tensors):
         writer.add_tensor(name, array, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
