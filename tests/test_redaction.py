@@ -277,6 +277,9 @@ def test_a_run_record_and_the_wandb_files_hold_no_secret_of_any_shape(tmp_path, 
     tracker = Tracker(True, tmp_path / "wandb", "r", "abc123", record["config"] | {"task": record["task"]})
     tracker.log({"reward": 0.5}, step=1)
     tracker.finish()
+    import wandb
+
+    wandb.teardown()  # W&B's service writes the run's .wandb file on its own time; it is whole once it stops
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(files) > 3 and any(p.suffix == ".wandb" for p in files)
     assert [p for p in files if secret.encode() in p.read_bytes()] == []
