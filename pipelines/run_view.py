@@ -71,8 +71,8 @@ class RunView:
     def checkpoint_step(self, which: str, steps: list[int] | None = None) -> int:
         """The step `which` names (`latest`, `best`: `train.best_step`, by validation reward during training, else
         by mean training reward; or a step number) among `steps` (default: the complete checkpoints in the run
-        directory); one error line naming the checkpoints there are when it names none (the best one deleted by
-        `--keep-checkpoints` too: never another in its place)."""
+        directory; `best` is the best of those the run kept); one error line naming the checkpoints there are
+        when it names none."""
         if steps is None:
             steps = [step for step, _ in self.checkpoints()]
         if not steps:
@@ -85,8 +85,8 @@ class RunView:
             if best in steps:
                 return best
             raise AutoRLError(
-                f"run {self.name!r}'s best checkpoint{f' ({checkpoint_name(best)})' if best else ''} is not among "
-                f"its checkpoints here ({listing}; --keep-checkpoints deletes what its rules do not keep): name one"
+                f"run {self.name!r}'s best checkpoint ({checkpoint_name(best)}) is not among its checkpoints "
+                f"({listing}): name one"
             )
         if which.isdigit():
             if int(which) in steps:

@@ -41,10 +41,13 @@ class TyingPolicy(ScriptedPolicy):
         return trajectory
 
 
-def train_stage(tmp_path, steps: int, policy: TyingPolicy | None = None) -> tuple[StageContext, Console]:
+def train_stage(
+    tmp_path, steps: int, policy: TyingPolicy | None = None, tie_spread: float = 0.0
+) -> tuple[StageContext, Console]:
     config = RunConfig(
         group_size=2, groups_per_step=2, steps=steps, preflight="off", dynamic_sampling=2, validate_every=0
     )
+    config.train.tie_spread = tie_spread
     keys, store = upstream_artifacts(tmp_path, config)
     policy = policy or TyingPolicy(tmp_path / "train")
     console = Console(record=True, width=300)
@@ -109,6 +112,12 @@ def test_the_queue_draws_in_turn_and_never_draws_nothing_or_one_input_twice():
     queue.aside_until |= dict.fromkeys(TRAIN, 10)
     assert queue.draw(2, 4) == TRAIN[4:6]  # every input set aside: drawn anyway
     assert queue.draw(len(TRAIN) + 3, 4) == TRAIN  # never one input twice in a step
+
+
+def test_groups_within_the_tie_spread_are_tied_for_the_sampling_as_for_the_update(tmp_path):
+    ctx, _ = train_stage(tmp_path, steps=2, tie_spread=0.5)  # "a" and "bb" score 1/3 and 2/3: within it
+    assert [len(r["drawn"]) for r in records(ctx, 2)] == [4, 4]  # every group tied: the budget at each step
+    assert all(r["tied"] == sorted(r["drawn"]) for r in records(ctx, 2))
 
 
 def test_scores_that_differ_by_less_than_the_judge_s_noise_tie():

@@ -163,11 +163,10 @@ def test_the_card_of_a_run_warmed_up_with_sft_counts_its_rl_steps_and_says_so(ho
     assert "Warmed up with SFT before RL: 3 conversations of `samples.jsonl`, 1 epoch(s), in 1 model steps" in card
 
 
-def test_a_deleted_best_checkpoint_is_one_line_not_another_step(home, tmp_path):
-    shutil.rmtree(home / "artifacts" / "train" / "train-r" / "checkpoints" / "0001")  # step 1 is the best
-    line = error_line(invoke(home, "r@best", "--out", str(tmp_path / "agent")))
-    assert line.startswith("error: run 'r''s best checkpoint (0001) is not among its checkpoints here (0002;")
-    assert invoke(home, "r@latest", "--out", str(tmp_path / "agent")).exit_code == 0
+def test_best_is_the_best_of_the_checkpoints_the_run_kept(home, tmp_path):
+    assert export(home, "r@best", "peft", tmp_path / "first").step == 1  # by training reward: 0.6, then 0.4
+    shutil.rmtree(home / "artifacts" / "train" / "train-r" / "checkpoints" / "0001")  # as --keep-checkpoints does
+    assert export(home, "r@best", "peft", tmp_path / "then").step == 2
 
 
 @pytest.mark.parametrize(

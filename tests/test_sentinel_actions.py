@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from autorl.backends.run_dir import read_history
+from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.errors import AutoRLError
 from autorl.tracking import Tracker
 from autorl.training.checkpoints import latest_checkpoint
@@ -158,6 +158,16 @@ def test_a_drifting_policy_is_rolled_back_with_a_kl_penalty_and_trains_on(tiny_m
     assert per_step == [(2, True), (3, True), (4, True), *((n, False) for n in range(1, 8))]
     section = "\n".join(report.sentinel_section(train_records.sentinel_actions(policy.run_dir), ctx.config))
     assert "| 4 | rollback | restored checkpoint 1 (steps dropped and trained again: 2, 3, 4); kl_beta 0.1" in section
+
+
+def test_a_rollback_drops_the_validation_records_of_the_steps_it_dropped(tiny_model, tmp_path):
+    """Steps 2 and 4 were validated, then rolled back and trained again: each has the validation of the
+    checkpoint that exists, once (`@best` and `--keep-checkpoints best` read the same records)."""
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True)
+    asyncio.run(train.run(stage_context(tmp_path, policy, validate_every=2)))
+    assert train_records.sentinel_actions(policy.run_dir)[0]["restored"] == 1
+    logged = read_history(policy.run_dir, LOG_HISTORY_FILE)
+    assert [r["step"] for r in logged if train_records.VAL_METRIC in r] == [2, 4, 6, 7]
 
 
 @pytest.mark.parametrize("on_drift", ["stop", "rollback"])

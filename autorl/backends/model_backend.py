@@ -208,8 +208,8 @@ class ModelBackend(TrainingCalls):
 
     async def rollback(self, model: TrainableModel, step: int) -> list[dict]:
         """Make checkpoint `step` (0: the base model) the newest again, between training steps: it is served, the
-        later checkpoints and their history records are deleted, and the next step's trainer starts from it (its
-        LoRA and optimizer state; a fresh LoRA from 0). Returns the history records deleted."""
+        later checkpoints and their history and `model.log` records are deleted, and the next step's trainer
+        starts from it (its LoRA and optimizer state; a fresh LoRA from 0). Returns the history records deleted."""
         slot = self.slot(model)
         async with slot.lock, slot.gate.closed():
             if slot.trainer is not None:
@@ -222,8 +222,9 @@ class ModelBackend(TrainingCalls):
                     await slot.serving.retire(later)
                     remove_checkpoint(checkpoints, later)
             records = read_history(slot.run_dir)
-            kept = [r for r in records if r.get("step", 0) <= step]
-            atomic_text(slot.run_dir / HISTORY_FILE, "".join(json.dumps(r) + "\n" for r in kept))
+            for name in (HISTORY_FILE, LOG_HISTORY_FILE):  # what `model.log` logged of a later step was its too
+                kept = [r for r in read_history(slot.run_dir, name) if r.get("step", 0) <= step]
+                atomic_text(slot.run_dir / name, "".join(json.dumps(r) + "\n" for r in kept))
         return [r for r in records if r.get("step", 0) > step]
 
     def _tracker(self, model: Model) -> Tracker:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from autorl.backends.retention import best_step as best_by
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
-from autorl.training.checkpoints import latest_checkpoint
+from autorl.training.checkpoints import complete_checkpoints, latest_checkpoint
 
 from . import sft
 from .run import RunArtifacts
@@ -31,15 +31,18 @@ def last_step(ctx: RunArtifacts) -> int:
 
 
 def best_step(ctx: RunArtifacts, last: int | None = None) -> int:
-    """The best step up to `last` (default `last_step`): the validated one with the highest validation reward
-    (its latest record), else, without validation, the one with the highest mean training reward; ties go to
-    the later step."""
+    """The best of the checkpoints there are, up to step `last` (default `last_step`): the validated one with the
+    highest validation reward (its latest record), else, without validation, the one with the highest mean
+    training reward; ties go to the later step. A checkpoint `--keep-checkpoints` deleted is not a candidate
+    (what `RUN@best` names must exist, as retention's own `best_checkpoint` keeps to the existing ones)."""
     work, last = ctx.policy.run_dir, last or last_step(ctx)
+    kept = {step for step, _ in complete_checkpoints(work / "checkpoints") if step <= last}
     if ctx.config.validate_every:
-        logged = {r["step"]: r for r in read_history(work, LOG_HISTORY_FILE) if r.get("step", 0) <= last}
+        logged = {r["step"]: r for r in read_history(work, LOG_HISTORY_FILE) if r.get("step") in kept}
         if (best := best_by(list(logged.values()), VAL_METRIC)) is not None:
             return best
-    return best_by([r for r in read_history(work) if r.get("step", 0) <= last], "reward")
+    best = best_by([r for r in read_history(work) if r.get("step") in kept], "reward")
+    return best if best is not None else max(kept, default=last)
 
 
 def history_frame(ctx: RunArtifacts) -> pd.DataFrame:

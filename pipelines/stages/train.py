@@ -153,7 +153,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         step_span = tracing.begin("autorl.step", {"autorl.step": step})  # rollouts, judging and update under it
         made_earlier = [cost for path in sorted(step_dir.glob("group_*.json")) if (cost := group_cost(path))]
         desc, rl_step = f"step {step}/{last}", step - first + 1
-        groups, drawn = await sampled_groups(ctx, prompt, queue, rl_step, step_dir, desc, noise, extend)
+        groups, drawn = await sampled_groups(
+            ctx, prompt, queue, rl_step, step_dir, desc, train_config.tie_spread, extend
+        )  # groups tied for the update are tied for the sampling too
         if not groups:
             ctx.console.print(
                 f"[yellow]step {step}: no group could be scored ({len(drawn)} dropped: the judge failed on each, "

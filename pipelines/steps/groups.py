@@ -29,13 +29,13 @@ async def sampled_groups(
     rl_step: int,
     step_dir: Path,
     desc: str,
-    noise: float,
+    tie_spread: float,
     extend: bool,
 ) -> tuple[list[TrajectoryGroup], list[str]]:
     """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew: the next
-    `groups_per_step` of `queue`, then, while fewer than that many groups differ in score beyond the judge's
-    noise, more inputs up to `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with
-    it: `judge_noise`). Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
+    `groups_per_step` of `queue`, then, while fewer than that many groups differ in score by more than
+    `tie_spread` (the update's: the judge's noise or `--tie-spread`, the larger), more inputs up to
+    `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with it: `judge_noise`). Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
     config = ctx.config
     most = config.groups_per_step * (config.dynamic_sampling if extend else 1)
     groups: list[TrajectoryGroup] = []
@@ -45,10 +45,10 @@ async def sampled_groups(
         saved = [step_dir / f"group_{len(drawn) + index:02d}.json" for index in range(len(texts))]
         drawn += texts
         groups += await judged_groups(ctx, prompt, texts, saved, desc)
-        differing = sum(not tied([t.reward for t in g.trajectories], noise) for g in groups)
+        differing = sum(not tied([t.reward for t in g.trajectories], tie_spread) for g in groups)
         wanted = min(config.groups_per_step - differing, most - len(drawn))
     tied_inputs = {
-        g.trajectories[0].metadata.get("input") for g in groups if tied([t.reward for t in g.trajectories], noise)
+        g.trajectories[0].metadata.get("input") for g in groups if tied([t.reward for t in g.trajectories], tie_spread)
     }
     aside = queue.record(rl_step, drawn, tied_inputs)
     record = step_record(queue, drawn, tied_inputs, len(drawn) * config.group_size, aside)
