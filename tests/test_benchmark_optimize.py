@@ -20,7 +20,13 @@ from tests.helpers.cli import error_line
 EASY = tuple(f"Easy one {n}: what is 6 x 7?" for n in range(4))
 HARD = tuple(f"Hard one {n}: what is 6 x 7?" for n in range(4))
 TRAIN = EASY + HARD
-IS_42 = 'def is_42(messages):\n    return float(messages[-1]["content"].strip() == "42")\n'
+IS_42 = (
+    "def is_42(messages):\n"
+    '    answers = [m for m in messages if m["role"] == "assistant"]\n'
+    '    return float(len(answers) == 1 and answers[0]["content"].strip() == "42")\n'
+)
+"""Right when the conversation it is given holds one answer, "42": a demonstration shown before the input is no
+part of the answer the judge scores."""
 
 
 def demonstrated(body: dict) -> bool:

@@ -172,7 +172,7 @@ class _VariantWork:
                 try:
                     if self.tune:
                         await self._tune(rollout)
-                    await self._ask(lambda text: rollout(self.variant.system_prompt, self.variant.demos, text))
+                    await self._ask(lambda text: self._answer_alone(rollout, text))
                 except Exception as exc:  # the optimizer failed (its judge, say): this variant fails alone
                     self.fail_missing(describe(exc))
                 finally:
@@ -181,6 +181,17 @@ class _VariantWork:
             for trajectory in trajectories:
                 trajectory.metadata["variant"] = self.variant.label
         return self.answers
+
+    async def _answer_alone(self, rollout: Rollout, text: str) -> Trajectory:
+        """The variant's answer to `text` as the judge reads it: the system prompt, the input and the answer,
+        without the demonstrations shown before the input (a judge that reads the first question, or every
+        tool call, would score a demonstration's)."""
+        demos = self.variant.demos
+        trajectory = await rollout(self.variant.system_prompt, demos, text)
+        if demos:
+            items = trajectory.messages_and_choices
+            trajectory.messages_and_choices = [items[0], *items[1 + len(demos) :]]
+        return trajectory
 
     async def _tune(self, rollout: Rollout) -> None:
         toolbox = await self.questions.tools.toolbox()
