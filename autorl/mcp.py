@@ -5,7 +5,7 @@ from .errors import refusing
 
 MCP_RL = (
     "autorl has no MCP•RL scenario generator; `autorl run` generates a task's inputs itself (its inputs stage, "
-    "from the task text) and gives the agent an MCP server's tools from the task file's [[mcp]] tables "
+    "from the task text) and gives the agent an MCP server's tools from the task file's [[mcp_servers]] tables "
     "(`autorl.agents.mcp`)"
 )
 """What every MCP•RL name of ART's answers."""

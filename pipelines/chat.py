@@ -1,11 +1,14 @@
 """`autorl chat RUN[@latest|@best|@STEP]`: talk to a trained agent in the terminal, as it answered in training: the
-run's system prompt and tools, its checkpoint on the run's own policy server (started for the chat, stopped at its
-end), answers streamed as they are written. `/reset` starts the conversation over, `/quit` (or end of input) ends it.
+run's system prompt and tools (offered as in training, `strict_tools` too; calls read from a turn's text as the
+agent loop reads them), its checkpoint on the run's own policy server (started for the chat, stopped at its end),
+answers streamed as they are written. A first turn is never forced to a call (`tool_choice` "required" is a
+training aid). `/reset` starts the conversation over, `/quit` (or end of input) ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -16,7 +19,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from autorl.agents.rollout import RolloutConfig
+from autorl.agents.rollout import RolloutConfig, strict, turn_calls
 from autorl.agents.tool_state import RolloutState
 from autorl.agents.tools import Toolbox
 from autorl.training.checkpoints import checkpoint_name
@@ -55,28 +58,33 @@ class Conversation:
     async def say(self, text: str, write: Write) -> None:
         """Add the user's `text`; stream the agent's answer to `write`, running the tools it calls (each call and
         its result shown) for up to `max_turns` model turns."""
+        before, state = len(self.messages), copy.deepcopy(self.state)
         if not self.state.input:
             self.state.input = text
-        before = len(self.messages)
         self.messages.append({"role": "user", "content": text})
         try:
-            for _ in range(self.max_turns):
-                calls = await self._turn(write)
-                if not calls or self.toolbox is None:
+            for number in range(1, self.max_turns + 1):
+                message = await self._turn(write)
+                if self.toolbox is None:
                     break
-                for call in calls:
-                    function = call["function"]
-                    result = await self.toolbox.call(function["name"], function["arguments"], self.state)
-                    write(f"\n[{function['name']}({function['arguments']}) -> {result.text[:300]}]\n")
-                    self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.text})
-        except openai.APIError:
-            del self.messages[before:]  # the conversation as it was before the message that failed
+                read = turn_calls(message, list(self.toolbox.tools), number)  # as training reads a turn's calls
+                if not read.calls:
+                    break
+                for call in read.calls:
+                    result = await self.toolbox.call(call.name, call.arguments, self.state)
+                    write(f"\n[{call.name}({call.arguments}) -> {result.text[:300]}]\n")
+                    self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
+        except openai.APIError:  # the conversation and the tools' memory as they were before this message
+            del self.messages[before:]
+            self.state = state
             raise
         write("\n")
 
-    async def _turn(self, write: Write) -> list[dict[str, Any]]:
-        """One streamed model turn, added to the messages; the tool calls it made."""
+    async def _turn(self, write: Write) -> dict[str, Any]:
+        """One streamed model turn, added to the messages (its tool calls as the server read them)."""
         tools = self.toolbox.openai_tools() if self.toolbox is not None else None
+        if tools and self.sampling.strict_tools:
+            tools = [strict(tool) for tool in tools]
         stream = await self.client.chat.completions.create(
             model=self.model,
             messages=self.messages,
@@ -106,7 +114,7 @@ class Conversation:
         if calls:
             message["tool_calls"] = [calls[index] for index in sorted(calls)]
         self.messages.append(message)
-        return message.get("tool_calls", [])
+        return message
 
 
 async def repl(conversation: Conversation, read: Callable[[], Awaitable[str | None]], write: Write) -> None:

@@ -90,6 +90,36 @@ def chat_through(server: StreamingChatServer, lines) -> tuple[Conversation, str]
         server.close()
 
 
+def call_in_text_then_answer(body: dict) -> list[dict]:
+    """A small model's call: a Hermes block in the text, which the server did not read as a call."""
+    if body["messages"][-1]["role"] == "tool":
+        return [{"role": "assistant", "content": f"That is {body['messages'][-1]['content']}."}]
+    block = '<tool_call>{"name": "convert", "arguments": {"value": 2, "from_unit": "mi", "to_unit": "km"}}</tool_call>'
+    return [{"role": "assistant", "content": block}]
+
+
+def test_a_call_written_in_the_text_runs_as_in_training_and_strict_tools_are_offered_strict():
+    server = StreamingChatServer(call_in_text_then_answer)
+    written: list[str] = []
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        conversation = Conversation(client, "r@0002", PROMPT, RolloutConfig(strict_tools=True), toolbox, max_turns=3)
+        await conversation.say("How far is 2 miles?", written.append)
+        return conversation.messages
+
+    try:
+        messages = asyncio.run(with_toolbox(body))
+    finally:
+        server.close()
+    call = messages[2]["tool_calls"][0]
+    assert call["id"] == "call_1_0" and call["function"]["name"] == "convert" and not messages[2]["content"]
+    assert messages[3] == {"role": "tool", "tool_call_id": "call_1_0", "content": "2 mi = 3.21869 km"}
+    assert messages[4]["content"] == "That is 2 mi = 3.21869 km."
+    assert all(t["function"]["strict"] is True for r in server.requests for t in r["tools"])
+    assert all("tool_choice" not in r for r in server.requests)  # never forced to a call
+
+
 def test_reset_starts_over_and_quit_ends():
     server = StreamingChatServer(count_messages)
     lines = iter(["hi", "again", "/reset", "", "hi", "/quit", "never read"])

@@ -24,6 +24,9 @@ from tests.helpers.agents import TICTACTOE_CELL, call, scripted
 
 COUNTER = '''
 from __future__ import annotations  # the annotations are strings: resolved by name
+from typing import Annotated
+
+import autorl
 from autorl import RolloutState
 
 def count(step: int, memory: RolloutState) -> str:
@@ -36,6 +39,12 @@ def count(step: int, memory: RolloutState) -> str:
     return f"{memory.input}: {memory['total']}"
 
 def twice(a: RolloutState, b: RolloutState) -> str:
+    return ""
+
+def unresolved(cell: int, game: autorl.RolloutState, note: Missing = None) -> str:  # noqa: F821 (hints fail)
+    return ""
+
+def annotated(cell: int, game: Annotated[RolloutState, "the board"]) -> str:
     return ""
 '''
 
@@ -58,6 +67,14 @@ def test_the_state_parameter_is_not_in_the_schema(counter):
     }
     assert summary == "Add `step` to this rollout's total."
     assert state_parameter(function) == "memory"
+
+
+@pytest.mark.parametrize("name", ["unresolved", "annotated"])
+def test_the_state_parameter_is_found_when_hints_fail_or_carry_metadata(counter, name):
+    function = load_function(f"{counter}:{name}")
+    parameters, _ = signature_schema(function)
+    assert "game" not in parameters["properties"] and "game" not in parameters.get("required", [])
+    assert state_parameter(function) == "game"
 
 
 def test_two_state_parameters_are_refused_at_open(counter):

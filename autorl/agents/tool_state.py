@@ -33,8 +33,14 @@ class RolloutState(dict):
 
 
 def is_state(hint: Any) -> bool:
-    """Whether a parameter's type hint (or its unresolved annotation string) is `RolloutState`."""
-    return hint is RolloutState or hint == "RolloutState"
+    """Whether a parameter's type hint is `RolloutState`, also inside `Annotated[...]`, or, where hints could not
+    be resolved (a name only imported under TYPE_CHECKING), its annotation string names it (`RolloutState`,
+    `autorl.RolloutState`)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if isinstance(hint, str):
+        return hint.replace(" ", "").rsplit(".", 1)[-1] == "RolloutState"
+    return hint is RolloutState
 
 
 def state_parameter(function: Callable[..., Any]) -> str | None:

@@ -70,7 +70,7 @@ async def run_benchmark(config: BenchmarkConfig, console: Console | None = None)
     if REDACTED in judge_spec:
         raise AutoRLError(f"run {config.run!r}'s judge had credentials, which run.json does not keep: pass --judge")
     judge = load_judge(judge_spec, cache_dir=config.home / "cache" / "ruler")
-    rollout = main.config.rollout
+    rollout = main.config.unaided().rollout  # held-out answers choose their tools themselves, as evaluate's do
     if config.max_tokens is not None:
         rollout = rollout.model_copy(update={"max_tokens": config.max_tokens})
     store = ArtifactStore(config.home / "artifacts")

@@ -226,7 +226,7 @@ def _gain_section(checks: dict, summary: dict) -> list[str]:
 
 
 def _system_prompt_check(check: dict | None, task: TaskSpec) -> list[str]:
-    """Whether the system prompt earned its place against the task text (`system_prompt.compare`)."""
+    """Whether the system prompt earned its place against the task text (`system_prompt.choose`)."""
     if check is None:
         given = task.system_prompt is not None
         return ["The task gives its system prompt." if given else "The task text is the system prompt (fallback)."]
