@@ -159,3 +159,32 @@ def test_no_degenerate_answer_scores_above_naming_the_tool():
     for reply in ("1234", " ".join(str(n) for n in range(1000, 1100)), QUESTION):
         assert directory(conversation({"role": "assistant", "content": reply})) == 0.0
     assert directory([{"role": "user", "content": "What is the extension of Nobody Here?"}]) == 0.0
+
+
+def test_a_constant_call_scores_far_below_what_training_reached():
+    """A policy that calls the tool with one name whatever is asked, and relays what it returns, earns the
+    partial credit of a call (0.25 and up to 0.2 more by name likeness): above the base model's ~0, so the judge
+    can be gamed that far, and below every trained result of the learning benchmark's directory runs, which a
+    constant therefore does not explain (their answers relay the asked person's extension)."""
+    rows = [json.loads(line) for line in (TASK.parent / load_task(TASK).inputs_file).read_text().splitlines()]
+    questions = [row["input"] for row in rows if row["split"] == "val"]
+
+    def constant(name: str) -> float:
+        result = lookup_extension(name)
+        return sum(
+            directory(
+                [
+                    {"role": "user", "content": question},
+                    *looked_up(name, result),
+                    {"role": "assistant", "content": result},
+                ]
+            )
+            for question in questions
+        ) / len(questions)
+
+    best = max(constant(name) for name in EMPLOYEES)
+    trained = [
+        json.loads(path.read_text())["runs"][0]["trained"]["mean"]
+        for path in (TASK.parents[1] / "results").glob("learning_tool_directory_nearer40_s[0-9].json")
+    ]
+    assert trained and 0.25 < best < min(trained) - 0.3, (best, trained)
