@@ -7,7 +7,8 @@ again (the task's `max_turns`). The opponent wins when it can, else blocks X's w
 a corner, an edge, the first free one.
 
 `play_cell(cell)` is the same tool without the board argument: it keeps the game's board itself, per rollout
-(`autorl.RolloutState`), from the board the input states (`tictactoe_cell.toml` in the learning benchmark).
+(`autorl.RolloutState`), from the board the input states (`tictactoe_cell.toml` in the learning benchmark); an
+illegal move ends its game, as the judge's replay ends there.
 
 The judge replays the game from the input's board with the agent's moves (its `play` calls in order, a call
 the tool rejected counting as an illegal move; a cell named in prose is no move), whatever boards the agent
@@ -91,6 +92,9 @@ def play_cell(cell: int, game: RolloutState) -> str:
     if game["over"]:
         return "error: the game is over"
     text, game["board"], game["over"] = take_cell(game["board"], cell)
+    if text.startswith("error:"):  # the judge's replay stops at an illegal move: so does the game
+        game["over"] = True
+        text += "; an illegal move ends the game"
     return text
 
 

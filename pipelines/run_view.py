@@ -84,10 +84,8 @@ class RunView:
             best = train.best_step(self)
             if best in steps:
                 return best
-            raise AutoRLError(
-                f"run {self.name!r}'s best checkpoint ({checkpoint_name(best)}) is not among its checkpoints "
-                f"({listing}): name one"
-            )
+            found = "it has no trained step yet" if best is None else f"its best, {checkpoint_name(best)}, is not"
+            raise AutoRLError(f"run {self.name!r} has no best checkpoint among {listing} ({found}): name one")
         if which.isdigit():
             if int(which) in steps:
                 return int(which)

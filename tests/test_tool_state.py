@@ -149,3 +149,6 @@ def test_tictactoe_cell_keeps_the_board_and_the_judge_replays_the_same_game():
     assert play_cell(5, game) == "You played 5 and won.\nX|.|O\nX|X|O\nO|.|X"
     assert play_cell(2, game) == "error: the game is over"
     assert play_cell(5, RolloutState("no board here")).startswith("error: this game has no board")
+    illegal = RolloutState(user_input)
+    assert play_cell(1, illegal).endswith("; an illegal move ends the game")  # cell 1 holds an X
+    assert play_cell(5, illegal) == "error: the game is over"  # no win after it: the judge's replay stopped too

@@ -25,6 +25,7 @@ from ..records.pricing import added
 from ..records.run import RunArtifacts
 from ..sampling import step_draws
 from ..stage_context import StageContext
+from ..steps.validation import validation_texts
 
 NAME = "report"
 UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
@@ -106,12 +107,12 @@ def validation_table(summary: dict) -> list[str]:
 
 def _best_line(ctx: StageContext, summary: dict) -> str:
     """Which checkpoint is `best`, and by what (`train.best_step`)."""
-    config, validated = ctx.config, train.validated_steps(ctx.policy.run_dir)
+    validated = train.validated_steps(ctx.policy.run_dir)
     best = summary["variants"].get("best", summary["variants"].get("latest", {})).get("step", 0)
     if validated:
         return (
             f"The best checkpoint is step {best}, by its validation reward during training (steps "
-            f"{', '.join(map(str, validated))}, on the first {config.validation_inputs} validation inputs, judged "
+            f"{', '.join(map(str, validated))}, on the first {len(validation_texts(ctx))} validation inputs, judged "
             "beside the base answers: the table's figures include those inputs)."
         )
     return (

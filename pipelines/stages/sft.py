@@ -46,7 +46,7 @@ from ..records import inputs, system_prompt
 from ..records.sft import NAME, skipped
 from ..records.step_costs import STEP_COST
 from ..stage_context import StageContext
-from ..steps.groups import judge_audit, judged_groups, unreliable
+from ..steps.groups import group_settings, judge_audit, judged_groups, unreliable
 
 UPSTREAM = ("inputs", "system_prompt")  # what the bootstrap warm-up answers, and under which prompt
 SAMPLES_FILE = "bootstrap.jsonl"
@@ -69,8 +69,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     }
     if config.sft.file is not None:
         return {"file_sha256": file_digest(config.sft.file), **common}
-    sampling = {"group_size": config.group_size, "rollout": config.rollout.model_dump(), "rubric": task.rubric}
-    return {**common, **sampling, **config.judging()}
+    return {**common, **group_settings(task, config)}  # the bootstrap samples and judges as a training step does
 
 
 def file_digest(path: Path) -> str:

@@ -46,7 +46,7 @@ from ..stage_context import StageContext
 from ..steps.bookkeeping import StepStart, Watch, close_step
 from ..steps.groups import group_settings, sampled_groups
 from ..steps.on_drift import act_on_drift, adjusted_config
-from ..steps.validation import due, validate
+from ..steps.validation import due, validate, validation_texts
 
 UPSTREAM = ("inputs", "system_prompt", "sft", "baseline")  # validation judges beside the base answers
 
@@ -165,7 +165,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
         if due(config, rl_step, last - first + 1, extend) and (value := await validate(ctx, prompt, step)) is not None:
             ctx.console.print(
-                f"step {step}: validation {value:.3f} on {config.validation_inputs} held-out inputs "
+                f"step {step}: validation {value:.3f} on {len(validation_texts(ctx))} held-out inputs "
                 f"(best so far: step {best_step(ctx, step)})",
                 highlight=False,
             )

@@ -19,6 +19,7 @@ from autorl.trajectories import TrajectoryGroup
 from .. import evaluation
 from ..config import RunConfig
 from ..records import baseline, inputs
+from ..records.run import RunArtifacts
 from ..stage_context import StageContext
 
 VARIANT = "step"
@@ -32,11 +33,16 @@ def due(config: RunConfig, rl_step: int, rl_steps: int, trusted: bool) -> bool:
     return trusted and 0 < every < rl_steps and (rl_step % every == 0 or rl_step == rl_steps)
 
 
+def validation_texts(ctx: RunArtifacts) -> list[str]:
+    """The held-out inputs a validation answers: the first `validation_inputs` of the validation split (all of
+    them where it has fewer)."""
+    return inputs.load(ctx, "val")[: ctx.config.validation_inputs]
+
+
 async def validate(ctx: StageContext, prompt: str, step: int) -> float | None:
     """Validate checkpoint `step` (the newest, served): log its `val/reward` and return it (None when the judge
     scored none of its answers)."""
-    config = ctx.config
-    texts = inputs.load(ctx, "val")[: config.validation_inputs]
+    texts = validation_texts(ctx)
     base = baseline.answers_by_input(ctx)
     name = await ctx.policy.serve_step(step)
     items = [base.get(text, []) + evaluation.answers(ctx, prompt, text, name, VARIANT) for text in texts]

@@ -1,6 +1,8 @@
 """The `lookup_extension` tool of `directory.toml` as a stdio MCP server, for `directory_mcp.toml`: the same
-function, description and argument schema as the `[[tools]]` function, reached over MCP, so that the two tasks
-differ only in how the tool reaches the agent.
+function, description and argument as the `[[tools]]` function, reached over MCP, so that the two tasks differ
+in how the tool reaches the agent and in one more thing: the MCP SDK's schema allows arguments beyond `name`,
+which the server ignores, where the function tool refuses a call that passes any (its schema has
+`additionalProperties: false`).
 
     python directory_server.py   # MCP over stdin/stdout (how autorl starts it, in this directory)
 """
