@@ -372,10 +372,13 @@ def test_both_training_loops_trace_each_step_with_its_update_under_it(tmp_path, 
     )
 
 
-def test_training_validates_every_k_steps_and_the_best_checkpoint_is_the_best_validated(tmp_path, tiny_model, chat):
+def test_training_validates_every_k_steps_and_the_best_checkpoint_is_the_best_validated(
+    tmp_path, tiny_model, chat, caplog
+):
     """`--validate-every 2` over 3 steps: steps 2 and 3 (the last) answer the held-out inputs beside the base
     answers, their means are logged as `val/reward` (the trainer's real `model.log`), the best step is the
-    validated one with the highest, and `keep_checkpoints` "latest,best" keeps it."""
+    validated one with the highest, and `keep_checkpoints` "latest,best" keeps it (step 1, before any
+    validation, by its training reward: retention has no missing metric to warn of)."""
     ctx = train_stage(tmp_path, tiny_model, chat, steps=3, validate_every=2, validation_inputs=2)
     ctx.config.keep_checkpoints = "latest,best"
     try:
@@ -385,7 +388,8 @@ def test_training_validates_every_k_steps_and_the_best_checkpoint_is_the_best_va
     logged = [r for r in read_history(ctx.policy.run_dir, LOG_HISTORY_FILE) if r.get("split") == "val"]
     assert [r["step"] for r in logged] == [2, 3]
     best = max(logged, key=lambda r: (r["val/reward"], r["step"]))["step"]
-    assert train.best_step(ctx) == best and bookkeeping.best_metric(ctx.config) == "val/reward"
+    assert train.best_step(ctx) == best and bookkeeping.best_metric(ctx.config, ctx.policy.run_dir) == "val/reward"
+    assert "was logged for any checkpoint" not in caplog.text
     kept = sorted(int(p.name) for p in (ctx.policy.run_dir / "checkpoints").iterdir())
     assert kept == sorted({best, 3})
     text = " ".join(ctx.console.export_text().split())

@@ -24,7 +24,7 @@ from ..artifacts import canonical_json
 from ..config import RunConfig
 from ..records.pricing import Reading
 from ..records.step_costs import STEP_COST, cost_metrics, step_cost
-from ..records.train import VAL_METRIC, rl_history, sentinel_actions
+from ..records.train import VAL_METRIC, rl_history, sentinel_actions, validated_steps
 from ..stage_context import StageContext
 
 OnDrift = Callable[[str], Awaitable[None]]
@@ -88,7 +88,7 @@ async def close_step(
     (`on_drift` awaited with its warning), and last the run's budget (`costs.BudgetReached`: a clean stop)."""
     config, work = ctx.config, ctx.policy.run_dir
     if config.keep_checkpoints != "all":
-        await ctx.policy.model.delete_checkpoints(best_metric(config), keep=config.keep_checkpoints)
+        await ctx.policy.model.delete_checkpoints(best_metric(config, work), keep=config.keep_checkpoints)
     cost = step_cost(time.monotonic() - start.time, ctx.calls - start.calls, made_earlier or [])
     cost["spent"] = ctx.policy.meter.since(start.reading, ctx.judge_calls(), ctx.generator_calls, config.price_per_hour)
     (work / "steps" / checkpoint_name(step)).mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,8 @@ def check_unscored_steps(history: list[dict], limit: int) -> None:
         )
 
 
-def best_metric(config: RunConfig) -> str:
-    """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward where
-    training validates (`pipelines.steps.validation`), else the mean training reward of its step."""
-    return VAL_METRIC if config.validate_every else "train/reward"
+def best_metric(config: RunConfig, run_dir: Path) -> str:
+    """What the best checkpoint is best by (`delete_checkpoints`' name for it): the validation reward once
+    training validated a step (`pipelines.steps.validation`), else the mean training reward of its step, as
+    `train.best_step` picks it (before the first validation, retention would warn that none was logged)."""
+    return VAL_METRIC if config.validate_every and validated_steps(run_dir) else "train/reward"
