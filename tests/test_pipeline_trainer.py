@@ -328,6 +328,21 @@ def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, t
     assert ctx.calls["policy"] >= 3 * 2 * 4
 
 
+def test_with_async_a_group_within_the_judges_noise_is_tied_as_in_the_synchronous_loop(
+    tmp_path, tiny_model, chat, monkeypatch
+):
+    """The judge audit's noise floor is the update's tie spread in the pipeline too: here no two answers lie
+    further apart than the noise, so no group trains (the stand-in judge's scores differ by answer length)."""
+    ctx = train_stage(tmp_path, tiny_model, chat, steps=2, max_steps_off_policy=1)
+    monkeypatch.setattr(train, "judge_noise", lambda ctx: (1e9, False))  # the audit's figure, as preflight records it
+    try:
+        asyncio.run(train.run(ctx))
+    finally:
+        ctx.policy.backend.close()
+    history = read_history(ctx.policy.run_dir)
+    assert [h["step"] for h in history] == [1, 2] and all(h["groups_trained"] == 0 for h in history)
+
+
 @pytest.mark.parametrize("off_policy", [0, 1], ids=["synchronous", "async"])
 def test_both_training_loops_trace_each_step_with_its_update_under_it(tmp_path, tiny_model, chat, spans, off_policy):
     """The train stage's spans (`train.run`), synchronous or `--async 1`, read back from the in-memory exporter: a

@@ -121,9 +121,12 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
     train_config = adjusted_config(step_config(config), sentinel_actions(work))
-    if config.max_steps_off_policy:
-        step = await train_pipelined(ctx, prompt, train_inputs, step, last, train_config)
     noise, extend = judge_noise(ctx)
+    if config.max_steps_off_policy:  # the judge's noise is a tie there too
+        tie_spread = max(train_config.tie_spread, noise)
+        step = await train_pipelined(
+            ctx, prompt, train_inputs, step, last, train_config.model_copy(update={"tie_spread": tie_spread})
+        )
     watch = Watch(work)
 
     def settings_from(after: int) -> tuple[TrainConfig, InputQueue]:
@@ -240,7 +243,9 @@ async def train_pipelined(
         else:  # trained on from the restored checkpoint, under the settings the rollback set
             step = restored
             watch.restored(restored)
+            tie_spread = train_config.tie_spread  # the judge's noise as the caller set it
             train_config = adjusted_config(step_config(config), sentinel_actions(work))
+            train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, tie_spread)})
     return step
 
 
