@@ -32,6 +32,7 @@ from autorl.training.sequences import TOKEN_ID_PREFIX
 from pipelines.config import RunConfig
 from pipelines.policy import Policy
 from pipelines.records.step_costs import STEP_COST
+from pipelines.records.train import validated_steps
 from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from pipelines.stages.train import step_config, train_pipelined
@@ -409,3 +410,14 @@ def test_training_validates_every_k_steps_and_the_best_checkpoint_is_the_best_va
     assert kept == sorted({best, 3})
     text = " ".join(ctx.console.export_text().split())
     assert f"step 3: validation {logged[1]['val/reward']:.3f} on 2 held-out inputs (best so far: step {best})" in text
+
+    # killed after step 3's update, before its validation: the rerun validates it, and trains nothing again
+    kept_records = [r for r in read_history(ctx.policy.run_dir, LOG_HISTORY_FILE) if r.get("step") != 3]
+    (ctx.policy.run_dir / LOG_HISTORY_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept_records))
+    trained = len(read_history(ctx.policy.run_dir))
+    ctx = train_stage(tmp_path, tiny_model, chat, steps=3, validate_every=2, validation_inputs=2)
+    try:
+        asyncio.run(train.run(ctx))
+    finally:
+        ctx.policy.backend.close()
+    assert validated_steps(ctx.policy.run_dir) == [2, 3] and len(read_history(ctx.policy.run_dir)) == trained

@@ -40,7 +40,7 @@ from ..config import RunConfig
 from ..records import inputs, preflight, sft, system_prompt
 from ..records.run import RunArtifacts
 from ..records.step_costs import STEP_COST, group_cost
-from ..records.train import NAME, best_step, last_step, rl_history, sentinel_actions, steps_done
+from ..records.train import NAME, best_step, last_step, rl_history, sentinel_actions, steps_done, validated_steps
 from ..sampling import InputQueue
 from ..stage_context import StageContext
 from ..steps.bookkeeping import StepStart, Watch, close_step
@@ -137,6 +137,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         return train, InputQueue.rebuilt(train_inputs, work / "steps", first, after + 1, config.groups_per_step)
 
     train_config, queue = settings_from(step)
+    rl_steps = last - first + 1
+    if step >= first and due(config, step - first + 1, rl_steps, extend) and step not in validated_steps(work):
+        await validate(ctx, prompt, step)  # a run killed between a step's update and its validation
 
     async def on_drift(warning: str) -> None:
         nonlocal step, train_config, queue
@@ -166,7 +169,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             )
         metrics = await ctx.policy.model.train(groups, config=train_config)  # the backend traces it: `autorl.update`
         save_trajectories(work / "trajectories" / f"{checkpoint_name(step)}.parquet", groups, step)
-        if due(config, rl_step, last - first + 1, extend) and (value := await validate(ctx, prompt, step)) is not None:
+        if due(config, rl_step, rl_steps, extend) and (value := await validate(ctx, prompt, step)) is not None:
             ctx.console.print(
                 f"step {step}: validation {value:.3f} on {len(validation_texts(ctx))} held-out inputs "
                 f"(best so far: step {best_step(ctx, step)})",
