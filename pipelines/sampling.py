@@ -6,7 +6,8 @@ groups differ in score beyond the judge's noise (a tie teaches GRPO nothing), it
 than more answers to a tied one: a tie is evidence that the input is too easy or too hard for the policy
 now, and a model judge's scores are relative to the group they were judged in, so two judgings of one input
 do not pool). An input whose group tied `SET_ASIDE_AFTER` draws in a row is set aside for `REVISIT_AFTER`
-steps, then drawn again (the policy may have changed); when every input is set aside, they are drawn anyway.
+steps, then drawn again (the policy may have changed); when too few others are left, set-aside ones are drawn
+too, soonest due first (all of them in turn when every input is set aside).
 
 What each step drew is written to its directory (`SAMPLING_FILE`), and the queue of a later step is rebuilt
 from those records alone, so a resumed run draws what the killed one would have.
@@ -43,18 +44,24 @@ class InputQueue:
     """Per input set aside, the first step that may draw it again."""
 
     def draw(self, count: int, step: int, taken: frozenset[str] | set[str] = frozenset()) -> list[str]:
-        """The next `count` inputs that step `step` may draw: in turn, not set aside (unless all are), none
-        of `taken` (those the step drew already) and none twice; fewer when the inputs run out."""
+        """The next `count` inputs that step `step` may draw: in turn, not set aside (unless all are), none of
+        `taken` (those the step drew already) and none twice; when too few are left, set-aside ones, soonest due
+        first (a step is not cut short while inputs remain); fewer only when every input is drawn."""
         eligible = {text for text in self.inputs if self.aside_until.get(text, 0) <= step} or set(self.inputs)
+        in_turn = [self.inputs[(self.drawn + n) % len(self.inputs)] for n in range(len(self.inputs))]
         chosen: list[str] = []
         scanned = 0
         while len(chosen) < count and scanned < len(self.inputs):
-            text = self.inputs[(self.drawn + scanned) % len(self.inputs)]
+            text = in_turn[scanned]
             scanned += 1
             if text in eligible and text not in taken and text not in chosen:
                 chosen.append(text)
         self.drawn += scanned
-        return chosen
+        aside = sorted(  # stable: in turn among those due at the same step
+            (text for text in in_turn if text not in eligible and text not in taken and text not in chosen),
+            key=lambda text: self.aside_until[text],
+        )
+        return chosen + aside[: count - len(chosen)]
 
     def record(self, step: int, drawn: list[str], tied_inputs: set[str]) -> list[str]:
         """Count step `step`'s draws: the streaks of ties, and the inputs set aside now (returned)."""

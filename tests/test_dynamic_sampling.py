@@ -112,6 +112,9 @@ def test_the_queue_draws_in_turn_and_never_draws_nothing_or_one_input_twice():
     queue.aside_until |= dict.fromkeys(TRAIN, 10)
     assert queue.draw(2, 4) == TRAIN[4:6]  # every input set aside: drawn anyway
     assert queue.draw(len(TRAIN) + 3, 4) == TRAIN  # never one input twice in a step
+    queue = InputQueue(TRAIN)
+    queue.aside_until = {text: 10 for text in TRAIN[1:]} | {TRAIN[3]: 8}  # one input left in play
+    assert queue.draw(2, 4) == [TRAIN[0], TRAIN[3]]  # the step still gets two: the set-aside one due soonest
 
 
 def test_groups_within_the_tie_spread_are_tied_for_the_sampling_as_for_the_update(tmp_path):
