@@ -16,6 +16,7 @@ from pipelines.cli import app
 from pipelines.config import STAGES, RunConfig
 from pipelines.evaluation import answers
 from pipelines.staged_run import forced_stages, stage_keys
+from pipelines.stages import baseline
 from pipelines.stats import mean_ci
 from pipelines.steps.bookkeeping import check_unscored_steps
 from pipelines.steps.groups import judged_groups
@@ -451,6 +452,8 @@ def test_held_out_answers_choose_their_tools_themselves_under_tool_choice_requir
 
     assert [t.metadata["variant"] for t in asyncio.run(both())] == ["base", "base"] and asked == ["auto", "auto"]
     assert config.rollout.tool_choice == "required"  # the run's own config is left as it is
+    unaided = RunConfig(eval_samples=2)
+    assert baseline.settings(TaskSpec(description="t"), config) == baseline.settings(TaskSpec(description="t"), unaided)
 
 
 @pytest.mark.parametrize(

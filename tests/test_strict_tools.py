@@ -53,8 +53,8 @@ def test_strict_tools_hold_each_call_s_arguments_to_the_tool_s_schema(tmp_path):
         turns = asyncio.run(first_turns(server, config))
     finally:
         server.stop()
-    calls = [call for turn in turns for call in turn.item.message.tool_calls or []]
-    assert len(calls) >= len(turns) == len(QUESTIONS)  # every first turn a call (required)
+    assert len(turns) == len(QUESTIONS) and all(turn.item.message.tool_calls for turn in turns)  # each a call
+    calls = [call for turn in turns for call in turn.item.message.tool_calls]
     assert all(turn.constrained for turn in turns)  # training takes their logprobs as unknown
     for call in calls:
         assert call.function.name == "lookup_extension"

@@ -17,7 +17,8 @@ UPSTREAM = ("inputs", "system_prompt")
 
 
 def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
-    return {"model": config.model, "rollout": config.rollout.model_dump(), **evaluation.judged_settings(task, config)}
+    rollout = config.unaided().rollout.model_dump()  # as the answers are sampled: `--tool-choice` is no part of it
+    return {"model": config.model, "rollout": rollout, **evaluation.judged_settings(task, config)}
 
 
 def is_done(ctx: StageContext) -> bool:
