@@ -39,6 +39,8 @@ def call_object(name: str = "lookup_extension", arguments: object = LOOKUP, key:
         (block(call_object("Lookup-Extension")), "block", ("name",), None),  # case and dash
         (block(call_object("lookup_extention")), "block", ("name",), None),  # misspelled
         (block(call_object(arguments=json.dumps(LOOKUP))), "block", ("string_arguments",), None),
+        (call_object(key="args"), "prose", (), None),
+        (json.dumps({"type": "function", "function": json.loads(call_object())}), "prose", (), None),  # OpenAI's
     ],
 )
 def test_a_call_the_server_missed_is_read_from_the_text(text, where, repairs, content):
@@ -86,6 +88,16 @@ def test_a_name_close_to_two_tools_is_not_guessed():
     assert resolve_name("get_usr", tools) is None  # as close to both
     assert resolve_name("GET-USERS", tools) == "get_users"
     assert read_calls([], block(call_object("get_usr")), tools).invalid == ["no one tool named 'get_usr'"]
+    twins = ["get-user", "get_user"]  # one name up to case and dashes
+    assert resolve_name("get-user", twins) == "get-user" and resolve_name("GET USER", twins) is None
+    assert resolve_name("get_usr", twins) is None
+
+
+def test_a_block_left_open_before_another_does_not_swallow_it_and_prose_in_parentheses_is_no_call():
+    text = "<tool_call>\n" + call_object()[:-1] + "\n" + block(call_object("convert", {"value": 1}))
+    assert [c.name for c in read_calls([], text, TOOLS).calls] == ["lookup_extension", "convert"]
+    read = read_calls([], "Let us play (as X) now.", ["play"])
+    assert read.calls == [] and read.invalid == []
 
 
 def test_calls_the_server_parsed_are_run_as_read_with_their_names_and_arguments_repaired():

@@ -30,9 +30,10 @@ from typing import Any
 
 NAME_CUTOFF = 0.8
 """How close (difflib's ratio, 0-1) a misspelled tool name must be to one tool's name to be read as it."""
-BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-"""A Hermes call block, closed or running to the end of the turn (as vLLM's parser reads them)."""
-ARGUMENT_KEYS = ("arguments", "parameters")
+BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+"""A Hermes call block, closed or running to the next block or the end of the turn (vLLM's parser reads one
+left open at the end; one left open before another is read up to it, so the next block is read too)."""
+ARGUMENT_KEYS = ("arguments", "parameters", "args")
 CALL_COUNTS = ("tool_calls_parsed", "tool_calls_recovered", "tool_calls_invalid")
 """What `TurnCalls.counts` counts: a rollout's metrics of that name sum them over its turns."""
 _DECODER = json.JSONDecoder()
@@ -102,9 +103,14 @@ def resolve_name(name: str, tools: Collection[str]) -> str | None:
     def key(text: str) -> str:
         return re.sub(r"[\s-]+", "_", text.strip()).casefold()
 
-    keys = {key(tool): tool for tool in tools}
-    if (same := [tool for tool in tools if key(tool) == key(name)]) and len(same) == 1:
+    by_key: dict[str, list[str]] = {}
+    for tool in tools:
+        by_key.setdefault(key(tool), []).append(tool)
+    if len(same := by_key.get(key(name), [])) == 1:
         return same[0]
+    keys = {k: named[0] for k, named in by_key.items() if len(named) == 1}  # two tools one key: neither guessed
+    if same:
+        return None
     close = difflib.get_close_matches(key(name), list(keys), n=2, cutoff=NAME_CUTOFF)
     return keys[close[0]] if len(close) == 1 else None
 
@@ -129,7 +135,10 @@ def _calls_in_text(text: str, tools: Collection[str]) -> TurnCalls:
     spans: list[tuple[int, int]] = []  # where the calls read stand in the text
 
     def take(value: Any, where: str, span: tuple[int, int]) -> bool:
-        """Read `value` as a call found at `where` ("block", "prose"); False when it is not a call object."""
+        """Read `value` as a call found at `where` ("block", "prose"); False when it is not a call object. An
+        OpenAI `tool_calls` entry (`{"type": "function", "function": {...}}`) is read as the call it wraps."""
+        if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict):
+            value = value["function"]
         if not isinstance(value, dict) or not isinstance(value.get("name"), str):
             return False
         arguments = next((value[key] for key in ARGUMENT_KEYS if key in value), None)
@@ -203,6 +212,7 @@ def _decoded_arguments(arguments: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _python_call(text: str, tools: Collection[str]) -> str | None:
-    """The first tool the text calls as Python (`tool(...)`), if any."""
-    found = re.search(r"\b(" + "|".join(map(re.escape, tools)) + r")\s*\(", text) if tools else None
+    """The first tool the text calls as Python (`tool(...)`, the parenthesis right after the name: "play (as X)"
+    in prose is no call), if any."""
+    found = re.search(r"\b(" + "|".join(map(re.escape, tools)) + r")\(", text) if tools else None
     return found.group(1) if found else None
