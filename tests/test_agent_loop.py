@@ -192,3 +192,22 @@ def test_a_call_of_a_strict_tool_is_a_constrained_turn_and_a_free_one_is_not(str
         server.close()
     assert trajectory.metrics["tool_calls"] == 1
     assert trajectory.metadata.get(CONSTRAINED_CHOICES) == ([2] if strict else None)
+
+
+def test_a_strict_call_cut_short_in_the_text_is_a_constrained_turn():
+    """A call cut at max_tokens reaches the client as text the server could not parse, but it was sampled under
+    the strict tool's grammar from `<tool_call>` on: its logprobs are the grammar's too."""
+    cut = completion({"model": "policy"}, '<tool_call>\n{"name": "convert", "arguments": {"value": 2')
+    cut["choices"][0]["finish_reason"] = "length"
+    server = ChatCompletionServer(lambda body: cut)
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        complete = openai_completion(client, "policy", RolloutConfig(strict_tools=True))
+        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=1)
+
+    try:
+        trajectory = run(with_toolbox(body))
+    finally:
+        server.close()
+    assert trajectory.metadata.get(CONSTRAINED_CHOICES) == [2]

@@ -92,11 +92,21 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
         )
         turn = response_turn(response)
         turn.constrained = bool(tools) and (
-            offered["tool_choice"] == "required" or (config.strict_tools and bool(tool_calls(turn.item)))
+            offered["tool_choice"] == "required" or (config.strict_tools and _began_a_call(turn.item))
         )
         return turn
 
     return complete
+
+
+def _began_a_call(item: MessageOrChoice) -> bool:
+    """Whether a turn began a tool call, where a strict tool's grammar takes over (vLLM's structural tag starts
+    at `<tool_call>`): a call the server parsed, or the tag in the text (a call cut at `max_tokens`, or one the
+    server could not parse)."""
+    if tool_calls(item):
+        return True
+    content = item.message.content if isinstance(item, Choice) else item.get("content")
+    return "<tool_call>" in (content or "")
 
 
 def strict(tool: dict[str, Any]) -> dict[str, Any]:
