@@ -14,7 +14,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
-from autorl import TrajectoryGroup, gather_trajectory_groups
+from autorl import Trajectory, TrajectoryGroup, gather_trajectory_groups
 from autorl.agents.rollout import RolloutConfig, Turn, agent_rollout, openai_completion
 from autorl.errors import McpServerDied
 from autorl.trajectories import CONSTRAINED_CHOICES
@@ -170,6 +170,22 @@ def test_tool_choice_required_asks_the_first_turn_for_a_call_and_leaves_later_tu
     assert trajectory.metadata[CONSTRAINED_CHOICES] == [2]  # the forced turn (its logprobs are the grammar's)
 
 
+def converting(replies: list[dict], strict: bool, max_turns: int) -> Trajectory:
+    """A rollout of the convert task over a real OpenAI client, the server answering `replies` in turn."""
+    answers = iter(replies)
+    server = ChatCompletionServer(lambda body: next(answers))
+
+    async def body(toolbox):
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
+        complete = openai_completion(client, "policy", RolloutConfig(strict_tools=strict))
+        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=max_turns)
+
+    try:
+        return run(with_toolbox(body))
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_call_of_a_strict_tool_is_a_constrained_turn_and_a_free_one_is_not(strict):
     """Under "auto", a call's arguments are held to a `strict` tool's schema by grammar: that turn is constrained;
@@ -178,18 +194,7 @@ def test_a_call_of_a_strict_tool_is_a_constrained_turn_and_a_free_one_is_not(str
     called["choices"][0]["message"]["tool_calls"] = [  # the call as vLLM's parser returns it
         {"id": "c1", "type": "function", "function": {"name": "convert", "arguments": json.dumps(ARGUMENTS)}}
     ]
-    replies = iter([called, completion({"model": "policy"}, "2000 m")])
-    server = ChatCompletionServer(lambda body: next(replies))
-
-    async def body(toolbox):
-        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
-        complete = openai_completion(client, "policy", RolloutConfig(strict_tools=strict))
-        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=3)
-
-    try:
-        trajectory = run(with_toolbox(body))
-    finally:
-        server.close()
+    trajectory = converting([called, completion({"model": "policy"}, "2000 m")], strict, max_turns=3)
     assert trajectory.metrics["tool_calls"] == 1
     assert trajectory.metadata.get(CONSTRAINED_CHOICES) == ([2] if strict else None)
 
@@ -199,15 +204,4 @@ def test_a_strict_call_cut_short_in_the_text_is_a_constrained_turn():
     the strict tool's grammar from `<tool_call>` on: its logprobs are the grammar's too."""
     cut = completion({"model": "policy"}, '<tool_call>\n{"name": "convert", "arguments": {"value": 2')
     cut["choices"][0]["finish_reason"] = "length"
-    server = ChatCompletionServer(lambda body: cut)
-
-    async def body(toolbox):
-        client = AsyncOpenAI(base_url=server.base_url, api_key="k")
-        complete = openai_completion(client, "policy", RolloutConfig(strict_tools=True))
-        return await agent_rollout(complete, "system", "2 km in m?", toolbox=toolbox, max_turns=1)
-
-    try:
-        trajectory = run(with_toolbox(body))
-    finally:
-        server.close()
-    assert trajectory.metadata.get(CONSTRAINED_CHOICES) == [2]
+    assert converting([cut], strict=True, max_turns=1).metadata.get(CONSTRAINED_CHOICES) == [2]
