@@ -118,9 +118,8 @@ def export(home: Path, target: str, fmt: str, out: Path, quants: list[str] | Non
             ensure_writable(run.policy.run_dir)
             into = run.checkpoint_dir(step).parent
             _from_server(run, target, lambda backend, model: backend.download_checkpoint(model, step, into))
-        card = model_card(
-            run, step, fmt, usage[fmt], identity
-        )  # before any weight is written: what it cannot read fails first
+        # the card before any weight is written: what it cannot read fails first
+        card = model_card(run, step, fmt, usage[fmt], identity)
         checkpoint = run.checkpoint_dir(step)
         _check_space(out.parent, _bytes_needed(base_dir, checkpoint, fmt, quants))
         with _never_over(out), atomic_dir(out, replace=False) as tmp:
