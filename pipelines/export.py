@@ -154,11 +154,11 @@ def _never_over(out: Path) -> Iterator[None]:
 
 def _step(run: RunView, which: str, target: str) -> tuple[int, bool]:
     """The step `which` names, and whether its checkpoint must be fetched: only for a run trained on an `autorl
-    serve` whose run directory here lacks what `which` names (no checkpoint at all for latest or best, or not
-    that step) is the server asked which checkpoints it has."""
+    serve` whose run directory here lacks what `which` names (no checkpoint at all for latest, the best step by
+    the run's records for best, or that step) is the server asked which checkpoints it has."""
     here = [step for step, _ in run.checkpoints()]
-    if which == "best":
-        missing = train.best_step(run) not in here
+    if which == "best":  # the best by the run's records, whose checkpoint may be on the server alone
+        missing = train.best_step(run, among=range(1, train.last_step(run) + 1)) not in here
     else:
         missing = not here if which == "latest" else which.isdigit() and int(which) not in here
     if run.config.backend is None or not missing:

@@ -71,8 +71,8 @@ class RunView:
     def checkpoint_step(self, which: str, steps: list[int] | None = None) -> int:
         """The step `which` names (`latest`, `best`: `train.best_step`, by validation reward during training, else
         by mean training reward; or a step number) among `steps` (default: the complete checkpoints in the run
-        directory; `best` is the best of those the run kept); one error line naming the checkpoints there are
-        when it names none."""
+        directory; `best` is the best of them); one error line naming the checkpoints there are when it names
+        none."""
         if steps is None:
             steps = [step for step, _ in self.checkpoints()]
         if not steps:
@@ -81,11 +81,10 @@ class RunView:
         if which == "latest":
             return steps[-1]
         if which == "best":
-            best = train.best_step(self)
+            best = train.best_step(self, among=steps)
             if best in steps:
                 return best
-            found = "it has no trained step yet" if best is None else f"its best, {checkpoint_name(best)}, is not"
-            raise AutoRLError(f"run {self.name!r} has no best checkpoint among {listing} ({found}): name one")
+            raise AutoRLError(f"run {self.name!r} has no trained step among {listing} to be the best: name one")
         if which.isdigit():
             if int(which) in steps:
                 return int(which)

@@ -98,6 +98,27 @@ def test_a_checkpoint_not_copied_here_is_fetched_from_the_autorl_serve_the_run_t
     assert "fetched" not in result.output
 
 
+def test_the_best_checkpoint_not_copied_here_is_fetched_rather_than_the_best_of_the_copies(
+    served, tiny_model, tmp_path, monkeypatch
+):
+    home = tmp_path / "home"
+    make_run(home, rewards=(), model=str(tiny_model))
+    record_config(home, backend=served.url, steps=2)
+    monkeypatch.setenv("AUTORL_TOKEN", TOKEN)
+    policy = RunView(home, "r", Counter()).policy
+    asyncio.run(policy.start())
+    policy.backend.close()
+    there = served.served.backend.run_dir(policy.model) / "checkpoints"
+    for where, step in ((there, 1), (there, 2), (policy.run_dir / "checkpoints", 2)):  # step 2 copied back
+        random_lora(tiny_model, where / f"000{step}", seed=step, r=4, lora_alpha=8)
+        (where / f"000{step}" / METRICS_FILE).write_text(json.dumps({"step": step}))
+    history = [{"step": 1, "reward": 0.9}, {"step": 2, "reward": 0.4}]  # the run's copy of its history
+    (policy.run_dir / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+    result = invoke(home, "r@best", "--out", str(tmp_path / "agent"))
+    assert result.exit_code == 0, result.output
+    assert f"exported r step 1 (hf) (the checkpoint fetched from {served.url})" in result.output
+
+
 def test_an_unreachable_server_or_no_token_is_one_line_and_a_copied_checkpoint_needs_neither(
     tiny_model, tmp_path, monkeypatch
 ):

@@ -4,6 +4,7 @@ dropped under `ROLLED_BACK`) and the checkpoints validated during training (`VAL
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,16 @@ def last_step(ctx: RunArtifacts) -> int:
     return sft.first_rl_step(ctx) - 1 + ctx.config.steps
 
 
-def best_step(ctx: RunArtifacts, last: int | None = None) -> int | None:
-    """The best of the checkpoints there are, up to step `last` (default `last_step`): the validated one with the
-    highest validation reward (its latest record), else, without validation, the one with the highest mean
-    training reward; ties go to the later step; None before an RL step. A checkpoint `--keep-checkpoints`
-    deleted is not a candidate (what `RUN@best` names must exist, as retention's `best_checkpoint` keeps to the
-    existing ones)."""
+def best_step(ctx: RunArtifacts, last: int | None = None, among: Collection[int] | None = None) -> int | None:
+    """The best of the checkpoints `among` (default: those in the training directory), up to step `last`
+    (default `last_step`): the validated one with the highest validation reward (its latest record), else,
+    without validation, the one with the highest mean training reward; ties go to the later step; None before an
+    RL step. A checkpoint `--keep-checkpoints` deleted is no candidate (what `RUN@best` names must exist, as
+    retention's `best_checkpoint` keeps to the existing ones)."""
     work, last = ctx.policy.run_dir, last or last_step(ctx)
-    kept = {step for step, _ in complete_checkpoints(work / "checkpoints") if step <= last}
+    if among is None:
+        among = [step for step, _ in complete_checkpoints(work / "checkpoints")]
+    kept = {step for step in among if step <= last}
     if ctx.config.validate_every:
         logged = {r["step"]: r for r in read_history(work, LOG_HISTORY_FILE) if r.get("step") in kept}
         if (best := best_by(list(logged.values()), VAL_METRIC)) is not None:
