@@ -333,15 +333,17 @@ def test_with_async_a_group_within_the_judges_noise_is_tied_as_in_the_synchronou
     tmp_path, tiny_model, chat, monkeypatch
 ):
     """The judge audit's noise floor is the update's tie spread in the pipeline too: here no two answers lie
-    further apart than the noise, so no group trains (the stand-in judge's scores differ by answer length)."""
-    ctx = train_stage(tmp_path, tiny_model, chat, steps=2, max_steps_off_policy=1)
-    monkeypatch.setattr(train, "judge_noise", lambda ctx: (1e9, False))  # the audit's figure, as preflight records it
+    further apart than the noise, so no group trains (the stand-in judge's scores differ by answer length); and
+    the pipeline validates nothing (validation is the synchronous loop's), not even its last step."""
+    ctx = train_stage(tmp_path, tiny_model, chat, steps=2, max_steps_off_policy=1, validate_every=1)
+    monkeypatch.setattr(train, "judge_noise", lambda ctx: (1e9, True))  # the audit's figure, a trusted judge
     try:
         asyncio.run(train.run(ctx))
     finally:
         ctx.policy.backend.close()
     history = read_history(ctx.policy.run_dir)
     assert [h["step"] for h in history] == [1, 2] and all(h["groups_trained"] == 0 for h in history)
+    assert validated_steps(ctx.policy.run_dir) == []
 
 
 @pytest.mark.parametrize("off_policy", [0, 1], ids=["synchronous", "async"])

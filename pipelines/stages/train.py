@@ -138,7 +138,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
 
     train_config, queue = settings_from(step)
     rl_steps = last - first + 1
-    if step >= first and due(config, step - first + 1, rl_steps, extend) and step not in validated_steps(work):
+    resumed = step >= first and not config.max_steps_off_policy  # `--async` validates nothing (docs/async.md)
+    if resumed and due(config, step - first + 1, rl_steps, extend) and step not in validated_steps(work):
         await validate(ctx, prompt, step)  # a run killed between a step's update and its validation
 
     async def on_drift(warning: str) -> None:
