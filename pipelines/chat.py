@@ -19,7 +19,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from autorl.agents.rollout import RolloutConfig, strict, turn_calls
+from autorl.agents.rollout import RolloutConfig, offered_tools, turn_calls
 from autorl.agents.tool_state import RolloutState
 from autorl.agents.tools import Toolbox
 from autorl.training.checkpoints import checkpoint_name
@@ -82,9 +82,7 @@ class Conversation:
 
     async def _turn(self, write: Write) -> dict[str, Any]:
         """One streamed model turn, added to the messages (its tool calls as the server read them)."""
-        tools = self.toolbox.openai_tools() if self.toolbox is not None else None
-        if tools and self.sampling.strict_tools:
-            tools = [strict(tool) for tool in tools]
+        tools = offered_tools(self.toolbox.openai_tools() if self.toolbox is not None else None, self.sampling)
         stream = await self.client.chat.completions.create(
             model=self.model,
             messages=self.messages,

@@ -35,7 +35,7 @@ from pipelines.records.step_costs import STEP_COST
 from pipelines.records.train import validated_steps
 from pipelines.stage_context import StageContext
 from pipelines.stages import train
-from pipelines.stages.train import step_config, train_pipelined
+from pipelines.stages.train import train_pipelined
 from pipelines.steps import bookkeeping
 from ruler import FunctionJudge
 from tests.helpers.chat_server import ChatCompletionServer
@@ -314,7 +314,7 @@ def test_the_train_stage_with_async_trains_its_steps_by_the_pipeline(tmp_path, t
 
         async def stage() -> int:
             await policy.start()  # as the stage's `run` does first
-            return await train_pipelined(ctx, "Be brief.", ["q1", "q2", "q3"], 0, config.steps, step_config(config))
+            return await train_pipelined(ctx, "Be brief.", ["q1", "q2", "q3"], 0, config.steps, noise=0.0)
 
         step = asyncio.run(stage())
     finally:

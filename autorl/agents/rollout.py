@@ -79,8 +79,7 @@ def openai_completion(client: AsyncOpenAI, model_name: str, config: RolloutConfi
     (which training needs: our vLLM server returns the sampled token ids with them)."""
 
     async def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Turn:
-        if tools and config.strict_tools:
-            tools = [strict(tool) for tool in tools]
+        tools = offered_tools(tools, config)
         offered = {"tools": tools, "tool_choice": first_turn_choice(config, messages)} if tools else {}
         response = await client.chat.completions.create(
             model=model_name,
@@ -103,10 +102,13 @@ def _began_a_call(item: MessageOrChoice) -> bool:
     """Whether a turn began a tool call, where a strict tool's grammar takes over (vLLM's structural tag starts
     at `<tool_call>`): a call the server parsed, or the tag in the text (a call cut at `max_tokens`, or one the
     server could not parse)."""
-    if tool_calls(item):
-        return True
-    content = item.message.content if isinstance(item, Choice) else item.get("content")
-    return "<tool_call>" in (content or "")
+    message = as_message(item)
+    return bool(message.get("tool_calls")) or "<tool_call>" in (message.get("content") or "")
+
+
+def offered_tools(tools: list[dict[str, Any]] | None, config: RolloutConfig) -> list[dict[str, Any]] | None:
+    """The tools as a turn offers them: each `strict` under `config.strict_tools`."""
+    return [strict(tool) for tool in tools] if tools and config.strict_tools else tools
 
 
 def strict(tool: dict[str, Any]) -> dict[str, Any]:

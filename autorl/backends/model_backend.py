@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import statistics
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..agents.call_reading import summed_counts
-from ..atomic import atomic_text
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..serving.lifetime import install_exit_hooks
@@ -43,6 +41,7 @@ from .run_dir import (
     reconcile_history,
     save_trajectories,
     warn_untrained,
+    write_history,
 )
 from .transport import GatedTransport, InferenceGate
 
@@ -221,11 +220,9 @@ class ModelBackend(TrainingCalls):
                 if later > step:
                     await slot.serving.retire(later)
                     remove_checkpoint(checkpoints, later)
-            records = read_history(slot.run_dir)
-            for name in (HISTORY_FILE, LOG_HISTORY_FILE):  # what `model.log` logged of a later step was its too
-                kept = [r for r in read_history(slot.run_dir, name) if r.get("step", 0) <= step]
-                atomic_text(slot.run_dir / name, "".join(json.dumps(r) + "\n" for r in kept))
-        return [r for r in records if r.get("step", 0) > step]
+            dropped = _truncated(slot.run_dir, HISTORY_FILE, step)
+            _truncated(slot.run_dir, LOG_HISTORY_FILE, step)  # what `model.log` logged of a later step was its too
+        return dropped
 
     def _tracker(self, model: Model) -> Tracker:
         """The model's W&B run (`Model.report_metrics`), in its run directory, under a stable id."""
@@ -292,3 +289,10 @@ def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
     if trajectories or failed:
         metrics["exception_rate"] = failed / (len(trajectories) + failed)
     return metrics
+
+
+def _truncated(run_dir: Path, name: str, step: int) -> list[dict]:
+    """Rewrite history file `name` without the records of steps after `step`; the records removed."""
+    records = read_history(run_dir, name)
+    write_history(run_dir, [r for r in records if r.get("step", 0) <= step], name)
+    return [r for r in records if r.get("step", 0) > step]

@@ -54,6 +54,11 @@ def append_history(run_dir: Path, record: dict, name: str = HISTORY_FILE) -> Non
         os.fsync(f.fileno())
 
 
+def write_history(run_dir: Path, records: list[dict], name: str = HISTORY_FILE) -> None:
+    """Replace history file `name` with `records`, one JSON line each, atomically."""
+    atomic_text(run_dir / name, "".join(json.dumps(record) + "\n" for record in records))
+
+
 def read_history(run_dir: Path, name: str = HISTORY_FILE) -> list[dict]:
     """The records of a history file, in the order written: `history.jsonl` holds one per training step, in
     step order (a torn last line from a crash is ignored)."""
@@ -87,7 +92,7 @@ def reconcile_history(run_dir: Path) -> None:
     log.warning(
         "history.jsonl disagreed with the checkpoints (a crash between them); rebuilt for steps 1-%d", latest[0]
     )
-    atomic_text(run_dir / HISTORY_FILE, "".join(json.dumps(by_step[s]) + "\n" for s in sorted(by_step)))
+    write_history(run_dir, [by_step[s] for s in sorted(by_step)])
 
 
 def save_trajectories(path: Path, groups: list[TrajectoryGroup], step: int) -> None:

@@ -21,13 +21,13 @@ does once its update is written, the synchronous loop and `--async` alike, is `p
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
-from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories
+from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories, write_history
 from autorl.config import TrainConfig
 from autorl.pipeline_trainer import PipelineTrainer
 from autorl.task import TaskSpec
@@ -100,7 +100,7 @@ def start_from_sft(ctx: StageContext) -> None:
     ensure_writable(work)
     warm_up = ctx.artifact(sft.NAME)
     records = read_history(warm_up)[: first - 1]
-    atomic_text(work / "history.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    write_history(work, records)
     for step in range(1, first):
         cost = warm_up / "steps" / checkpoint_name(step) / STEP_COST
         if cost.is_file():  # not for a step killed before its cost was written: its cost is then unknown
@@ -120,21 +120,15 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     # the newest checkpoint, whatever an earlier stage served (with merged serving the server holds one: the
     # baseline and the preflight stage answer with the base model's weights)
     await ctx.policy.serve_step(step)
-    train_config = adjusted_config(step_config(config), sentinel_actions(work))
     noise, extend = judge_noise(ctx)
-    if config.max_steps_off_policy:  # the judge's noise is a tie there too
-        tie_spread = max(train_config.tie_spread, noise)
-        step = await train_pipelined(
-            ctx, prompt, train_inputs, step, last, train_config.model_copy(update={"tie_spread": tie_spread})
-        )
+    if config.max_steps_off_policy:
+        step = await train_pipelined(ctx, prompt, train_inputs, step, last, noise)
     watch = Watch(work)
 
     def settings_from(after: int) -> tuple[TrainConfig, InputQueue]:
-        """The update's settings (the newest rollback's, the judge's noise as the tie spread) and the inputs
-        queue for the steps after step `after`."""
-        train = adjusted_config(step_config(config), sentinel_actions(work))
-        train = train.model_copy(update={"tie_spread": max(train.tie_spread, noise)})
-        return train, InputQueue.rebuilt(train_inputs, work / "steps", first, after + 1, config.groups_per_step)
+        """The update's settings and the inputs queue for the steps after step `after`."""
+        queue = InputQueue.rebuilt(train_inputs, work / "steps", first, after + 1, config.groups_per_step)
+        return update_settings(config, work, noise), queue
 
     train_config, queue = settings_from(step)
     rl_steps = last - first + 1
@@ -193,8 +187,15 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     return summary
 
 
+def update_settings(config: RunConfig, work: Path, noise: float) -> TrainConfig:
+    """The update's settings: those the newest rollback set (`adjusted_config`), with the judge's noise floor
+    `noise` as the tie spread where it is larger than `--tie-spread` (both loops)."""
+    train = adjusted_config(step_config(config), sentinel_actions(work))
+    return train.model_copy(update={"tie_spread": max(train.tie_spread, noise)})
+
+
 async def train_pipelined(
-    ctx: StageContext, prompt: str, train_inputs: list[str], step: int, last: int, train_config: TrainConfig
+    ctx: StageContext, prompt: str, train_inputs: list[str], step: int, last: int, noise: float
 ) -> int:
     """`--async N`: the steps from `step` up to `last` by `autorl.PipelineTrainer`, at most N policy versions
     off-policy: `2 x groups_per_step` groups are answered and judged at a time, with the newest checkpoint served,
@@ -204,8 +205,10 @@ async def train_pipelined(
     ended, groups still in flight included), its metrics and line, the sentinel, the budget, and its `autorl.step`
     span (the pipeline's, given the step's cost here) with the `autorl.update` span under it; its rollouts' spans
     sit under the stage's. When the sentinel fires the pipeline stops after that step (groups in flight are not
-    trained), acts as `--on-drift` says, and goes on from there. Returns the newest step."""
+    trained), acts as `--on-drift` says, and goes on from there. `noise`: the judge's noise floor, a tie there
+    too (`update_settings`). Returns the newest step."""
     config, work, model = ctx.config, ctx.policy.run_dir, ctx.policy.model
+    train_config = update_settings(config, work, noise)
     watch = Watch(work)
     drift: list[str] = []
     start = [StepStart.now(ctx)]
@@ -247,9 +250,7 @@ async def train_pipelined(
         else:  # trained on from the restored checkpoint, under the settings the rollback set
             step = restored
             watch.restored(restored)
-            tie_spread = train_config.tie_spread  # the judge's noise as the caller set it
-            train_config = adjusted_config(step_config(config), sentinel_actions(work))
-            train_config = train_config.model_copy(update={"tie_spread": max(train_config.tie_spread, tie_spread)})
+            train_config = update_settings(config, work, noise)
     return step
 
 

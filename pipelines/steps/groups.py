@@ -35,7 +35,8 @@ async def sampled_groups(
     """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew: the next
     `groups_per_step` of `queue`, then, while fewer than that many groups differ in score by more than
     `tie_spread` (the update's: the judge's noise or `--tie-spread`, the larger), more inputs up to
-    `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with it: `judge_noise`). Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
+    `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with it: `judge_noise`).
+    Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
     config = ctx.config
     most = config.groups_per_step * (config.dynamic_sampling if extend else 1)
     groups: list[TrajectoryGroup] = []
