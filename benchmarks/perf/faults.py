@@ -114,14 +114,19 @@ def history_steps(home: Path, name: str) -> list[int]:
 
 
 def artifact_problems(home: Path, name: str) -> list[str]:
-    """What is wrong on disk after run `name` finished: an artifact of its stages without its manifest
-    (written last; a stage the run skipped, such as sft without --sft-file, writes none), a checkpoint without
-    its metrics, a temporary left anywhere under the artifacts."""
+    """What is wrong on disk after run `name` stopped: a stage its run.json records as done (computed or found
+    cached) whose artifact has no manifest (written last), a checkpoint without its metrics, a temporary left
+    anywhere under the artifacts. A stage the run skipped (sft without --sft-file: its entry says `skipped`)
+    writes no artifact, and one it never reached (a run stopped by a full disk) has no entry: neither is
+    incomplete. Every stage has a key in run.json from the start, so the keys alone would report both."""
     problems = [f"temporary {p.relative_to(home)}" for p in (home / "artifacts").rglob(".*") if p.name != ".lock"]
     run = record(home, name)
-    for stage, key in run.get("keys", {}).items():
-        skipped = "skipped" in run.get("stages", {}).get(stage, {}).get("summary", {})
-        if not skipped and not (home / "artifacts" / stage / key / "artifact.json").is_file():
+    for stage, entry in run.get("stages", {}).items():
+        summary = entry.get("summary") or {}
+        if "skipped" in summary or "stopped" in summary:  # nothing computed / a budget stop inside the stage
+            continue
+        key = run.get("keys", {}).get(stage)
+        if key is None or not (home / "artifacts" / stage / key / "artifact.json").is_file():
             problems.append(f"incomplete {stage}/{key}")
     if (directory := train_dir(home, name)) is not None:
         for checkpoint in (directory / "checkpoints").iterdir():
@@ -335,7 +340,7 @@ def disk_full(home: Path, lrs: Learning) -> dict:
         lr = lrs.next()
         code, output = finish(start(disk, "full", lr))
         line = next((x for x in output.splitlines() if "disk full" in x), "")
-        problems = [p for p in artifact_problems(disk, "full") if not p.startswith("incomplete")]
+        problems = artifact_problems(disk, "full")  # the stages it finished complete, the rest never begun
         filler.unlink()
         started = time.monotonic()
         code2, output2 = finish(start(disk, "full", lr))

@@ -31,3 +31,17 @@ def test_a_stage_the_run_skipped_has_no_artifact_and_is_not_incomplete(tmp_path)
 def test_a_stage_the_run_computed_without_its_manifest_is_incomplete(tmp_path):
     finished_run(tmp_path, {"examples": 8})
     assert faults.artifact_problems(tmp_path, "r") == ["incomplete sft/k2"]
+
+
+def test_a_stage_the_run_never_reached_is_not_incomplete_and_one_it_finished_is_checked(tmp_path):
+    """A run stopped in train (a full disk) has keys for every stage but entries only for those it finished:
+    evaluate and report, never begun, are no problem; a recorded stage without its manifest is."""
+    finished_run(tmp_path, {"skipped": "no --sft-file or --sft-bootstrap"})
+    path = tmp_path / "runs" / "r" / "run.json"
+    run = json.loads(path.read_text())
+    run["keys"] |= {"evaluate": "k4", "report": "k5"}
+    path.write_text(json.dumps(run))
+    assert faults.artifact_problems(tmp_path, "r") == []
+
+    (tmp_path / "artifacts" / "inputs" / "k1" / "artifact.json").unlink()
+    assert faults.artifact_problems(tmp_path, "r") == ["incomplete inputs/k1"]
