@@ -31,14 +31,20 @@ def test_the_site_builds_strict(tmp_path):
     assert "TrainableModel" in (tmp_path / "site" / "api" / "autorl" / "index.html").read_text()
 
 
-def test_the_code_map_lists_every_module_with_its_docstring_s_opening():
-    """The file-by-file map (the docs' Code map page) is read from the code: a module added anywhere in the
-    packages appears in it with the first paragraph of its docstring, without a doc edited by hand."""
-    sys.path.insert(0, str(ROOT / "docs"))  # mkdocs loads its hooks by path, not as a package
+def docs_hooks():
+    """docs/hooks.py, as mkdocs loads it: by path, not as a package."""
+    sys.path.insert(0, str(ROOT / "docs"))
     try:
         import hooks
     finally:
         sys.path.remove(str(ROOT / "docs"))
+    return hooks
+
+
+def test_the_code_map_lists_every_module_with_its_docstring_s_opening():
+    """The file-by-file map (the docs' Code map page) is read from the code: a module added anywhere in the
+    packages appears in it with the first paragraph of its docstring, without a doc edited by hand."""
+    hooks = docs_hooks()
     page = hooks.code_map()
     packages = [init.parent for name in hooks.MAPPED for init in sorted((ROOT / name).rglob("__init__.py"))]
     modules = [m for package in packages for m in sorted(package.glob("*.py")) if m.name != "__init__.py"]
@@ -49,6 +55,22 @@ def test_the_code_map_lists_every_module_with_its_docstring_s_opening():
         assert f"- `{module.name}`: " in section, module
     bookkeeping = "- `bookkeeping.py`: What a training step does once its update is written"
     assert bookkeeping in page and "## `pipelines/steps/`" in page
+
+
+@pytest.mark.parametrize("page", [README, ROOT / "examples" / "README.md"], ids=["README", "examples"])
+def test_every_figure_a_readme_quotes_is_what_its_results_file_says(page):
+    """README.md and examples/README.md are not built by mkdocs: each measured figure there is the build's
+    macro in a comment, then its text (docs/hooks.py `FIGURE`), and the text must be what the macro draws from
+    the results file now; a paragraph that names a result file draws at least one figure so."""
+    hooks = docs_hooks()
+    text = page.read_text()
+    figures = hooks.readme_figures(text)
+    assert figures
+    wrong = [f"{typed!r} (its file says {drawn!r})" for typed, drawn in figures if typed != drawn]
+    assert not wrong, f"{page.name}: {wrong}; `python docs/hooks.py README.md examples/README.md` writes them"
+    for paragraph in re.split(r"\n\s*\n", text):
+        if re.search(r"results/\w+\.json", paragraph):
+            assert hooks.FIGURE.search(paragraph), f"a paragraph names a result but draws no figure: {paragraph}"
 
 
 def test_the_readme_is_short_and_links_to_pages_that_exist():

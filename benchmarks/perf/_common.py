@@ -194,9 +194,13 @@ def baseline_checkout(rev: str | None) -> Iterator[dict[str, Path]]:
 
 
 def write_result(name: str, result: dict, started: float | None = None) -> Path:
-    """Write `benchmarks/perf/results/<name>.json` with the machine info, the commit measured and the time of
-    measurement."""
+    """Write `benchmarks/perf/results/<name>.json` with the machine info, the commit measured, the time of
+    measurement and, where the script did not give one, the command that measured it (what
+    `benchmarks/perf/remeasure.py` runs again)."""
+    script = Path(sys.argv[0]).resolve()
+    command = ["python", str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else sys.argv[0], *sys.argv[1:]]
     record = {
+        "command": command,
         **result,
         "commit": commit(),
         "machine": {**machine(), **load_during_run()},

@@ -21,7 +21,8 @@ of the base model and of the trained LoRA (latest checkpoint), each with its 95%
 inputs, both judged by the same program in the `evaluate` stage, and the time of the train stage; the
 preflight stage's judge verdict and learnability figures; the sentinel's figures (the trained answers'
 KL to the base model and their base log-likelihood per token against the base model's own answers, on
-the validation answers and per step); and a few trained answers to read.
+the validation answers and per step); a few trained answers to read, and every held-out answer of the base
+model and of the trained LoRA as a count of each distinct answer and its score (`answers`).
 The base model's answers come from the `baseline` stage, shared by the runs of a task (cached by
 content, as are the inputs and the system prompt). Runs are kept under `--home` (default
 `.autorl-learning`): a rerun reuses finished runs and continues killed ones.
@@ -129,6 +130,7 @@ def one_run(
         "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history),
         "pipeline": pipeline_counts(home, record),
         "trained_answers": trained_answers(home, record),
+        "answers": answer_counts(home, record),  # every held-out answer, counted: "N of 32" is computed from it
     }
 
 
@@ -194,6 +196,31 @@ def trained_answers(home: Path, record: dict, count: int = 6) -> list[str]:
 
     scores = pd.read_parquet(home / "artifacts" / "evaluate" / record["keys"]["evaluate"] / "scores.parquet")
     return scores[scores["variant"] == "latest"]["answer"].head(count).tolist()
+
+
+def answer_counts(home: Path, record: dict) -> dict[str, list[dict]]:
+    """Every held-out answer of each evaluated variant (base, latest), as a count of each distinct answer and
+    score: what "N of 32 right" is computed from (`counted`), rather than typed from a few answers read."""
+    import pandas as pd
+
+    scores = pd.read_parquet(home / "artifacts" / "evaluate" / record["keys"]["evaluate"] / "scores.parquet")
+    return counted(scores[["variant", "answer", "reward"]].to_dict("records"))
+
+
+def counted(rows: list[dict]) -> dict[str, list[dict]]:
+    """`rows` ({variant, answer, reward}) as variant -> [{answer, reward, count}], the most frequent first."""
+    counts: dict[str, dict[tuple[str, float], int]] = {}
+    for row in rows:
+        key = (str(row["answer"]), round(float(row["reward"]), 4))
+        variant = counts.setdefault(row["variant"], {})
+        variant[key] = variant.get(key, 0) + 1
+    return {
+        variant: [
+            {"answer": answer, "reward": reward, "count": n}
+            for (answer, reward), n in sorted(found.items(), key=lambda item: (-item[1], item[0]))
+        ]
+        for variant, found in counts.items()
+    }
 
 
 def _figure(variant: dict) -> dict:

@@ -17,10 +17,15 @@ Python file whose code is the same: only its docstrings, comments or layout chan
 can be brought up to date without making its result stale), or changed in that window (any change there
 counts). Uncommitted edits are not looked at: commit, then check.
 
-The docs (README.md and `docs/`) quote a result when a paragraph (text between blank lines) names its file,
-`results/NAME.json`, or a family of files it belongs to (`results/learning_content_TASK_sSEED.json`,
-`results/learning_ablation_capitals_*`: `QUOTE`); a paragraph that also says "not re-measured since" marks its figures as not current, and
-is not a quote.
+A result's file changed only in its `notes` (the history of a measurement, `NOTES`) still measured what it
+measured: such a commit is not "the commit that committed it".
+
+The docs site renders every result it shows from its file at build time, with this rule's verdict on the row
+(docs/hooks.py), so a stale figure there says so. README.md and examples/README.md are not built: they quote a
+result when a paragraph (text between blank lines) names its file, `results/NAME.json`, or a family of files
+it belongs to (`results/learning_content_TASK_sSEED.json`, `results/learning_ablation_capitals_*`: `QUOTE`), and
+`--check` exits 1 while such a quote, or one typed in a page of `docs/` rather than drawn by the build, is stale.
+No wording exempts a quote: re-measure it (`benchmarks/perf/remeasure.py`).
 """
 
 from __future__ import annotations
@@ -37,8 +42,8 @@ from pipelines.artifacts import code_text
 
 PERF = Path(__file__).resolve().parent
 ROOT = PERF.parents[1]
-NOT_CURRENT = "not re-measured since"
-"""What a docs paragraph says when the figures it gives are from a stale result."""
+NOTES = "notes"
+"""A result's field of prose about the measurement (what was seen, what changed since): not a measurement."""
 
 
 @dataclass(frozen=True)
@@ -297,15 +302,29 @@ def _measured(path: str, measures: Measures) -> bool:
 
 
 def committed_with(root: Path, result: Path) -> str | None:
-    """The commit that last changed `result`'s content (a pure rename, R100, does not count); None if never committed."""
+    """The commit that last changed `result`'s measurement (a pure rename, R100, does not count, nor a change of
+    its `NOTES` alone); None if never committed."""
     log = git(root, "log", "--follow", "--name-status", "--format=commit %H", "--", str(result.relative_to(root)))
     sha = None
     for line in (log or "").splitlines():
         if line.startswith("commit "):
             sha = line.split()[1]
         elif line and sha and not line.startswith("R100"):
-            return sha
+            status, *paths = line.split("\t")
+            before = git(root, "show", f"{sha}^:{paths[0]}") if status[0] in "MR" else None
+            after = git(root, "show", f"{sha}:{paths[-1]}")
+            if before is None or after is None or measurement(before) != measurement(after):
+                return sha
     return None
+
+
+def measurement(text: str) -> object:
+    """A result file's content without its `NOTES`: what was measured (text that is not JSON, as it is)."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return text
+    return {k: v for k, v in record.items() if k != NOTES} if isinstance(record, dict) else record
 
 
 def changed_files(root: Path, base: str, measures: Measures) -> list[str]:
@@ -406,12 +425,9 @@ QUOTE = re.compile(r"results/([A-Za-z0-9_*]+)(\.json)?")
 
 
 def quoted(readme: str, names: list[str]) -> set[str]:
-    """The results of `names` the docs quote: named, or matched by a family's pattern (`QUOTE`), in a paragraph
-    that does not say `NOT_CURRENT`."""
+    """The results of `names` the text quotes: named, or matched by a family's pattern (`QUOTE`)."""
     found: set[str] = set()
     for paragraph in re.split(r"\n\s*\n", readme):
-        if NOT_CURRENT in " ".join(paragraph.lower().split()):
-            continue
         for quote, suffix in QUOTE.findall(paragraph):
             if not suffix and "*" not in quote:
                 continue  # a folder or a word, not a result
@@ -420,9 +436,21 @@ def quoted(readme: str, names: list[str]) -> set[str]:
     return found
 
 
+DRAWN = re.compile(r"<!--\{\{\s*\w+\(\s*\"([A-Za-z0-9_*]+)\"")
+"""A figure README.md draws from a result (`docs/hooks.py`'s `FIGURE`: the macro in a comment, then its text)."""
+
+
+def drawn(readme: str, names: list[str]) -> set[str]:
+    """The results of `names` whose figures a page not built by the docs (README.md) draws (`DRAWN`)."""
+    patterns = [re.escape(name).replace(r"\*", ".*") for name in DRAWN.findall(readme)]
+    return {name for name in names if any(re.fullmatch(pattern, name) for pattern in patterns)}
+
+
 def doc_pages(root: Path) -> list[Path]:
-    """The pages that may quote results: README.md and every Markdown page under `docs/`."""
-    return [page for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if page.exists()]
+    """The pages that may quote results as typed text: README.md, examples/README.md and every Markdown page
+    under `docs/` (whose figures the build draws from the results; one typed there is a quote all the same)."""
+    pages = [root / "README.md", root / "examples" / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    return [page for page in pages if page.exists()]
 
 
 def print_statuses(rows: list[Status], quotes: set[str]) -> None:
@@ -453,13 +481,15 @@ def main(argv: list[str] | None = None, root: Path = ROOT, measures: dict[str, M
     parser.add_argument("--check", action="store_true", help="exit 1 when the docs quote a stale result")
     args = parser.parse_args(argv)
     rows = statuses(root, measures)
-    quotes = quoted("\n\n".join(page.read_text() for page in doc_pages(root)), [row.name for row in rows])
+    names = [row.name for row in rows]
+    quotes = quoted("\n\n".join(page.read_text() for page in doc_pages(root)), names)
+    quotes |= drawn("\n\n".join(p.read_text() for p in doc_pages(root) if p.name == "README.md"), names)
     print_statuses(rows, quotes)
     bad = [row.name for row in rows if row.stale and row.name in quotes]
     if args.check and bad:
         print(
-            f"stale results quoted in README.md or docs/: {', '.join(bad)}; re-run their scripts, or say "
-            f'"{NOT_CURRENT} <commit>" in the paragraphs that quote them',
+            f"stale results quoted in README.md, examples/README.md or docs/: {', '.join(bad)}; re-measure them "
+            "(python benchmarks/perf/remeasure.py --only NAME)",
             file=sys.stderr,
         )
         return 1
