@@ -107,6 +107,12 @@ class RunConfig(BaseModel):
     `groups_per_step` of its groups differ in score beyond the judge's noise, it draws more training inputs
     (`pipelines.sampling`), where the judge is a program or its audit found it reliable. Inputs that tie twice
     in a row are set aside for a few steps. 1: a step draws `groups_per_step` inputs, tied or not."""
+    tie_search: int = Field(3, ge=0)
+    """Rounds of `group_size` more answers a training step may give an input whose group tied below the top score,
+    each round judged with the earlier answers, before it draws other inputs; from the same budget as
+    `dynamic_sampling` (`pipelines.sampling`). A searched group that now differs trains on `group_size` of its
+    answers, balanced between those above its mean and the rest, so a rare full-credit answer among half-credit
+    ones is trained on (Reinforce-Ada). 0: a tied group draws new inputs only (DAPO's dynamic sampling)."""
     validate_every: int = Field(5, ge=0)
     """Every this many RL steps (and at the last), the newest checkpoint answers `validation_inputs` held-out
     inputs, judged beside the base model's answers to them, and its mean is logged as `val/reward`: the best

@@ -1,13 +1,16 @@
-"""Dynamic sampling: which training inputs a step draws, so that each step has groups that differ in score.
+"""Which training inputs a step draws and how it spends its rollouts, so that each step has groups that differ
+in score.
 
 A step draws the next `groups_per_step` inputs in turn. When fewer than `groups_per_step` of their judged
-groups differ in score beyond the judge's noise (a tie teaches GRPO nothing), it draws more inputs, up to
-`RunConfig.dynamic_sampling` x `groups_per_step` groups in all (DAPO's dynamic sampling; new inputs rather
-than more answers to a tied one: a tie is evidence that the input is too easy or too hard for the policy
-now, and a model judge's scores are relative to the group they were judged in, so two judgings of one input
-do not pool). An input whose group tied `SET_ASIDE_AFTER` draws in a row is set aside for `REVISIT_AFTER`
-steps, then drawn again (the policy may have changed); when too few others are left, set-aside ones are drawn
-too, soonest due first (all of them in turn when every input is set aside).
+groups differ in score beyond the judge's noise (a tie teaches GRPO nothing), the step spends more of its rollout
+budget, `RunConfig.dynamic_sampling` x `groups_per_step` groups' worth of answers in all, where a difference is
+likeliest (`pipelines.steps.groups.sampled_groups`): more answers to a tied input, judged with its earlier ones
+(a tie search, `RunConfig.tie_search` rounds at most: an input tied at half credit is one the policy half
+solves, and a few more samples often hold the answer that is right or wrong in full; Reinforce-Ada's adaptive
+sampling), then new inputs (DAPO's dynamic sampling). An input whose group still tied `SET_ASIDE_AFTER` draws in
+a row is set aside for `REVISIT_AFTER` steps, then drawn again (the policy may have changed); when too few others
+are left, set-aside ones are drawn too, soonest due first (all of them in turn when every input is set aside). An
+input whose answers all reached the top score is done: it is not drawn again while others are left.
 
 What each step drew is written to its directory (`SAMPLING_FILE`), and the queue of a later step is rebuilt
 from those records alone, so a resumed run draws what the killed one would have.
@@ -24,7 +27,8 @@ from autorl.training.checkpoints import checkpoint_name
 
 SAMPLING_FILE = "sampling.json"
 """A step's draws, in its directory under `steps/`: `drawn` (the inputs, in order), `tied` (those whose group
-tied), `answers`, and `set_aside` (the inputs set aside after this step)."""
+tied), `answers` (all it sampled), `searched` (per input, the search rounds it took), `set_aside` (the inputs set
+aside after this step) and `done` (those whose answers all reached the top score)."""
 SET_ASIDE_AFTER = 2
 """Draws in a row whose group tied before an input is set aside."""
 REVISIT_AFTER = 5
@@ -42,12 +46,16 @@ class InputQueue:
     """Per input, the draws in a row whose group tied."""
     aside_until: dict[str, int] = field(default_factory=dict)
     """Per input set aside, the first step that may draw it again."""
+    done: set[str] = field(default_factory=set)
+    """The inputs whose answers all reached the top score: drawn only when no other is left."""
 
     def draw(self, count: int, step: int, taken: frozenset[str] | set[str] = frozenset()) -> list[str]:
         """The next `count` inputs that step `step` may draw: in turn, not set aside (unless all are), none of
         `taken` (those the step drew already) and none twice; when too few are left, set-aside ones, soonest due
-        first (a step is not cut short while inputs remain); fewer only when every input is drawn."""
-        eligible = {text for text in self.inputs if self.aside_until.get(text, 0) <= step} or set(self.inputs)
+        first (a step is not cut short while inputs remain); fewer only when every input is drawn. Done inputs are
+        drawn only when every input is done."""
+        playing = {text for text in self.inputs if text not in self.done} or set(self.inputs)
+        eligible = {text for text in playing if self.aside_until.get(text, 0) <= step} or playing
         in_turn = [self.inputs[(self.drawn + n) % len(self.inputs)] for n in range(len(self.inputs))]
         chosen: list[str] = []
         scanned = 0
@@ -58,17 +66,21 @@ class InputQueue:
                 chosen.append(text)
         self.drawn += scanned
         aside = sorted(  # stable: in turn among those due at the same step
-            (text for text in in_turn if text not in eligible and text not in taken and text not in chosen),
+            (t for t in in_turn if t in playing and t not in eligible and t not in taken and t not in chosen),
             key=lambda text: self.aside_until[text],
         )
         return chosen + aside[: count - len(chosen)]
 
-    def record(self, step: int, drawn: list[str], tied_inputs: set[str]) -> list[str]:
-        """Count step `step`'s draws: the streaks of ties, and the inputs set aside now (returned)."""
+    def record(
+        self, step: int, drawn: list[str], tied_inputs: set[str], done: set[str] | frozenset[str] = frozenset()
+    ) -> list[str]:
+        """Count step `step`'s draws: the streaks of ties, the inputs `done`, and the inputs set aside now
+        (returned; a done input is not set aside, it leaves play)."""
+        self.done |= set(done)
         aside = []
         for text in drawn:
             self.streaks[text] = self.streaks.get(text, 0) + 1 if text in tied_inputs else 0
-            if self.streaks[text] >= SET_ASIDE_AFTER:
+            if self.streaks[text] >= SET_ASIDE_AFTER and text not in self.done:
                 self.aside_until[text], self.streaks[text] = step + 1 + REVISIT_AFTER, 0
                 aside.append(text)
         return aside
@@ -86,21 +98,42 @@ class InputQueue:
                 continue
             record = json.loads(path.read_text())
             queue.drawn = record["cursor"]
-            queue.record(model_step - first + 1, record["drawn"], set(record["tied"]))
+            queue.record(model_step - first + 1, record["drawn"], set(record["tied"]), set(record.get("done", [])))
         return queue
 
 
 def step_record(
-    queue: InputQueue, drawn: list[str], tied_inputs: set[str], answers: int, aside: list[str]
+    queue: InputQueue,
+    drawn: list[str],
+    tied_inputs: set[str],
+    answers: int,
+    aside: list[str],
+    searched: dict[str, int] | None = None,
+    done: set[str] | None = None,
 ) -> dict[str, Any]:
     """What `SAMPLING_FILE` holds for a step (`cursor`: the queue's position after it)."""
-    return {"drawn": drawn, "tied": sorted(tied_inputs), "answers": answers, "set_aside": aside, "cursor": queue.drawn}
+    return {
+        "drawn": drawn,
+        "tied": sorted(tied_inputs),
+        "answers": answers,
+        "searched": searched or {},
+        "set_aside": aside,
+        "done": sorted(done or ()),
+        "cursor": queue.drawn,
+    }
 
 
 def step_draws(steps_dir: Path, step: int) -> str:
-    """A step's draws for the report: "4" inputs drawn, "4, 2 set aside"; "-" for a step without a record."""
+    """A step's draws for the report: "4" inputs drawn, "4, 2 searched", "4, 2 set aside"; "-" for a step without
+    a record."""
     path = steps_dir / checkpoint_name(step) / SAMPLING_FILE
     if not path.is_file():
         return "-"
     record = json.loads(path.read_text())
-    return f"{len(record['drawn'])}" + (f", {len(record['set_aside'])} set aside" if record["set_aside"] else "")
+    said = [f"{len(record['drawn'])}"]
+    said += [f"{len(record[key])} {words}" for key, words in REPORTED.items() if record.get(key)]
+    return ", ".join(said)
+
+
+REPORTED = {"searched": "searched", "set_aside": "set aside", "done": "done"}
+"""What the report's training table counts of a step's draws besides the inputs drawn."""

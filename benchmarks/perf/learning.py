@@ -129,6 +129,7 @@ def one_run(
         "preflight": preflight_figures(record["stages"]["preflight"]["summary"]),
         "sentinel": sentinel_figures(record["stages"]["evaluate"]["summary"], history),
         "pipeline": pipeline_counts(home, record),
+        "sampling": sampling_figures(home, record, history),
         "trained_answers": trained_answers(home, record),
         "answers": answer_counts(home, record),  # every held-out answer, counted: "N of 32" is computed from it
     }
@@ -143,6 +144,21 @@ def pipeline_counts(home: Path, record: dict) -> dict | None:
     counts = json.loads(state.read_text())
     keep = ("trained_groups", "staleness", "stale_groups", "tied_groups", "failed_groups", "scenario_offset")
     return {k: counts[k] for k in keep}
+
+
+def sampling_figures(home: Path, record: dict, history: list[dict]) -> dict:
+    """What the steps' sampling spent and found (`steps/NNNN/sampling.json`, `pipelines.sampling`): the RL steps
+    that trained no group (every group tied), the answers sampled in all, the tie search's rounds and the inputs
+    it searched, and the inputs done (every answer at the top score)."""
+    steps = home / "artifacts" / "train" / record["keys"]["train"] / "steps"
+    records = [json.loads(path.read_text()) for path in sorted(steps.glob("*/sampling.json"))]
+    return {
+        "steps_training_nothing": sum(h.get("groups_trained", 1) == 0 for h in history),
+        "answers": sum(r["answers"] for r in records),
+        "search_rounds": sum(sum(r.get("searched", {}).values()) for r in records),
+        "inputs_searched": sum(len(r.get("searched", {})) for r in records),
+        "done": sorted({text for r in records for text in r.get("done", [])}),
+    }
 
 
 def preflight_figures(checks: dict) -> dict:

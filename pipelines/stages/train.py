@@ -70,6 +70,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         "sentinel": config.sentinel.model_dump(),  # a rollback changes what training makes
         **({"max_steps_off_policy": config.max_steps_off_policy} if config.max_steps_off_policy else {}),
         "dynamic_sampling": config.dynamic_sampling,  # which inputs a step draws
+        "tie_search": config.tie_search,  # how many answers to a tied one
         # which checkpoint is the best (retention may keep only it)
         **({"validate": [config.validate_every, config.validation_inputs]} if config.validate_every else {}),
     }

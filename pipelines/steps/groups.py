@@ -3,13 +3,16 @@ drawn until enough of them differ in score (`sampled_groups`, dynamic sampling: 
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from autorl.atomic import atomic_text
 from autorl.task import TaskSpec
-from autorl.training.loss import tied
+from autorl.training.loss import TIE_TOLERANCE, tied
 from autorl.trajectories import TrajectoryGroup
 from ruler.api import group_tools
 from ruler.audit import audit_judge
@@ -32,59 +35,148 @@ async def sampled_groups(
     tie_spread: float,
     extend: bool,
 ) -> tuple[list[TrajectoryGroup], list[str]]:
-    """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew: the next
-    `groups_per_step` of `queue`, then, while fewer than that many groups differ in score by more than
-    `tie_spread` (the update's: the judge's noise or `--tie-spread`, the larger), more inputs up to
-    `dynamic_sampling` x `groups_per_step` groups (where the judge can be trusted with it: `judge_noise`).
-    Writes the step's `SAMPLING_FILE` and prints what the sampling drew beyond the first."""
+    """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew.
+
+    It draws the next `groups_per_step` inputs of `queue`. Then, while fewer than that many groups differ in score
+    by more than `tie_spread` (the update's: the judge's noise or `--tie-spread`, the larger) and the step's rollout
+    budget lasts (`dynamic_sampling` x `groups_per_step` x `group_size` answers), it spends the budget where a
+    difference is likeliest: a tied group that may still differ (`searchable`; tied at a partial score before tied
+    at 0) gets `group_size` more answers, judged together with its earlier ones, up to `tie_search` rounds; where
+    too few such groups are left it draws more inputs (DAPO's dynamic sampling). Only where the judge can be trusted
+    with it (`extend`: `judge_noise`). A searched group trains on `group_size` of its answers (`balanced`). Writes
+    the step's `SAMPLING_FILE` and prints what the step did beyond its first draw."""
     config = ctx.config
-    most = config.groups_per_step * (config.dynamic_sampling if extend else 1)
-    groups: list[TrajectoryGroup] = []
+    size, most_rounds = config.group_size, config.tie_search if extend else 0
+    budget = size * config.groups_per_step * (config.dynamic_sampling if extend else 1)
+    by_input: dict[str, TrajectoryGroup] = {}  # each input's newest judged group
+    rounds: dict[str, int] = {}  # search rounds tried per input
+    paths: dict[str, Path] = {}
     drawn: list[str] = []
-    wanted = config.groups_per_step
-    while wanted > 0 and (texts := queue.draw(wanted, rl_step, set(drawn))):
-        saved = [step_dir / f"group_{len(drawn) + index:02d}.json" for index in range(len(texts))]
+    texts, search = queue.draw(config.groups_per_step, rl_step), []
+    while texts or search:
+        paths |= {text: step_dir / f"group_{len(drawn) + index:02d}.json" for index, text in enumerate(texts)}
         drawn += texts
-        groups += await judged_groups(ctx, prompt, texts, saved, desc)
-        differing = sum(not tied([t.reward for t in g.trajectories], tie_spread) for g in groups)
-        wanted = min(config.groups_per_step - differing, most - len(drawn))
-    tied_inputs = {
-        g.trajectories[0].metadata.get("input") for g in groups if tied([t.reward for t in g.trajectories], tie_spread)
-    }
-    aside = queue.record(rl_step, drawn, tied_inputs)
-    record = step_record(queue, drawn, tied_inputs, len(drawn) * config.group_size, aside)
+        earlier = [None] * len(texts) + [by_input[text] for text in search]
+        asked = texts + search
+        judged = await judged_groups(ctx, prompt, asked, [paths[t] for t in asked], desc, earlier=earlier)
+        for text in search:
+            rounds[text] = rounds.get(text, 0) + 1
+        for group in judged:
+            text = input_of(group)
+            by_input[text], rounds[text] = group, max(rounds.get(text, 0), group.metadata.get(SEARCH_ROUNDS, 0))
+        differing = sum(not tied(rewards_of(g), tie_spread) for g in by_input.values())
+        wanted = config.groups_per_step - differing
+        affordable = (budget - size * (len(drawn) + sum(rounds.values()))) // size
+        if wanted <= 0 or affordable <= 0:
+            break
+        candidates = [t for t, g in by_input.items() if searchable(g, tie_spread) and rounds.get(t, 0) < most_rounds]
+        search = sorted(candidates, key=lambda t: (statistics.fmean(rewards_of(by_input[t])) <= 0, rounds.get(t, 0)))
+        search = search[: min(wanted, affordable)]
+        more = min(wanted, affordable) - len(search)
+        texts = queue.draw(more, rl_step, set(drawn)) if more > 0 else []
+    final = [by_input[text] for text in drawn if text in by_input]
+    tied_inputs = {input_of(g) for g in final if tied(rewards_of(g), tie_spread)}
+    done_inputs = {input_of(g) for g in final if at_top(g)}
+    aside = queue.record(rl_step, drawn, tied_inputs, done_inputs)
+    searched = {text: count for text, count in rounds.items() if count}
+    answers = size * (len(drawn) + sum(searched.values()))
+    record = step_record(queue, drawn, tied_inputs, answers, aside, searched, done_inputs)
     atomic_text(step_dir / SAMPLING_FILE, canonical_json(record))
     said = [f"{len(tied_inputs)} of {len(drawn)} groups tied"]
+    if searched:
+        broke = sum(not tied(rewards_of(by_input[t]), tie_spread) for t in searched)
+        said.append(
+            f"it searched {len(searched)} tied inputs with {size * sum(searched.values())} more answers, and "
+            f"{broke} now differ"
+        )
     if len(drawn) > config.groups_per_step:
-        said.append(f"so it drew {len(drawn) - config.groups_per_step} more inputs (dynamic sampling)")
+        said.append(f"it drew {len(drawn) - config.groups_per_step} more inputs (dynamic sampling)")
     if aside:
         said.append(f"{len(aside)} inputs set aside after tying twice")
+    if done_inputs:
+        said.append(f"{len(done_inputs)} inputs done (every answer at the top score)")
     if len(said) > 1:
-        ctx.console.print(f"{desc}: {', '.join(said[:2])}{'; ' + said[2] if len(said) > 2 else ''}", highlight=False)
-    return groups, drawn
+        ctx.console.print(f"{desc}: {'; '.join(said)}", highlight=False)
+    return [balanced(group, size) for group in final], drawn
+
+
+SEARCH_ROUNDS = "search_rounds"
+"""The metadata key of a saved group's search rounds: how many times `group_size` more answers were added to it."""
+TOP_SCORE = 1.0
+"""The score no answer can beat (a program judge's full credit, RULER's best): a group whose answers all reach it
+has nothing left to learn on its input."""
+
+
+def rewards_of(group: TrajectoryGroup) -> list[float]:
+    return [t.reward for t in group.trajectories]
+
+
+def input_of(group: TrajectoryGroup) -> str:
+    """The training input a group answers (its first answer's `metadata["input"]`)."""
+    return group.trajectories[0].metadata.get("input", "") if group.trajectories else ""
+
+
+def at_top(group: TrajectoryGroup) -> bool:
+    """Whether every answer of the group reaches `TOP_SCORE`."""
+    return bool(group.trajectories) and min(rewards_of(group)) >= TOP_SCORE - TIE_TOLERANCE
+
+
+def searchable(group: TrajectoryGroup, tie_spread: float) -> bool:
+    """Whether more answers to the group's input may break its tie: it ties, and not at the top score."""
+    return tied(rewards_of(group), tie_spread) and not at_top(group)
+
+
+def balanced(group: TrajectoryGroup, size: int) -> TrajectoryGroup:
+    """`group` cut to its first `size` answers when it has more (a searched group), keeping the ones that differ:
+    up to half of them from the answers above the group's mean, the rest from those at or below it, each side in
+    the order sampled (Reinforce-Ada's balanced down-sampling; a rare success found by the search is kept)."""
+    if len(group.trajectories) <= size:
+        return group
+    mean = statistics.fmean(rewards_of(group))
+    above = [t for t in group.trajectories if t.reward > mean + TIE_TOLERANCE]
+    rest = [t for t in group.trajectories if t.reward <= mean + TIE_TOLERANCE]
+    take_rest = min(len(rest), size - min(len(above), max(1, size // 2)))
+    kept = {id(t) for t in above[: size - take_rest] + rest[:take_rest]}
+    trajectories = [t for t in group.trajectories if id(t) in kept]
+    return group.model_copy(
+        update={"trajectories": trajectories, "metadata": {**group.metadata, "sampled": len(group)}}
+    )
 
 
 async def judged_groups(
-    ctx: StageContext, prompt: str, texts: list[str], saved: list[Path | None], desc: str, name: str | None = None
+    ctx: StageContext,
+    prompt: str,
+    texts: list[str],
+    saved: list[Path | None],
+    desc: str,
+    name: str | None = None,
+    earlier: list[TrajectoryGroup | None] | None = None,
 ) -> list[TrajectoryGroup]:
     """`group_size` answers to each of `texts` by the policy (its newest checkpoint, or the model served as
     `name`; under `--tool-choice required` the first `RunConfig.forced_answers` of them forced to call), each
     group judged (`StageContext.gather_judged`: as soon as its answers are in, or after all
-    of them); the groups the judge scored, in order.
+    of them); the groups the judge scored, in order. With a group in `earlier` for a text (a search round), the
+    new answers join that group's and the whole group is judged again (a model judge's scores are relative to the
+    group it judged: one judging, not two pooled).
 
     A group with a path in `saved` is written there (atomically) once scored, with what it took in its
-    metadata (`GROUP_COST`), and read from there instead of answered again when the file exists: scored
-    before a crash, or by the preflight stage.
+    metadata (`GROUP_COST`, the earlier rounds' included), and read from there instead of answered again when the
+    file exists (and holds more search rounds than `earlier`'s group): scored before a crash, or by the preflight
+    stage.
     """
     config = ctx.config
     size, forced, unaided = config.group_size, config.forced_answers(), config.unaided()
     groups = []
-    for text, path in zip(texts, saved, strict=True):
-        if path is not None and path.exists():  # scored before: reuse
+    for text, path, prior in zip(texts, saved, earlier or [None] * len(texts), strict=True):
+        done = prior.metadata.get(SEARCH_ROUNDS, 0) if prior is not None else -1
+        if path is not None and path.exists() and read_rounds(path) > done:  # scored before: reuse
             groups.append(TrajectoryGroup.model_validate_json(path.read_text()))
-        else:
-            answers = (ctx.policy.answer(prompt, text, config if i < forced else unaided, name) for i in range(size))
-            groups.append(TrajectoryGroup(answers, metadata={"save": str(path) if path else ""}))
+            continue
+        answers = [ctx.policy.answer(prompt, text, config if i < forced else unaided, name) for i in range(size)]
+        metadata = {"save": str(path) if path else ""}
+        if prior is not None:
+            metadata |= {**prior.metadata, SEARCH_ROUNDS: done + 1}
+        groups.append(TrajectoryGroup([*(prior.trajectories if prior else []), *answers], metadata=metadata))
     started = time.monotonic()
 
     async def score_and_save(group: TrajectoryGroup) -> TrajectoryGroup | None:
@@ -93,9 +185,12 @@ async def judged_groups(
         scored = await ctx.score(group)
         if scored is not None:  # its cost goes with it, also where the preflight stage saves it later
             attempts = int(scored.trajectories[0].metrics.get("ruler_attempts", 0)) if scored.trajectories else 0
+            before = scored.metadata.get(GROUP_COST, {"seconds": 0.0, "model_calls": {}})
+            calls = Counter(before["model_calls"]) + Counter({"policy": size, "judge": attempts})
             scored.metadata[GROUP_COST] = {
-                "seconds": round(time.monotonic() - started, 2),  # its answers and its judging, from the start
-                "model_calls": {"policy": config.group_size, "judge": attempts},
+                # its answers and its judging, from the start (a search round's added to the earlier rounds')
+                "seconds": round(before["seconds"] + time.monotonic() - started, 2),
+                "model_calls": {"policy": calls["policy"], "judge": calls["judge"]},
             }
             if path := scored.metadata.pop("save"):
                 atomic_text(Path(path), scored.model_dump_json())
@@ -103,6 +198,11 @@ async def judged_groups(
 
     await ctx.policy.start()
     return await ctx.gather_judged(groups, desc, score_and_save)
+
+
+def read_rounds(path: Path) -> int:
+    """The search rounds of the group saved at `path` (0 for a group never searched)."""
+    return json.loads(path.read_text()).get("metadata", {}).get(SEARCH_ROUNDS, 0)
 
 
 def group_settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
