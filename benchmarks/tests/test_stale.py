@@ -123,7 +123,7 @@ def test_check_fails_only_when_the_readme_quotes_a_stale_result(repo, capsys):
     commit(repo, "faster", "2026-01-02T10:00:00+00:00")
     assert stale.main([], repo, MAP) == 0  # without --check: the table only
     assert stale.main(["--check"], repo, MAP) == 1
-    assert "stale results quoted in README.md or docs/: x" in capsys.readouterr().err
+    assert "stale results quoted in README.md, examples/README.md or docs/: x" in capsys.readouterr().err
 
     write(repo, "README.md", "Rollouts: 5 tok/s (not re-measured\nsince abc; `benchmarks/perf/results/x.json`).\n")
     commit(repo, "marked", "2026-01-02T11:00:00+00:00")
@@ -156,7 +156,11 @@ def test_a_change_to_a_result_s_notes_alone_is_not_a_measurement(repo):
     (row,) = stale.statuses(repo, MAP)
     assert (row.sha, row.stale) == (measured, True)
 
-    write(repo, "benchmarks/perf/results/x.json", json.dumps({**record, "ratios": [1], "notes": ["re-measured"]}))
+    write(
+        repo,
+        "benchmarks/perf/results/x.json",
+        json.dumps({**record, "ratios": [1], "measured_at": "2026-01-02T11:30:00+00:00", "notes": ["again"]}),
+    )
     again = commit(repo, "re-measured", "2026-01-02T12:00:00+00:00")
     (row,) = stale.statuses(repo, MAP)
     assert (row.sha, row.stale) == (again, False)
