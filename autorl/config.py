@@ -12,6 +12,9 @@ LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 ScaleRewards = Literal["group", "batch", "none"]
 """What divides the advantages (`TrainConfig.scale_rewards`)."""
 
+RatioLevel = Literal["token", "sequence", "average", "geometric_average"]
+"""Where the importance ratio is taken (`TrainConfig.importance_sampling_level`, ART's names)."""
+
 ART_FIELD_NAMES = {"beta": "kl_beta", "kl_penalty_coef": "kl_beta"}
 """ART's names of `TrainConfig` fields: `art.TrainConfig(beta=...)` (ART before 2026) and `kl_penalty_coef` (since)."""
 ART_FIELDS_WITHOUT_EFFECT = {"grad_accumulation_sequences": None, "optimizer_save_interval": 5}
@@ -19,6 +22,13 @@ ART_FIELDS_WITHOUT_EFFECT = {"grad_accumulation_sequences": None, "optimizer_sav
 accumulation; how often the optimizer state is saved: here at every step): accepted, with no effect."""
 ART_KL_SOURCE = "current_learner"
 """The one `kl_penalty_source` of ART's that autorl computes: the KL of the policy being trained to the base model."""
+
+ART_TRAIN_SETTINGS = (
+    "importance_sampling_level", "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio",
+    "kimi_k2_tau", "truncated_importance_sampling", "advantage_balance",
+    "num_trajectories_learning_rate_multiplier_power", "scale_learning_rate_by_reward_std_dev",
+)  # fmt: skip
+"""`TrainConfig` fields of ART's training settings, under ART's names and formulas (`autorl.dev.train_settings`)."""
 
 LOSS_DEFAULTS: dict[str, dict[str, object]] = {
     "dr_grpo": {"scale_rewards": "none"},
@@ -111,10 +121,42 @@ class TrainConfig(BaseModel):
     against pi_behaviour itself, as a synchronous step wants. `autorl.PipelineTrainer` (`autorl run --async
     N`, N > 0) turns it on unless it is set; it adds the step metrics `is_weight_mean` and
     `is_truncated_fraction`."""
-    importance_sampling_cap: float = Field(2.0, gt=0)
+    importance_sampling_cap: float | None = Field(2.0, gt=0)
     """The truncation bound C of the importance weights of `importance_sampling_correction`: a token's
     weight is at most C, which bounds the variance a very stale or very unlikely token can add (TRL's
-    `vllm_importance_sampling_cap`)."""
+    `vllm_importance_sampling_cap`). None: no weights, only the ratio against pi_old (ART's
+    `precalculate_logprobs` without `truncated_importance_sampling`)."""
+    importance_sampling_level: RatioLevel | None = None
+    """Where the importance ratio r is taken (ART's setting): token, pi / pi_old per token; sequence,
+    exp(mean over the sequence's trained tokens of log(pi / pi_old)) for every token of it; average, the mean
+    of the two; geometric_average, the square root of their product. The loss's objective and normaliser stay
+    (gspo's per-sequence mean among them). None: the loss's own (sequence for gspo, token for the others)."""
+    max_negative_advantage_importance_sampling_weight: float | None = Field(None, gt=0)
+    """ART's cap of the importance ratio, as ART computes it: r is clamped to at most this before the clip and
+    the objective, at every token (whatever its advantage's sign, despite the name). None: no cap."""
+    mask_prob_ratio: bool = False
+    """ART's ratio masking: a token whose r lies outside the open clip range (1 - epsilon, 1 + epsilon_high;
+    for cispo (1 - epsilon, epsilon_high)) gets r = 0 (no gradient through it) before the objective."""
+    kimi_k2_tau: float | None = None
+    """Kimi K2's (and ART's) per-token advantage correction: A - tau x sg(log(pi / pi_old)) per token, which
+    pulls tokens the policy already moved towards back. None: off."""
+    truncated_importance_sampling: float | None = Field(None, gt=0)
+    """ART's truncated importance sampling without its `precalculate_logprobs`: each token's policy term is
+    multiplied by sg(min(r, C)) with C this value, r the ratio after the settings above. With
+    `importance_sampling_correction` set `importance_sampling_cap` instead (ART's pairing of the two maps
+    onto that). None: off."""
+    advantage_balance: float = Field(0.0, ge=-1, le=1)
+    """ART's weighting of negative against positive advantages, in [-1, 1]: above 0 the negative advantages
+    are multiplied by 1 - balance (1: only positive ones train), below 0 the positive ones by 1 + balance
+    (-1: only negative ones). 0: balanced."""
+    num_trajectories_learning_rate_multiplier_power: float = 0.0
+    """ART's learning-rate scaling by batch size: the update's learning rate is learning_rate x n ** power, n
+    the trajectory histories (sequences) the update trains. 0: learning_rate as given."""
+    scale_learning_rate_by_reward_std_dev: bool = False
+    """ART's learning-rate scaling by the trend of the reward spread (as ART's LocalBackend computed it before
+    ART 0.5 left it without effect): a line fitted to the history's per-step `reward_std_dev` (the mean of
+    the groups' population reward std), the learning rate x (its value at the last step / its intercept)
+    when the intercept is positive; 1 with fewer than 2 steps of history."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global norm."""
     micro_batch_size: int = Field(8, ge=1)
@@ -157,6 +199,9 @@ class TrainConfig(BaseModel):
         for name, value in LOSS_DEFAULTS.get(self.loss, {}).items():
             if name not in self.model_fields_set:
                 setattr(self, name, value)
+        if self.importance_sampling_correction and self.truncated_importance_sampling is not None:
+            raise ValueError("truncated_importance_sampling is the weight cap without importance_sampling_correction;"
+                             " with it, set importance_sampling_cap")  # fmt: skip
         return self
 
 

@@ -1,9 +1,11 @@
 """ART's expert settings (`art.dev`), read as autorl's configs.
 
 `TrainableModel(_internal_config=InternalModelConfig(...))` and `model.train(..., _config=TrainConfig(...))`
-take ART's dicts. What has a field in autorl lands there (`internal_config_updates`, `train_config_updates`);
-what ART has and autorl does not is one warning line naming it, and is ignored, so ART code runs unchanged;
-a `_config` key that ART does not have either is an error naming it.
+take ART's dicts. What has a field in autorl lands there (`internal_config_updates`, `train_config_updates`).
+Of `_internal_config`, what ART has and autorl does not is one warning line naming it, and is ignored. Every
+training setting of ART's is computed by ART's formula (`train_settings`) or, where it cannot apply here,
+refused in one line naming why (docs/art-api.md's table); a `_config` key that ART does not have either is an
+error naming it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, TypedDict
 
 from pydantic import ValidationError
 
-from .config import ART_FIELD_NAMES
+from .config import ART_FIELD_NAMES, ART_TRAIN_SETTINGS
 from .config import TrainConfig as AutoRLTrainConfig
 from .errors import AutoRLError, UnsupportedArgumentError, refusing
 
@@ -77,14 +79,33 @@ class InternalModelConfig(TypedDict, total=False):
 
 
 class TrainConfig(TypedDict, total=False):
-    """ART's `_config` of `model.train`; autorl reads the keys of `TRAIN_FIELDS`."""
+    """ART's `_config` of `model.train` (`art.dev.TrainConfig`); `train_settings` says what each key sets."""
 
+    advantage_balance: float
     allow_training_without_logprobs: bool
     epsilon: float
     epsilon_high: float | None
     importance_sampling_level: str
+    kimi_k2_tau: float | None
     kl_penalty_coef: float
+    kl_penalty_reference_step: int | None
+    kl_penalty_source: str
+    kl_penalty_step_lag: int | None
+    kl_ref_adapter_path: str | None
+    logprob_calculation_chunk_size: int
+    mask_prob_ratio: bool
+    max_negative_advantage_importance_sampling_weight: float
+    moe_routing_replay_bundle: object
+    moe_routing_replay_path: str | None
+    moe_routing_replay_strict: bool
+    num_trajectories_learning_rate_multiplier_power: float
+    packed_sequence_length: int | None
+    plot_tensors: bool
+    ppo: bool
+    precalculate_logprobs: bool
+    scale_learning_rate_by_reward_std_dev: bool
     scale_rewards: bool
+    truncated_importance_sampling: float | None
 
 
 SERVER_FIELDS = {
@@ -115,14 +136,67 @@ LORA_FIELDS = {"rank": "lora_rank", "alpha": "lora_alpha", "target_modules": "ta
 TRAIN_FIELDS = {"epsilon": "epsilon", "epsilon_high": "epsilon_high", "scale_rewards": "scale_rewards",
                 "kl_penalty_coef": "kl_beta"}  # fmt: skip
 """`_config` keys that set the `autorl.TrainConfig` field of the same meaning."""
-ART_TRAIN_KEYS_WITHOUT_EFFECT = frozenset({
-    "advantage_balance", "kimi_k2_tau", "kl_penalty_reference_step", "kl_penalty_source", "kl_penalty_step_lag",
-    "kl_ref_adapter_path", "logprob_calculation_chunk_size", "mask_prob_ratio",
-    "max_negative_advantage_importance_sampling_weight", "num_trajectories_learning_rate_multiplier_power",
-    "packed_sequence_length", "plot_tensors", "ppo", "precalculate_logprobs", "scale_learning_rate_by_reward_std_dev",
-    "truncated_importance_sampling",
-})  # fmt: skip
-"""ART's other `_config` keys: each is one warning line (autorl has no such setting) and is ignored."""
+SAME_NAME_FIELDS = tuple(name for name in ART_TRAIN_SETTINGS if name != "truncated_importance_sampling")
+"""ART's training settings that are `autorl.TrainConfig` fields of the same name and formula."""
+_MOE = "MoE routing replay is Megatron's (expert routes recorded at sampling); autorl trains dense LoRAs"
+_KL_REF = "autorl's KL reference is the base model (the LoRA switched off), not another checkpoint"
+REFUSED_UNLESS_DEFAULT: dict[str, tuple[Any, str]] = {
+    "packed_sequence_length": (None, "autorl packs no sequences: it pads micro-batches (TrainConfig.micro_batch_size)"),
+    "plot_tensors": (False, "autorl packs no tensors to plot; a step's figures are its history.jsonl line"),
+    "logprob_calculation_chunk_size": (1024, "autorl's logprob chunk is a model's setting, "
+                                             "TrainerConfig.logprob_chunk_tokens (1024 unless set)"),
+    "moe_routing_replay_bundle": (None, _MOE),
+    "moe_routing_replay_path": (None, _MOE),
+    "kl_ref_adapter_path": (None, _KL_REF),
+    "kl_penalty_reference_step": (None, _KL_REF),
+    "kl_penalty_step_lag": (None, _KL_REF),
+    "kl_penalty_source": ("current_learner", "autorl's KL penalty is the policy being trained against the base "
+                                             "model (ART's 'current_learner')"),
+}  # fmt: skip
+"""ART's settings that cannot apply here: accepted at ART's default (what autorl computes), one
+`UnsupportedArgumentError` line naming why at any other value."""
+ACCEPTED_WITHOUT_EFFECT = frozenset({"allow_training_without_logprobs", "moe_routing_replay_strict"})
+"""ART's settings accepted at any value: autorl trains rollouts without logprobs always (their ratio is 1
+against the current policy, as ART's True does), and `moe_routing_replay_strict` only qualifies a routing
+replay, which is refused."""
+ART_TRAIN_KEYS = frozenset({*TRAIN_FIELDS, *SAME_NAME_FIELDS, *REFUSED_UNLESS_DEFAULT, *ACCEPTED_WITHOUT_EFFECT,
+                            "ppo", "precalculate_logprobs", "truncated_importance_sampling"})  # fmt: skip
+"""Every key of ART's `dev.TrainConfig` (ART 0.5 and 2026)."""
+
+
+def train_settings(config: TrainConfig | dict[str, Any], where: str = "model.train(_config=...)") -> dict[str, Any]:
+    """The `autorl.TrainConfig` fields that ART's training settings (`dev.TrainConfig` keys; `backend.train`'s
+    keywords of those names) set, by ART's formulas (`loss.py`):
+
+    - `ppo`: True, the clipped objective (grpo) with ART's epsilon_high default (= epsilon); False, ART's
+      clipped-weight REINFORCE, cispo, whose cap is 1 + ART's epsilon_high (autorl's cispo caps at
+      epsilon_high itself); unset, autorl's own default loss.
+    - `precalculate_logprobs`: the ratio against the policy before the update
+      (`importance_sampling_correction`), its importance weights capped at `truncated_importance_sampling`
+      (`importance_sampling_cap`; none without it); without it `truncated_importance_sampling` is the
+      field of that name (weights min(r, C)).
+    - `SAME_NAME_FIELDS` and `TRAIN_FIELDS` set their fields; `REFUSED_UNLESS_DEFAULT` are one
+      `UnsupportedArgumentError` line away from ART's default; `ACCEPTED_WITHOUT_EFFECT` are accepted.
+    A key outside `ART_TRAIN_KEYS` is left to the caller."""
+    for key, (default, why) in REFUSED_UNLESS_DEFAULT.items():
+        if config.get(key, default) != default:
+            raise UnsupportedArgumentError(f"{where}: {key}={config[key]!r} cannot apply: {why}")
+    updates = {field: config[key] for key, field in TRAIN_FIELDS.items() if key in config}
+    updates |= {key: config[key] for key in SAME_NAME_FIELDS if key in config}
+    if "ppo" in config:
+        updates["loss"] = "grpo" if config["ppo"] else "cispo"
+        if config["ppo"] and config.get("epsilon_high") is None:
+            updates["epsilon_high"] = None  # ART's PPO: the upper range is epsilon's
+        elif not config["ppo"] and config.get("epsilon_high") is not None:
+            updates["epsilon_high"] = 1 + config["epsilon_high"]  # ART's cap is 1 + epsilon_high
+    elif updates.get("epsilon_high", 0) is None:
+        del updates["epsilon_high"]
+    cap = config.get("truncated_importance_sampling")
+    if config.get("precalculate_logprobs"):
+        updates |= {"importance_sampling_correction": True, "importance_sampling_cap": cap}
+    elif cap is not None:
+        updates["truncated_importance_sampling"] = cap
+    return updates
 
 
 def internal_config_updates(config: InternalModelConfig | dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -156,6 +230,44 @@ def internal_config_updates(config: InternalModelConfig | dict[str, Any]) -> tup
     return server, trainer
 
 
+OPENAI_SERVER_FIELDS = {
+    **{("engine_args", key): field for (section, key), field in SERVER_FIELDS.items() if section == "engine_args"},
+    ("server_args", "host"): "host",
+    ("server_args", "port"): "port",
+    ("server_args", "tool_call_parser"): "tool_call_parser",
+}
+"""ART's `register(backend, _openai_client_config={...})` keys that set a `ServerConfig` field of the model's server."""
+
+
+def openai_server_config_updates(config: dict[str, Any]) -> dict[str, Any]:
+    """The `ServerConfig` fields that ART's `_openai_client_config` (`art.dev.OpenAIServerConfig`: `engine_args`,
+    `server_args`, `log_file`) sets. `server_args.enable_auto_tool_choice` True is autorl's default (tool calls are
+    parsed with `tool_call_parser`), False turns parsing off. Any other key is one `UnsupportedArgumentError` line
+    naming it: `log_file` (the server's log is `<model dir>/logs/vllm.log`), `api_key` (autorl makes a key per
+    server), the CORS, SSL and LoRA-module arguments."""
+    updates: dict[str, Any] = {}
+    for section, values in config.items():
+        if section not in ("engine_args", "server_args") or not isinstance(values, dict):
+            raise UnsupportedArgumentError(
+                f"_openai_client_config: autorl has no setting {section!r} (it reads engine_args and server_args; "
+                "the server's log is <model dir>/logs/vllm.log)"
+            )
+        for key, value in values.items():
+            if (section, key) in OPENAI_SERVER_FIELDS:
+                updates[OPENAI_SERVER_FIELDS[section, key]] = value
+            elif (section, key) == ("server_args", "enable_auto_tool_choice"):
+                if not value:
+                    updates["tool_call_parser"] = None
+            else:
+                known = ", ".join(
+                    f"{s}.{k}" for s, k in [*OPENAI_SERVER_FIELDS, ("server_args", "enable_auto_tool_choice")]
+                )
+                raise UnsupportedArgumentError(
+                    f"_openai_client_config: autorl has no setting {section}.{key} (it reads {known})"
+                )
+    return updates
+
+
 def lora_config_updates(config: LoRAConfig | dict[str, Any]) -> dict[str, Any]:
     """The `TrainerConfig` fields that ART's `LoRAConfig` sets; a key autorl has no setting for is one
     `UnsupportedArgumentError` line naming it."""
@@ -168,55 +280,34 @@ def lora_config_updates(config: LoRAConfig | dict[str, Any]) -> dict[str, Any]:
 
 
 def train_config_updates(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
-    """The `autorl.TrainConfig` fields that ART's `_config` of `model.train` sets. ART's keys without an
-    autorl setting are one warning line and ignored; a key ART does not know either raises AutoRLError."""
-    unknown = sorted(set(config) - set(TRAIN_FIELDS) - ART_TRAIN_KEYS_WITHOUT_EFFECT
-                     - {"allow_training_without_logprobs", "importance_sampling_level"})  # fmt: skip
+    """The `autorl.TrainConfig` fields that ART's `_config` of `model.train` sets (`train_settings`); a key ART
+    does not know either raises AutoRLError, one ART's that cannot apply here `UnsupportedArgumentError`."""
+    unknown = sorted(set(config) - ART_TRAIN_KEYS)
     if unknown:
-        known = ", ".join(sorted({*TRAIN_FIELDS, "allow_training_without_logprobs", "importance_sampling_level"}))
-        raise AutoRLError(f"model.train(_config=...): unknown key {unknown[0]!r} (keys autorl reads: {known})")
-    updates = {field: config[key] for key, field in TRAIN_FIELDS.items() if key in config}
-    level = config.get("importance_sampling_level", "token")
-    if level == "sequence":
-        updates["loss"] = "gspo"  # one ratio per sequence: GSPO
-    ignored = sorted(ART_TRAIN_KEYS_WITHOUT_EFFECT & set(config))
-    if level not in ("token", "sequence"):
-        ignored.append(f"importance_sampling_level={level!r}")
-    if ignored:
-        log.warning("model.train(_config=...): not supported by autorl, ignored: %s", ", ".join(ignored))
-    return updates
+        raise AutoRLError(f"model.train(_config=...): unknown key {unknown[0]!r} (ART's keys: "
+                          f"{', '.join(sorted(ART_TRAIN_KEYS))})")  # fmt: skip
+    return train_settings(config)
 
 
-ART_KEYWORDS_AT_DEFAULT: dict[str, Any] = {
-    "advantage_balance": 0.0, "kl_penalty_reference_step": None, "kl_ref_adapter_path": None,
-    "kl_penalty_source": "current_learner", "max_negative_advantage_importance_sampling_weight": None,
-    "mask_prob_ratio": False, "kimi_k2_tau": None, "truncated_importance_sampling": None,
-    "scale_learning_rate_by_reward_std_dev": False, "num_trajectories_learning_rate_multiplier_power": 0.0,
-    "loss_fn_config": None, "adam_params": None,
-}  # fmt: skip
-"""Keywords of ART's `backend.train` that change what is learned and that autorl has no setting for: accepted at
-ART's default (which is what autorl computes), one `UnsupportedArgumentError` line at any other value."""
-ART_KEYWORDS_WITHOUT_EFFECT = frozenset({
-    "allow_training_without_logprobs", "precalculate_logprobs", "logprob_calculation_chunk_size",
-    "packed_sequence_length", "plot_tensors", "optimizer_save_interval",
-})  # fmt: skip
+ART_KEYWORDS_AT_DEFAULT: dict[str, Any] = {"loss_fn_config": None, "adam_params": None}
+"""Keywords of ART's `backend.train` that ART's LocalBackend itself refuses away from None: the same here."""
+ART_KEYWORDS_WITHOUT_EFFECT = frozenset({"optimizer_save_interval", "grad_accumulation_sequences"})
 """Keywords of ART's `backend.train` that set how ART computes a step, not what it learns: any value is accepted
-and changes nothing here. autorl trains rollouts without logprobs always (the current policy's stand in, as
-ART's `precalculate_logprobs` computes them), packs no sequences, and saves the optimizer state every step."""
-LOSS_FNS = {"cispo": "cispo", "ppo": "grpo"}
-"""ART's `loss_fn` values, as `TrainConfig.loss`: ppo is the clipped token-level objective, autorl's grpo."""
+and changes nothing here (autorl saves the optimizer state every step, and accumulates a step's gradients over
+its micro-batches, `TrainConfig.micro_batch_size`)."""
+LOSS_FNS = {"cispo": False, "ppo": True}
+"""ART's `loss_fn` values, as its `ppo` setting (`train_settings`)."""
 
 
 def train_keywords(config: AutoRLTrainConfig | None, keywords: dict[str, Any]) -> tuple[AutoRLTrainConfig, bool, bool]:
     """The `TrainConfig` that ART's keywords of `backend.train(model, groups, **keywords)` ask for, over `config`
     (what it leaves unset stays autorl's default), with `verbose` and `save_checkpoint`, in that order.
 
-    Keywords: any `TrainConfig` field, and ART's: `learning_rate`, `epsilon` (None: the loss's default),
-    `epsilon_high`, `scale_rewards` (a bool, or group/batch/none), `normalize_advantages` (False: rewards are
-    centred, not scaled), `kl_penalty_coef` (`kl_beta`), `loss_fn` (cispo, ppo), `importance_sampling_level`
-    (token; sequence: GSPO), `verbose`, `save_checkpoint`, and those of `ART_KEYWORDS_AT_DEFAULT` and
-    `ART_KEYWORDS_WITHOUT_EFFECT`. Anything else, or a value autorl cannot honour, is one
-    `UnsupportedArgumentError` line naming it.
+    Keywords: any `TrainConfig` field, and ART's: `learning_rate`, `normalize_advantages` (False: rewards are
+    centred, not scaled), `loss_fn` (cispo, ppo: ART's `ppo` setting), every key of ART's `dev.TrainConfig`
+    (`train_settings`; `epsilon` None: the loss's default), `verbose`, `save_checkpoint`, and those of
+    `ART_KEYWORDS_AT_DEFAULT` and `ART_KEYWORDS_WITHOUT_EFFECT`. Anything else, or a value autorl cannot
+    honour, is one `UnsupportedArgumentError` line naming it.
     """
     keywords = dict(keywords)
     verbose = bool(keywords.pop("verbose", False))
@@ -237,19 +328,13 @@ def train_keywords(config: AutoRLTrainConfig | None, keywords: dict[str, Any]) -
         loss_fn = keywords.pop("loss_fn")
         if loss_fn not in LOSS_FNS:
             raise UnsupportedArgumentError(f"backend.train(loss_fn={loss_fn!r}): autorl has {sorted(LOSS_FNS)}")
-        keywords["loss"] = LOSS_FNS[loss_fn]
-    level = keywords.pop("importance_sampling_level", "token")
-    if level == "sequence":
-        if keywords.get("loss", "gspo") not in ("gspo", "grpo"):
+        if keywords.get("ppo", LOSS_FNS[loss_fn]) != LOSS_FNS[loss_fn]:
             raise UnsupportedArgumentError(
-                f"backend.train(importance_sampling_level='sequence') with loss {keywords['loss']!r}: autorl's "
-                "sequence-level ratio is GSPO's (loss_fn='ppo')"
+                f"backend.train(loss_fn={loss_fn!r}, ppo={keywords['ppo']!r}): they conflict"
             )
-        keywords["loss"] = "gspo"
-    elif level != "token":
-        raise UnsupportedArgumentError(
-            f"backend.train(importance_sampling_level={level!r}): autorl has 'token' and 'sequence'"
-        )
+        keywords["ppo"] = LOSS_FNS[loss_fn]
+    art = {name: keywords.pop(name) for name in ART_TRAIN_KEYS & set(keywords)}
+    keywords |= train_settings(art, "backend.train(...)")
     unknown = sorted(set(keywords) - set(AutoRLTrainConfig.model_fields) - set(ART_FIELD_NAMES))
     if unknown:
         raise UnsupportedArgumentError(f"backend.train() got an unexpected keyword argument {unknown[0]!r}")

@@ -252,10 +252,8 @@ def test_train_takes_art_s_keywords_and_maps_its_expert_config(caplog):
     )  # fmt: skip
     assert "trained step 1" in caplog.text
     sequence = run(model.train([], _config=art.dev.TrainConfig(importance_sampling_level="sequence")))["config"]
-    assert sequence.loss == "gspo" and sequence.epsilon == 3e-4  # GSPO's own clip range, as unset
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="autorl"):
-        plain = run(model.train([], _config={"allow_training_without_logprobs": True, "ppo": True}))["config"]
-    assert plain == art.TrainConfig() and "ignored: ppo" in caplog.text
+    assert (sequence.loss, sequence.importance_sampling_level) == ("grpo", "sequence")  # ART's ratio level
+    ppo = run(model.train([], _config={"allow_training_without_logprobs": True, "ppo": True}))["config"]
+    assert (ppo.loss, ppo.epsilon, ppo.epsilon_high) == ("grpo", 0.2, None)  # ART's PPO: epsilon_high = epsilon
     with pytest.raises(AutoRLError, match="unknown key 'epsilonn'"):
         run(model.train([], _config={"epsilonn": 0.1}))

@@ -36,13 +36,14 @@ def test_art_s_keywords_map_onto_train_config_fields():
         {
             "learning_rate": 1e-5, "epsilon": 0.1, "epsilon_high": 0.3, "scale_rewards": False,
             "kl_penalty_coef": 0.05, "allow_training_without_logprobs": True, "precalculate_logprobs": True,
-            "packed_sequence_length": 4096, "advantage_balance": 0.0, "verbose": True, "save_checkpoint": True,
+            "packed_sequence_length": None, "advantage_balance": 0.0, "verbose": True, "save_checkpoint": True,
         },
     )  # fmt: skip
     assert (config.learning_rate, config.epsilon, config.epsilon_high) == (1e-5, 0.1, 0.3)
+    assert (config.importance_sampling_correction, config.importance_sampling_cap) == (True, None)  # precalculated
     assert (config.scale_rewards, config.kl_beta, config.loss, verbose, saved) == ("none", 0.05, "grpo", True, True)
     sequence = train_keywords(None, {"importance_sampling_level": "sequence"})[0]
-    assert sequence.loss == "gspo" and sequence.epsilon == 3e-4  # GSPO's own clip range, as unset
+    assert (sequence.loss, sequence.importance_sampling_level) == ("grpo", "sequence")  # the ratio's level alone
     cispo = train_keywords(art.TrainConfig(learning_rate=2e-5), {"loss_fn": "cispo", "epsilon": None})[0]
     assert (cispo.loss, cispo.learning_rate, cispo.epsilon) == ("cispo", 2e-5, 1.0)  # epsilon None: the loss's
     assert train_keywords(None, {"normalize_advantages": False})[0].scale_rewards == "none"
@@ -53,9 +54,9 @@ def test_art_s_keywords_map_onto_train_config_fields():
     ("keywords", "message"),
     [
         ({"lerning_rate": 1e-5}, r"backend.train\(\) got an unexpected keyword argument .lerning_rate."),
-        ({"advantage_balance": 0.5}, r"backend.train\(advantage_balance=...\): autorl has no such setting"),
-        ({"kl_penalty_source": "sample"}, r"kl_penalty_source=...\): autorl has no such setting"),
-        ({"importance_sampling_level": "average"}, "autorl has 'token' and 'sequence'"),
+        ({"adam_params": object()}, r"backend.train\(adam_params=...\): autorl has no such setting"),
+        ({"kl_penalty_source": "sample"}, r"kl_penalty_source='sample' cannot apply"),
+        ({"importance_sampling_level": "arithmetic"}, r"backend.train\(importance_sampling_level=...\): Input should"),
         ({"loss_fn": "dpo"}, r"loss_fn='dpo'\): autorl has \['cispo', 'ppo'\]"),
         ({"learning_rate": -1.0}, r"backend.train\(learning_rate=...\): Input should be greater than 0"),
     ],
@@ -128,8 +129,8 @@ def test_backend_train_on_the_remote_backend_maps_the_keywords_in_the_client(ser
         await model.register(mirrored)
         second = await mirrored.train(model, groups(tokenizer), learning_rate=1e-9)
         logged = await model.log(metrics={"custom": 1.5}, step=second.step)
-        with pytest.raises(UnsupportedArgumentError, match="advantage_balance"):  # refused before any request
-            await mirrored.train(model, groups(tokenizer), advantage_balance=1.0)
+        with pytest.raises(UnsupportedArgumentError, match="packed_sequence_length"):  # refused before any request
+            await mirrored.train(model, groups(tokenizer), packed_sequence_length=4096)
         return first, second, logged
 
     first, second, logged = asyncio.run(program())
@@ -192,7 +193,7 @@ def test_train_and_train_sft_on_the_cluster_backend_return_train_results_from_it
     assert done.returncode == 0, done.stderr[-3000:]
     result, sft = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["step"] == 1 and result["metrics"]["trained_tokens"] > 0 and "step" not in result["metrics"]
-    assert result["checkpoint_path"] == str(tmp_path / "cluster" / "agent" / "checkpoints" / "0001")
+    assert result["checkpoint_path"] == str(tmp_path / "cluster" / "models" / "agent" / "checkpoints" / "0001")
     assert Path(result["checkpoint_path"], "adapter_model.safetensors").is_file()
     assert sft["step"] == 2 and sft["metrics"]["sft"] == 1.0 and sft["metrics"]["trained_tokens"] > 0  # SFT too
     assert Path(sft["checkpoint_path"], "adapter_model.safetensors").is_file()

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError, ServerDiedError
@@ -228,10 +228,12 @@ class LocalPlacement:
 class LocalBackend(ModelBackend):
     """Runs everything on this machine: one vLLM server per registered model, PEFT training in-process.
 
-    path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
-        `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
+    path: the home of all runs (ART's `art_path`); a model's directory is `path/<project>/models/<name>/`
+        (`autorl.utils.output_dirs`) and holds `checkpoints/NNNN/` (PEFT LoRA; `0000`: the base model),
+        `history.jsonl`, `log_history.jsonl`, `trajectories/<split>/NNNN.parquet` and `logs/`.
     server: how the vLLM server is started (port, memory, context length, how LoRAs are served, ...).
     in_process: ART's keyword, accepted: the trainer runs in this process either way.
+    layout: "art" (above) or "run" (`autorl run`'s: `path/<project>/<name>/`); see `ModelBackend`.
 
     How a trained LoRA reaches the server follows `ServerConfig.lora_serving`. Adapter serving (the
     default on CUDA): each checkpoint is a vLLM LoRA served as `<name>@NNNN`, the base model under its
@@ -240,13 +242,18 @@ class LocalBackend(ModelBackend):
     """
 
     def __init__(
-        self, path: str | os.PathLike = ".autorl", *, server: ServerConfig | None = None, in_process: bool = False
+        self,
+        path: str | os.PathLike = ".autorl",
+        *,
+        server: ServerConfig | None = None,
+        in_process: bool = False,
+        layout: Literal["art", "run"] = "art",
     ):
         self.server_config = server or ServerConfig()
         self.in_process = in_process
         """ART's choice of where its training service runs; here the trainer always runs in this process (on a
         thread of its own) and the vLLM server in a child process, whatever it says."""
-        super().__init__(path, LocalPlacement(self.server_config))
+        super().__init__(path, LocalPlacement(self.server_config), layout)
 
     def check_can_start(self, model: TrainableModel) -> None:
         check_target_modules(resolve_base_model(model.base_model), model.trainer.target_modules)

@@ -18,11 +18,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from ..agents.call_reading import summed_counts
+from ..atomic import atomic_file
 from ..config import TrainConfig
 from ..errors import AutoRLError
 from ..serving.lifetime import install_exit_hooks
@@ -30,6 +31,9 @@ from ..tracking import Tracker
 from ..training.checkpoints import checkpoint_name, complete_checkpoints, latest_checkpoint, remove_checkpoint
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
+from ..utils.output_dirs import get_output_dir_from_model_properties
+from ..utils.trajectory_logging import write_trajectory_groups_parquet
+from . import art_layout
 from .base import Placement, Serving, Trainer, TrainingCalls
 from .retention import KeepPolicy, best_checkpoint
 from .run_dir import (
@@ -39,7 +43,6 @@ from .run_dir import (
     ensure_writable,
     read_history,
     reconcile_history,
-    save_trajectories,
     warn_untrained,
     write_history,
 )
@@ -67,16 +70,26 @@ class ModelSlot:
 class ModelBackend(TrainingCalls):
     """A `Backend` that serves and trains its models itself, on its `placement`.
 
-    path: the home of all runs; a model's run directory is `path/<project>/<name>/` and holds
-        `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl` and `logs/`.
+    path: the home of all runs; a model's run directory holds `checkpoints/NNNN/` (PEFT LoRA), `history.jsonl`,
+        `log_history.jsonl`, `trajectories/` and `logs/`.
+    layout: where a model's run directory is under `path`. "art" (the default: where ART's code looks for a model
+        trained through its API): `path/<project>/models/<name>/` (`autorl.utils.output_dirs`), with checkpoint
+        `0000` (the base model) written at registration, and a step whose groups all tie (the LoRA unchanged)
+        taking the place of the checkpoint before it, as ART renames it. "run" (`autorl run`'s layout):
+        `path/<project>/<name>/`, every step's checkpoint kept.
     """
 
     server_config: ServerConfig
     """How its models' servers start and serve their LoRAs (a subclass sets it)."""
 
-    def __init__(self, path: str | os.PathLike, placement: Placement):
+    def __init__(self, path: str | os.PathLike, placement: Placement, layout: Literal["art", "run"] = "art"):
         install_exit_hooks()  # here, in the thread that makes the backend: SIGTERM is the main thread's to take
+        if layout not in ("art", "run"):
+            raise AutoRLError(
+                f"layout {layout!r}: 'art' (<path>/<project>/models/<name>) or 'run' (<path>/<project>/<name>)"
+            )
         self.path = Path(path)
+        self.layout = layout
         self.placement = placement
         self._slots: dict[str, ModelSlot] = {}
         self._trackers: dict[Path, Tracker] = {}
@@ -98,7 +111,9 @@ class ModelBackend(TrainingCalls):
         return False
 
     def run_dir(self, model: Model) -> Path:
-        return self.path / model.project / model.name
+        if self.layout == "run":
+            return self.path / model.project / model.name
+        return Path(get_output_dir_from_model_properties(model.project, model.name, str(self.path)))
 
     async def register(self, model: TrainableModel) -> None:
         """Start the model's inference, serving its newest checkpoint if it has one. A model of a name already
@@ -107,7 +122,11 @@ class ModelBackend(TrainingCalls):
         if model.name in self._slots:
             serving = self._slots[model.name].serving
         else:
+            if self.layout == "art":
+                art_layout.migrate(self.path / model.project / model.name, run_dir)
             ensure_writable(run_dir)
+            if self.layout == "art":
+                art_layout.write_base_checkpoint(run_dir, model.base_model)
             serving = await self.placement.start_serving(model, run_dir)
             self._slots[model.name] = ModelSlot(run_dir, serving)
             reconcile_history(run_dir)
@@ -131,7 +150,21 @@ class ModelBackend(TrainingCalls):
             warn_untrained(step, groups, metrics)
             return metrics
 
-        return await self._advance(model, update)
+        metrics = await self._advance(model, update)
+        if self.layout == "art" and metrics.get("groups_trained") == 0 and not config.kl_beta:
+            await self._replace_unchanged(model, metrics["step"])
+        return metrics
+
+    async def _replace_unchanged(self, model: TrainableModel, step: int) -> None:
+        """ART's layout after a step whose groups all tied (its LoRA that of step - 1): checkpoint `step` takes the
+        place of the one before it, which goes (ART renames it), so the steps of a run without signal leave one
+        checkpoint, not one each."""
+        slot = self.slot(model)
+        async with slot.lock:
+            before = slot.run_dir / "checkpoints" / checkpoint_name(step - 1)
+            if before.is_dir() and step - 1 not in slot.serving.served_steps():
+                await slot.serving.retire(step - 1)
+                remove_checkpoint(slot.run_dir / "checkpoints", step - 1)
 
     async def sft_step(self, model: TrainableModel, trajectories: list[Trajectory], config: TrainSFTConfig) -> dict:
         """One supervised step, as a GRPO step: the next checkpoint, recorded and served as any other."""
@@ -165,7 +198,8 @@ class ModelBackend(TrainingCalls):
         self, model: Model, groups: list[TrajectoryGroup], split: str, metrics: dict[str, float], step: int | None
     ) -> dict[str, float]:
         """Record an evaluation batch: a line of `log_history.jsonl` (metrics as `<split>/<name>`), the
-        trajectories in `trajectories/<split>/NNNN.parquet`, and W&B when the model reports there. Without
+        trajectories in `trajectories/<split>/NNNN.parquet` (ART's format: `autorl.utils.trajectory_logging`), and
+        W&B when the model reports there. Without
         groups, `metrics` alone (a training step's, as ART's backend-first programs log them)."""
         from ..model import TrainableModel
 
@@ -175,7 +209,9 @@ class ModelBackend(TrainingCalls):
         ensure_writable(run_dir)
         recorded = {**batch_metrics(groups), **metrics} if groups else dict(metrics)  # metrics alone: as given
         if groups:
-            save_trajectories(run_dir / "trajectories" / split / f"{checkpoint_name(step)}.parquet", groups, step)
+            path = run_dir / "trajectories" / split / f"{checkpoint_name(step)}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_file(path, lambda tmp: write_trajectory_groups_parquet(groups, tmp))
         record = {f"{split}/{name}": value for name, value in recorded.items() if value == value}  # NaN: no value
         stamp = datetime.now().isoformat(timespec="seconds")
         append_history(run_dir, {"step": step, "split": split, **record, "recorded_at": stamp}, LOG_HISTORY_FILE)

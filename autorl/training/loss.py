@@ -1,21 +1,24 @@
 """The GRPO objective: group-relative advantages and the policy losses (`TrainConfig.loss`) over one core.
 
-Every loss shares `clipped_policy_loss`: importance ratios against the rollout logprobs (per token, or
-per sequence for gspo), their clip range and clip statistics, an optional KL penalty to the reference
-policy, and a per-token weight; a variant (`LOSSES`) only picks the ratio level, the objective and what
-the update's summed loss is divided by (`loss_normaliser`).
+Every loss shares `clipped_policy_loss` (`policy_terms`): importance ratios against the rollout logprobs (per
+token, or per sequence for gspo; ART's levels and shaping of the ratio with `RatioShaping`), their clip range
+and clip statistics, an optional KL penalty to the reference policy, and a per-token weight; a variant
+(`LOSSES`) only picks the ratio level, the objective and what the update's summed loss is divided by
+(`loss_normaliser`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..config import LossName, ScaleRewards
+from ..config import LossName, RatioLevel, ScaleRewards, TrainConfig
 
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""
@@ -51,6 +54,81 @@ LOSSES: dict[str, LossVariant] = {
     "cispo": LossVariant(sequence_ratio=False, truncated_is=True, normaliser=sum),
 }
 """The variants of `TrainConfig.loss`."""
+
+
+@dataclass(frozen=True)
+class RatioShaping:
+    """ART's settings of the importance ratio and of each token's advantage: the `TrainConfig` fields of the
+    same names (their docstrings give the formulas), applied by `clipped_policy_loss` in ART's order: the
+    ratio's level, its cap, its mask, then the advantage's tau term; the truncated weight after the objective."""
+
+    importance_sampling_level: RatioLevel | None = None
+    max_negative_advantage_importance_sampling_weight: float | None = None
+    mask_prob_ratio: bool = False
+    kimi_k2_tau: float | None = None
+    truncated_importance_sampling: float | None = None
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> RatioShaping:
+        """The settings `config` gives."""
+        return cls(**{field.name: getattr(config, field.name) for field in fields(cls)})
+
+
+def importance_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, level: RatioLevel) -> torch.Tensor:
+    """The importance ratio at `level` from each token's log ratio ([batch, tokens], `mask` its trained
+    tokens): token exp(log r); sequence exp(the sequence's mean log r over its trained tokens), [batch, 1];
+    average the mean of the two; geometric_average the square root of their product."""
+    if level == "token":
+        return torch.exp(log_ratio)
+    sequence = torch.exp((log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
+    if level == "sequence":
+        return sequence
+    token = torch.exp(log_ratio)
+    return (token + sequence) / 2 if level == "average" else token.sqrt() * sequence.sqrt()
+
+
+def shaped_ratio(ratio: torch.Tensor, shaping: RatioShaping, low: float, high: float) -> torch.Tensor:
+    """`ratio` capped (`max_negative_advantage_importance_sampling_weight`) and, with `mask_prob_ratio`, 0
+    wherever it lies outside the open range (low, high), the clip range of the loss."""
+    if shaping.max_negative_advantage_importance_sampling_weight is not None:
+        ratio = torch.clamp(ratio, max=shaping.max_negative_advantage_importance_sampling_weight)
+    if shaping.mask_prob_ratio:
+        ratio = torch.where((ratio > low) & (ratio < high), ratio, torch.zeros_like(ratio))
+    return ratio
+
+
+def balanced(advantages: list[float], balance: float) -> list[float]:
+    """`TrainConfig.advantage_balance` on a group's advantages: above 0 the negative ones times 1 - balance,
+    below 0 the positive ones times 1 + balance."""
+    if balance > 0:
+        return [a if a > 0 else a * (1 - balance) for a in advantages]
+    if balance < 0:
+        return [a if a < 0 else a * (1 + balance) for a in advantages]
+    return advantages
+
+
+def learning_rate_multiplier(config: TrainConfig, sequences: int, reward_std_history: list[tuple[int, float]]) -> float:
+    """What multiplies `config.learning_rate` for an update of `sequences` trained sequences:
+    sequences ** `num_trajectories_learning_rate_multiplier_power`, times, with
+    `scale_learning_rate_by_reward_std_dev`, `reward_std_trend` of the history's (step, reward_std_dev)."""
+    multiplier = float(sequences) ** config.num_trajectories_learning_rate_multiplier_power if sequences else 1.0
+    if config.scale_learning_rate_by_reward_std_dev:
+        multiplier *= reward_std_trend(reward_std_history)
+    return multiplier
+
+
+def reward_std_trend(history: list[tuple[int, float]]) -> float:
+    """ART's reward-spread multiplier: a least-squares line through the per-step means of (step, reward std),
+    its value at the last step over its intercept where the intercept is positive; 1 with fewer than 2 steps."""
+    by_step: dict[int, list[float]] = {}
+    for step, value in history:
+        by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    if len(steps) < 2:
+        return 1.0
+    values = [statistics.fmean(by_step[s]) for s in steps]
+    slope, intercept = statistics.linear_regression(steps, values)
+    return (slope * steps[-1] + intercept) / intercept if intercept > 0 else 1.0
 
 
 def tied(rewards: list[float], spread: float = 0.0) -> bool:
@@ -217,16 +295,25 @@ def loss_normaliser(loss: LossName, trained_tokens: list[int]) -> int:
     return LOSSES[loss].normaliser(trained_tokens)
 
 
-def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
+def importance_weights(proximal: torch.Tensor, behaviour: torch.Tensor, cap: float | None) -> torch.Tensor:
     """Truncated importance weights of sampled tokens (TIS, as TRL's and prime-rl's losses correct for the
     sampler): min(exp(proximal - behaviour), cap) per token, without gradient; 1 where the behaviour logprob is
-    unknown (NaN). `proximal`: the trainer's logprobs of the policy before the update; `behaviour`: those of
-    the policy that sampled the token, as the inference server reported them."""
+    unknown (NaN), and everywhere without a cap (None). `proximal`: the trainer's logprobs of the policy before
+    the update; `behaviour`: those of the policy that sampled the token, as the inference server reported them."""
+    if cap is None:
+        return torch.ones_like(proximal)
     log_ratio = (proximal.detach() - behaviour).nan_to_num(0.0)
     return torch.clamp(torch.exp(log_ratio), max=cap)
 
 
-def clipped_policy_loss(
+def clipped_policy_loss(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, dict[str, float]]:
+    """The summed (not yet normalised) loss of one micro-batch, and its statistics: `policy_terms` (which takes
+    the same arguments) summed, each token's loss times its weight."""
+    per_token, weight, stats = policy_terms(*args, **kwargs)
+    return (per_token * weight).sum(), stats
+
+
+def policy_terms(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
@@ -237,41 +324,49 @@ def clipped_policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
     behaviour_logprobs: torch.Tensor | None = None,
-    importance_sampling_cap: float = 2.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The summed (not yet normalised) loss of one micro-batch under `loss`, and its statistics.
+    importance_sampling_cap: float | None = 2.0,
+    shaping: RatioShaping = RatioShaping(),
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Each token's loss under `loss` ([batch, tokens]), each token's weight in the micro-batch's sum (the
+    mask; for gspo the mask over the sequence's trained-token count) and the statistics.
 
     logprobs, old_logprobs, mask (and ref_logprobs): [batch, tokens]; advantages: [batch]. The grpo
-    default is the sum over masked tokens of -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
+    default is per masked token -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
     Old logprobs that are NaN (unknown) are taken from the current policy, detached, so those tokens
     have ratio 1. cispo's weight is clamp(ratio, 1 - eps, eps_high) (the cap is epsilon_high itself, TRL's
-    convention). With `ref_logprobs`, kl_beta x `k3_kl` joins each token's loss. Divide the returned sum
-    by `loss_normaliser(loss, ...)` over the whole update.
+    convention). `shaping` (ART's settings, `RatioShaping`) changes the ratio's level (`importance_ratio`),
+    caps or masks it (`shaped_ratio`, the mask's range being the clip's), subtracts tau x sg(log ratio) from
+    each token's advantage, and multiplies each policy term by sg(min(ratio, truncated_importance_sampling)).
+    With `ref_logprobs`, kl_beta x `k3_kl` joins each token's loss. Divide the sum of loss x weight by
+    `loss_normaliser(loss, ...)` over the whole update.
     The stats sum over the masked tokens: clipped tokens (low: the ratio under 1 - eps, high: over
     1 + eps_high, or for cispo over eps_high, counted where clipping changed the objective: for the PPO
-    objective only where it zeroes the gradient, for cispo wherever the weight was clamped), the ratio, the k3 KL (with
-    ref_logprobs), and |logprob - old logprob| over the tokens whose old logprob is known: how far the
-    policy being trained is from the one that sampled (the inference server's numerics).
+    objective only where it zeroes the gradient, for cispo wherever the weight was clamped), the ratio (before
+    any cap or mask), the k3 KL (with ref_logprobs), and |logprob - old logprob| over the tokens whose old
+    logprob is known: how far the policy being trained is from the one that sampled (the inference server's
+    numerics).
 
     With `behaviour_logprobs` (the logprobs of the policy that sampled, as the inference server reported them;
     NaN where unknown), the off-policy correction (`TrainConfig.importance_sampling_correction`):
     `old_logprobs` are then the trainer's own logprobs of the policy before this update (the proximal policy),
     the clip works on pi / pi_old against them, and each token's policy term is multiplied by the truncated
     importance weight min(pi_old / pi_behaviour, importance_sampling_cap), without gradient (1 where the
-    behaviour logprob is unknown); the KL term is not weighted. The stats then add the weights' sum and the
-    tokens whose weight was truncated, and the sampler gap is measured against `behaviour_logprobs`.
+    behaviour logprob is unknown, or without a cap); the KL term is not weighted. The stats then add the
+    weights' sum and the tokens whose weight was truncated, and the sampler gap is measured against
+    `behaviour_logprobs`.
     """
     variant = LOSSES[loss]
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
     mask = mask.to(logprobs.dtype)
     log_ratio = logprobs - old
-    weight = mask
-    if variant.sequence_ratio:
-        lengths = mask.sum(-1, keepdim=True).clamp(min=1)
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / lengths
-        weight = mask / lengths
-    ratio = torch.exp(log_ratio)
+    weight = mask / mask.sum(-1, keepdim=True).clamp(min=1) if variant.sequence_ratio else mask
+    level = shaping.importance_sampling_level or ("sequence" if variant.sequence_ratio else "token")
+    raw_ratio = importance_ratio(log_ratio, mask, level)
+    high_bound = epsilon_high if variant.truncated_is else 1 + epsilon_high
+    ratio = shaped_ratio(raw_ratio, shaping, 1 - epsilon, high_bound)
     adv = advantages.unsqueeze(-1)
+    if shaping.kimi_k2_tau:
+        adv = adv - shaping.kimi_k2_tau * log_ratio.detach()
     if variant.truncated_is:
         per_token = -torch.clamp(ratio, 1 - epsilon, epsilon_high).detach() * adv * logprobs
         low, high = ratio < 1 - epsilon, ratio > epsilon_high
@@ -280,6 +375,8 @@ def clipped_policy_loss(
         per_token = -torch.minimum(unclipped, clipped)
         active = clipped < unclipped
         low, high = active & (adv < 0), active & (adv > 0)
+    if shaping.truncated_importance_sampling is not None:
+        per_token = per_token * torch.clamp(ratio, max=shaping.truncated_importance_sampling).detach()
     stats: dict[str, float] = {}
     sampler, sampled = old, old_logprobs  # the sampler's logprobs, known ones filled in; as given
     if behaviour_logprobs is not None:
@@ -289,7 +386,8 @@ def clipped_policy_loss(
         per_token = per_token * weights
         with torch.no_grad():
             stats["is_weight_sum"] = float((weights * mask).sum())
-            stats["is_truncated_tokens"] = float(((weights >= importance_sampling_cap) * mask).sum())
+            cap = math.inf if importance_sampling_cap is None else importance_sampling_cap
+            stats["is_truncated_tokens"] = float(((weights >= cap) * mask).sum())
     if ref_logprobs is not None:
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + kl_beta * kl
@@ -299,9 +397,9 @@ def clipped_policy_loss(
         stats |= {
             "clipped_low_tokens": float((low * mask).sum()),
             "clipped_high_tokens": float((high * mask).sum()),
-            "ratio_sum": float((ratio * mask).sum()),
+            "ratio_sum": float((raw_ratio * mask).sum()),
             "sampler_gap_sum": float(((logprobs - sampler).abs() * known).sum()),
             "sampler_known_tokens": float(known.sum()),
         }
         stats["clipped_tokens"] = stats["clipped_low_tokens"] + stats["clipped_high_tokens"]
-    return (per_token * weight).sum(), stats
+    return per_token, weight, stats

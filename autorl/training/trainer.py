@@ -24,18 +24,23 @@ from ..types import TrainSFTConfig
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .data_parallel import DataParallel, Share, share, synced
 from .drift import drift_totals, figures_from_totals
-from .engines import LOADERS, resolve_engine
+from .engines import DEFAULT_MAX_SEQ_LENGTH, LOADERS, check_sequence_lengths, cuda_training_dtype, resolve_engine
 from .forwards import PolicyForwards
 from .loss import (
+    RatioShaping,
     advantages,
+    balanced,
     clipped_policy_loss,
     kl_weight,
+    learning_rate_multiplier,
     loss_normaliser,
     overlong_penalty,
 )
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
+HISTORY_FILE = "history.jsonl"
+"""The run's history beside its `checkpoints/` (the backend writes it: `autorl.backends.run_dir`)."""
 log = logging.getLogger(__name__)
 
 
@@ -44,17 +49,21 @@ def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype != "auto":
         return getattr(torch, dtype)
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        return cuda_training_dtype(torch.cuda.is_bf16_supported(including_emulation=False))
     return torch.bfloat16 if device.type == "cpu" and native_bf16() else torch.float32
 
 
 def release_freed_memory() -> None:
     """Give the memory that the process has freed back to the OS (glibc's malloc_trim; elsewhere nothing):
     a step's activations, gigabytes on CPU, would otherwise stay with the process while the vLLM server
-    and the next stages need the RAM."""
+    and the next stages need the RAM; on CUDA, the GPU memory torch's allocator keeps cached too."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # the blocks torch's allocator caches count as used on the GPU: a vLLM server (re)started after a
+        # step checks that its share is free, and would find the trainer's cache holding it
+        torch.cuda.empty_cache()
 
 
 def measures_drift(every: int, step: int | None) -> bool:
@@ -67,6 +76,13 @@ def measures_drift(every: int, step: int | None) -> bool:
 def truncated(trajectory: Trajectory) -> bool:
     """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
     return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
+
+
+def reward_std_dev(groups: list[TrajectoryGroup]) -> float:
+    """ART's `reward_std_dev` of a step: the mean over its groups of more than one trajectory of their rewards'
+    population standard deviation (0 without such a group)."""
+    spreads = [statistics.pstdev(t.reward for t in g.trajectories) for g in groups if len(g.trajectories) > 1]
+    return statistics.fmean(spreads) if spreads else 0.0
 
 
 def longest_turn(trajectory: Trajectory) -> int:
@@ -89,6 +105,7 @@ class GRPOTrainer(PolicyForwards):
         config: TrainerConfig,
         device: str | None = None,
         parallel: DataParallel | None = None,
+        max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
     ):
         self.config = config
         self.checkpoints = checkpoints
@@ -99,7 +116,10 @@ class GRPOTrainer(PolicyForwards):
         self.engine = resolve_engine(config.engine)
         log.info("trainer engine: %s", self.engine)
         latest = latest_checkpoint(checkpoints)
-        self.model = LOADERS[self.engine](model_dir, latest[1] if latest else None, config, self.dtype, self.device)
+        self.max_seq_length = max_seq_length
+        """The longest sequence it trains (the server's `max_model_len`); Unsloth cuts longer ones."""
+        checkpoint = latest[1] if latest else None
+        self.model = LOADERS[self.engine](model_dir, checkpoint, config, self.dtype, self.device, max_seq_length)
         self._keep_lora_fp32()
         # gradient checkpointing (Unsloth's always) recomputes each layer without a KV cache to continue from
         checkpointing = config.gradient_checkpointing and self.engine == "peft"
@@ -150,6 +170,7 @@ class GRPOTrainer(PolicyForwards):
             for g, ps in zip(groups, penalties, strict=True)
         ]
         per_group = advantages(shaped, config.scale_rewards, config.tie_spread)
+        per_group = [a if a is None else balanced(a, config.advantage_balance) for a in per_group]
         sampled: list[Sequence] = []  # every rollout's policy tokens, tied groups included: the sentinel's
         for group, group_advantages in zip(groups, per_group, strict=True):
             # a trajectory's conversation, then its additional histories (ART's): each a sequence of its advantage
@@ -158,6 +179,7 @@ class GRPOTrainer(PolicyForwards):
                 for t in group.trajectories
             ]
             sampled += [s for own in sequences for s in own if any(s.mask)]
+            check_sequence_lengths([len(s.input_ids) for s in sampled], self.max_seq_length, self.engine)
             if group_advantages is None:
                 tied += 1
                 if not config.kl_beta:
@@ -172,6 +194,7 @@ class GRPOTrainer(PolicyForwards):
         metrics: dict[str, float] = {
             "reward": statistics.fmean(rewards) if rewards else 0.0,
             "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+            "reward_std_dev": reward_std_dev(groups),
             "groups": len(groups),
             "groups_trained": len(groups) - tied,
             "groups_skipped_tied": tied,
@@ -197,7 +220,7 @@ class GRPOTrainer(PolicyForwards):
             metrics.update(figures_from_totals(self._summed(totals)))
             references = {id(s): b for s, b in zip(counted + extra, base, strict=True)}
         metrics.update(
-            self._update(batch, mine, config, references)
+            self._update(batch, mine, config, references, (step, metrics["reward_std_dev"]))
             if batch
             else {"loss": 0.0, "grad_norm": 0.0, "trained_tokens": 0}
         )
@@ -213,6 +236,7 @@ class GRPOTrainer(PolicyForwards):
         started = time.monotonic()
         defaults = TrainConfig()
         sequences = [tokenize_trajectory(t, self.tokenizer, config.assistant_turns) for t in trajectories]
+        check_sequence_lengths([len(s.input_ids) for s in sequences], self.max_seq_length, self.engine)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         losses, norms, rates, trained, tokens = [], [], [], 0, 0
@@ -268,11 +292,14 @@ class GRPOTrainer(PolicyForwards):
         mine: Share,
         config: TrainConfig,
         base: dict[int, torch.Tensor],
+        reward_spread: tuple[int | None, float] = (None, 0.0),
     ) -> dict[str, float]:
         """`config.ppo_epochs` optimizer steps on (sequence, advantage) pairs under `config.loss`; returns
         their metrics. This process trains `mine` of the `batch` (all of it with one trainer); the normalisers
         and the metrics are the whole batch's. `base` holds the base-model logprobs of `mine`'s sequences
-        (`_base_logprobs`, by `id`): the KL penalty's reference. The policy term is normalised over the
+        (`_base_logprobs`, by `id`): the KL penalty's reference. The learning rate is `config`'s times
+        `learning_rate_multiplier` (ART's scalings: by the sequences trained, and by the trend of the history's
+        `reward_std_dev` with `reward_spread`, this step's (number, value), at its end). The policy term is normalised over the
         sequences with an advantage, the KL term over every sequence of the batch (`kl_weight`: with
         kl_beta > 0, advantage-0 ones are in it).
 
@@ -285,13 +312,16 @@ class GRPOTrainer(PolicyForwards):
         in the first epoch, before the policy moves.
         """
         self.model.train()
+        spreads = self._reward_spreads(reward_spread) if config.scale_learning_rate_by_reward_std_dev else []
+        rate = config.learning_rate * learning_rate_multiplier(config, len(batch), spreads)
         for group in self.optimizer.param_groups:
-            group["lr"] = config.learning_rate
+            group["lr"] = rate
         total_tokens = sum(sum(s.mask) for s, _ in batch)
         signal = [sum(s.mask) for s, a in batch if a != 0]
         normaliser = loss_normaliser(config.loss, signal or [sum(s.mask) for s, _ in batch])
         kl_beta = kl_weight(config.loss, config.kl_beta, signal, [sum(s.mask) for s, _ in batch])
         epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+        shaping = RatioShaping.of(config)
         trained = sorted(mine.items, key=lambda item: self._order(item[0]))
         size = config.micro_batch_size
         micro_batches = [trained[i : i + size] for i in range(0, len(trained), size)]
@@ -320,7 +350,7 @@ class GRPOTrainer(PolicyForwards):
                     }
                 loss, stats = clipped_policy_loss(
                     logprobs, pi_old, advantage, mask[:, 1:], config.epsilon, epsilon_high,
-                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta, **correction,
+                    loss=config.loss, ref_logprobs=reference, kl_beta=kl_beta, shaping=shaping, **correction,
                 )  # fmt: skip
                 (loss * mine.weight / normaliser).backward()
                 sums["loss"] += float(loss.detach()) * counts
@@ -346,6 +376,7 @@ class GRPOTrainer(PolicyForwards):
             "clip_fraction_high": sums["clipped_high_tokens"] / tokens,
             "ratio_mean": sums["ratio_sum"] / tokens,
             "entropy": sums["entropy"] / tokens,
+            "learning_rate": rate,
             "sampler_logprob_gap": sums["sampler_gap_sum"] / known if known else float("nan"),
         }
         if config.kl_beta > 0:
@@ -354,6 +385,16 @@ class GRPOTrainer(PolicyForwards):
             metrics["is_weight_mean"] = sums["is_weight_sum"] / tokens
             metrics["is_truncated_fraction"] = sums["is_truncated_tokens"] / tokens
         return metrics
+
+    def _reward_spreads(self, current: tuple[int | None, float]) -> list[tuple[int, float]]:
+        """(step, `reward_std_dev`) of the run's history (the `history.jsonl` beside the checkpoints) and of
+        `current`, the step being trained (ART logs a step's groups before training on them)."""
+        history = self.checkpoints.parent / HISTORY_FILE
+        lines = history.read_text().splitlines() if history.is_file() else []
+        records = [json.loads(line) for line in lines if line.strip().endswith("}")]
+        spreads = [(r["step"], r["reward_std_dev"]) for r in records if "reward_std_dev" in r and "step" in r]
+        step = current[0] if current[0] is not None else (spreads[-1][0] + 1 if spreads else 1)
+        return [*spreads, (step, current[1])]
 
     def save(self, step: int, metrics: dict[str, float]) -> Path:
         """Write `checkpoints/NNNN/` (PEFT adapter, optimizer state, metrics) atomically."""

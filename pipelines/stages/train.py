@@ -28,7 +28,7 @@ from typing import Any
 from autorl import tracing
 from autorl.atomic import atomic_dir, atomic_text
 from autorl.backends.run_dir import ensure_writable, read_history, save_trajectories, write_history
-from autorl.config import TrainConfig
+from autorl.config import ART_TRAIN_SETTINGS, TrainConfig
 from autorl.pipeline_trainer import PipelineTrainer
 from autorl.task import TaskSpec
 from autorl.training.checkpoints import checkpoint_name
@@ -76,7 +76,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
     }
 
 
-KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap", "tie_spread")
+KEYED_WHEN_SET = ("importance_sampling_correction", "importance_sampling_cap", "tie_spread", *ART_TRAIN_SETTINGS)
 """`TrainConfig` fields added after runs were cached: in the train key only away from their defaults, so the runs
 cached before them keep their keys."""
 

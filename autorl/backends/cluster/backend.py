@@ -34,7 +34,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ruler.endpoint import EMBEDDED, ModelEndpoint
 
@@ -278,7 +278,8 @@ class ClusterBackend(ModelBackend):
         *,
         cluster: ClusterConfig,
         server: ServerConfig | None = None,
+        layout: Literal["art", "run"] = "art",
     ):
         self.server_config = server or ServerConfig()
         self.cluster = cluster
-        super().__init__(path, ClusterPlacement(cluster, self.server_config))
+        super().__init__(path, ClusterPlacement(cluster, self.server_config), layout)

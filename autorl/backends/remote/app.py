@@ -14,6 +14,7 @@ Paths (every one but /health needs the token; bodies are wire.py's request model
     GET  /models/NAME/checkpoints[/STEP]       the complete checkpoints; one's PEFT files as .tar.gz
     GET  /models/NAME/history                  the training history (a record per step, as history.jsonl);
                                                these reads start no vLLM server, even after a restart
+    GET  /models/NAME/trajectories             what Model.log recorded (SPLIT/NNNN.parquet, ART's files) as .tar.gz
     GET  /v1/models                            the names servable here: "NAME" is the newest checkpoint,
                                                "NAME@NNNN" checkpoint NNNN
     POST /v1/chat/completions, /v1/completions OpenAI-compatible inference, passed on to the model's vLLM
@@ -58,7 +59,7 @@ from ..run_dir import read_history
 from .limits import Concurrency, ServeLimits
 from .openapi import request_body
 from .rollouts import CHAT_ROUTE, ServedRollouts
-from .served import Refused, ServedModels, checkpoint_archive
+from .served import Refused, ServedModels, checkpoint_archive, trajectories_archive
 from .wire import (
     CLIENT_HEADER,
     MAX_STEP,
@@ -292,6 +293,12 @@ def make_app(served: ServedModels, token: str, max_body_bytes: int) -> FastAPI:
             media_type="application/gzip",
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
+
+    @app.get("/models/{name}/trajectories")
+    async def trajectories(name: str) -> Response:
+        run_dir = served.backend.run_dir(served.recorded(name))
+        archive = await asyncio.to_thread(trajectories_archive, run_dir)
+        return Response(archive, media_type="application/gzip")
 
     @app.get("/v1/models")
     async def models() -> dict:

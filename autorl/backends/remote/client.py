@@ -242,6 +242,11 @@ class RemoteBackend(Connection, TrainingCalls):
             raise AutoRLError(f"model {model.name!r} has no checkpoint on {self.url} yet (it is at step 0)")
         return await self.download(f"/models/{model.name}/checkpoints/{step}", Path(path) / checkpoint_name(step))
 
+    async def download_trajectories(self, model: TrainableModel, path: str | os.PathLike) -> Path:
+        """Fetch what `model.log` recorded of the model on the server (`<split>/NNNN.parquet`, ART's files) into the
+        directory `path`, which it replaces whole; returns it."""
+        return await self.download(f"/models/{model.name}/trajectories", Path(path))
+
     async def capture_rollout(self, model: TrainableModel) -> GatewayRollout:
         """A rollout address on the server's capture gateway (`autorl.backends.remote.rollouts`): an agent in
         any language given its `env()` (`OPENAI_BASE_URL`, `OPENAI_API_KEY`: the server's token) has its chat

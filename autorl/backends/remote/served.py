@@ -372,9 +372,21 @@ def checkpoint_archive(checkpoints: Path, name: str, step: int) -> bytes:
     path = checkpoints / checkpoint_name(step)
     if not (path / METRICS_FILE).is_file():
         raise missing_checkpoint(name, step, checkpoints)
+    return files_archive(path, sorted(path.rglob("*")))
+
+
+def trajectories_archive(run_dir: Path) -> bytes:
+    """What `Model.log` recorded of a model (`trajectories/<split>/NNNN.parquet`, ART's files) as a .tar.gz of
+    `<split>/NNNN.parquet` members; an empty archive when it recorded none."""
+    root = run_dir / "trajectories"
+    return files_archive(root, sorted(root.glob("*/[0-9][0-9][0-9][0-9].parquet")))
+
+
+def files_archive(root: Path, files: list[Path]) -> bytes:
+    """The regular files among `files` (all under `root`) as a .tar.gz, named relative to `root`."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
-        for file in sorted(path.rglob("*")):
-            if file.is_file():
-                archive.add(file, arcname=str(file.relative_to(path)), recursive=False)
+        for file in files:
+            if file.is_file() and not file.is_symlink():
+                archive.add(file, arcname=str(file.relative_to(root)), recursive=False)
     return buffer.getvalue()
