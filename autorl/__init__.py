@@ -12,6 +12,8 @@ CPython with gh-106905 guards ``ast.parse`` against its thread race (`autorl.ast
 """
 
 import importlib
+import sys as _sys
+import types as _types
 
 from autorl import ast_parse as _ast_parse
 from ruler.endpoint import ModelEndpoint as _ModelEndpoint
@@ -101,6 +103,26 @@ _REFUSED = {
     "SkyPilotBackend": "see `autorl.skypilot`: autorl has no SkyPilot backend; run `autorl serve` there and use RemoteBackend",
 }
 """ART's names autorl does not have, each with what to use instead (`NotInAutoRLError`, never AttributeError)."""
+
+
+def _module_path(name: str, names: tuple[str, ...], doc: str) -> None:
+    """ART's module path `art.<name>` for capture names that autorl keeps in `capture.scopes`, made a module only in
+    `sys.modules`: `from autorl.auto_trajectory import auto_trajectory` works, and `autorl.auto_trajectory` stays the
+    function, as in ART (a module file of that name would replace the function once imported)."""
+
+    def attribute(attr: str) -> object:
+        if attr not in names:
+            raise AttributeError(f"module 'autorl.{name}' has no attribute {attr!r}")
+        return getattr(importlib.import_module(".capture.scopes", __name__), attr)
+
+    module = _types.ModuleType(f"autorl.{name}", doc)
+    module.__all__ = list(names)
+    module.__getattr__ = attribute
+    _sys.modules[module.__name__] = module
+
+
+_module_path("auto_trajectory", ("auto_trajectory", "capture_auto_trajectory"), "ART's 2025 capture module path.")
+_module_path("yield_trajectory", ("yield_trajectory", "capture_yielded_trajectory"), "ART's yield_trajectory path.")
 
 
 def __getattr__(name: str) -> object:

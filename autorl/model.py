@@ -36,7 +36,8 @@ class Model(BaseModel, Generic[ModelConfig]):
     name: str
     """Unique name of the model inside its project."""
     project: str = "default"
-    """Groups runs; the run directory is `<backend path>/<project>/<name>`."""
+    """Groups runs; the model's directory is `<backend path>/<project>/models/<name>` (ART's layout,
+    `autorl.utils.output_dirs`; `autorl run`'s is `<backend path>/<project>/<name>`)."""
     config: ModelConfig | None = None
     """Your own settings of the model (any pydantic model, e.g. the rollout's max turns), kept with it for
     rollout code to read; autorl reads nothing of it. Registering refuses one that is not JSON-serialisable."""
@@ -138,7 +139,7 @@ class Model(BaseModel, Generic[ModelConfig]):
         share of rollouts that raised (`exception_rate`), the mean of every metric the trajectories carry,
         and `metrics` as given. `trajectories`: trajectories (with exceptions, as `gather_trajectories`
         returns them with max_exceptions), which form one group, or groups. Written to the run directory's
-        `log_history.jsonl` and `trajectories/<split>/NNNN.parquet`, and to W&B (`report_metrics`);
+        `log_history.jsonl` and `trajectories/<split>/NNNN.parquet` (ART's format), and to W&B (`report_metrics`);
         `delete_checkpoints` picks the best checkpoint by these. With no trajectories, `metrics` alone, as ART's
         `await model.log(metrics=result.metrics, step=result.step)` after `backend.train`. Returns the metrics
         recorded."""
@@ -208,10 +209,18 @@ class TrainableModel(Model[ModelConfig], Generic[ModelConfig]):
             raise ValueError(f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}") from None
         return server
 
-    async def register(self, backend: Backend) -> None:
+    async def register(self, backend: Backend, _openai_client_config: dict[str, Any] | None = None) -> None:
         """Start serving this model on `backend` (e.g. `LocalBackend()`), resuming its newest checkpoint. A
-        second model of the same name on the same backend shares the first one's server and training."""
+        second model of the same name on the same backend shares the first one's server and training.
+
+        _openai_client_config: ART's server settings (`{"engine_args": {...}, "server_args": {...}}`), set on
+            `server` (`autorl.dev.openai_server_config_updates`); a key autorl has no setting for is one
+            `UnsupportedArgumentError` line naming it."""
         self._check_config()
+        if _openai_client_config:
+            from .dev import openai_server_config_updates
+
+            self.server = self._server_fields({**self.server, **openai_server_config_updates(_openai_client_config)})
         await backend.register(self)
         self._backend = backend
 

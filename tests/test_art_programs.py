@@ -24,6 +24,7 @@ import ruler
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.local import LocalBackend
 from autorl.serving.config import ServerConfig
+from autorl.training.checkpoints import complete_checkpoints
 from autorl.trajectories import Trajectory, TrajectoryGroup
 from tests.helpers.limits import scaled
 
@@ -44,10 +45,10 @@ class Session:
 
     @property
     def run_dir(self):
-        return self.home / "art-programs" / "agent"
+        return self.home / "art-programs" / "models" / "agent"  # ART's layout
 
     def checkpoints(self) -> list[int]:
-        return sorted(int(p.name) for p in (self.run_dir / "checkpoints").glob("[0-9]*"))
+        return [step for step, _ in complete_checkpoints(self.run_dir / "checkpoints")]  # trained: not 0000
 
     def step(self) -> int:
         """The programs' model's step as the backend has it: where the next program starts."""

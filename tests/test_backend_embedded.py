@@ -122,7 +122,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
                 model=model.get_inference_name(), messages=[{"role": "user", "content": "Hi"}], max_tokens=8
             )
             assert reply.choices[0].message.content is not None
-            run_dir = tmp_path / "it" / "agent"
+            run_dir = tmp_path / "it" / "models" / "agent"  # ART's layout
             assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
             assert len((run_dir / "history.jsonl").read_text().splitlines()) == 1
             assert merged_dirs() == left  # the server holds its own copy of the merged weights; no file stays

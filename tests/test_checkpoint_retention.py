@@ -74,9 +74,10 @@ def test_log_records_each_split_at_its_step_in_a_history_of_its_own_parquet_and_
     assert records[1]["val/reward"] == 0.625 and records[1]["val/win_rate"] == 0.25 and "recorded_at" in records[1]
     assert records[2]["test/reward"] == 0.75
     assert [r["step"] for r in read_history(run_dir)] == [1, 2]  # the training history is the training's
-    frame = pd.read_parquet(run_dir / "trajectories" / "val" / "0002.parquet")
-    assert list(frame["reward"]) == [0.0, 0.5, 1.0, 1.0] and set(frame["step"]) == {2}
-    assert list(frame.columns) == ["input", "variant", "reward", "answer", "explanation", "step"]
+    frame = pd.read_parquet(run_dir / "trajectories" / "val" / "0002.parquet")  # ART's format
+    assert list(frame["reward"]) == [0.0, 0.5, 1.0, 1.0] and list(frame["group_index"]) == [0, 0, 1, 1]
+    assert list(frame.columns) == ["group_index", "group_metadata", "group_metrics", "group_logs", "reward",
+                                   "metrics", "metadata", "tools", "logs", "messages"]  # fmt: skip
     assert len(pd.read_parquet(run_dir / "trajectories" / "val" / "0000.parquet")) == 2
     rows = wandb_history(next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")))
     assert [row["_step"] for row in rows] == [0, 1, 2]

@@ -26,7 +26,8 @@ def make_backend(
     """A `RemoteBackend` when `remote` is the URL of an `autorl serve` (its run directories copied under `path`;
     the `server` fields set, but where it runs, asked of it for each model, with adapter serving; one client id
     per machine and `path`, so a rerun is the client that trained before), a `ClusterBackend` when
-    `cluster.ray` names a cluster, else a `LocalBackend` (both under `path`)."""
+    `cluster.ray` names a cluster, else a `LocalBackend` (both under `path`, in `autorl run`'s layout:
+    `path/<project>/<name>/`)."""
     if remote is not None:
         if cluster.ray is not None:
             raise AutoRLError(
@@ -46,7 +47,7 @@ def make_backend(
     if cluster.ray is None:
         from .local import LocalBackend
 
-        return LocalBackend(path, server=server)
+        return LocalBackend(path, server=server, layout="run")
     from .cluster.backend import ClusterBackend  # Ray and the actors load only for a cluster run
 
-    return ClusterBackend(path, cluster=cluster, server=server)
+    return ClusterBackend(path, cluster=cluster, server=server, layout="run")

@@ -40,7 +40,7 @@ def serve(config: ServeConfig, announce: Callable[[str], object] = print) -> Non
     with exclusive(
         serve_dir / "lock", f"home {config.home}", "stop the other `autorl serve`, or choose another --home"
     ):
-        backend = LocalBackend(config.home / MODELS_DIR, server=config.server)
+        backend = LocalBackend(config.home / MODELS_DIR, server=config.server, layout="run")
         served = ServedModels(backend, serve_dir, config.lease_s, config.limits)
         app = make_app(served, token, config.max_body_bytes)
         announce(f"autorl serve: {config.url} (OpenAI-compatible at {config.url}/v1); the token from {source}")
