@@ -27,7 +27,7 @@ from autorl.redaction import redact_text, redacted
 from autorl.serving.vllm_server import VLLMServer
 from autorl.task import RUN_SETTINGS, TaskSpec
 from autorl.tracking import Tracker, tracker_names
-from autorl.training.engines import resolve_engine
+from autorl.training.engines import prepare_engine
 from ruler import Judge
 from ruler.calls import CallRecord, summarize
 from ruler.endpoint import EMBEDDED
@@ -91,6 +91,8 @@ async def run_stages(task: TaskSpec, config: RunConfig, console: Console | None 
     The run's settings are `config`'s: build it with `RunConfig.for_task(task, ...)` to take the task
     file's `[train]` / `[trainer]` tables and `inputs_file` into it.
     """
+    # Unsloth where it trains, before anything imports transformers or peft; unsloth where it cannot run fails here
+    engine = prepare_engine(config.trainer.engine)
     console = console or Console(stderr=True)
     name = config.name or default_run_name(task, config.model)
     run_dir = config.home / "runs" / name
@@ -100,7 +102,6 @@ async def run_stages(task: TaskSpec, config: RunConfig, console: Console | None 
     forced = forced_stages(config.force)
     tracker_names(config.trackers())  # a tracker's missing package
     judge = load_judge(config.judge, cache_dir=config.home / "cache" / "ruler")
-    engine = resolve_engine(config.trainer.engine)  # unsloth where it cannot run
     sft.check_file(config)  # a missing or malformed SFT file
     with run_locks(config.home, name, keys["train"]):  # one process per run name and per training
         traced = tracing.configure(config.otlp_endpoint)  # off unless asked for: then every span below

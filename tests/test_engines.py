@@ -24,7 +24,7 @@ def test_unsloth_where_it_cannot_run_is_one_line(monkeypatch):
         engines.resolve_engine("unsloth")
     monkeypatch.setattr(engines, "cuda_available", lambda: True)
     monkeypatch.setattr(engines, "unsloth_installed", lambda: False)
-    with pytest.raises(AutoRLError, match=r"not installed: pip install"):
+    with pytest.raises(AutoRLError, match=r"not installed: ./install.sh --gpu"):
         engines.resolve_engine("unsloth")
 
 

@@ -77,6 +77,7 @@ def pretend_cuda(monkeypatch, cuda: bool) -> None:
     """Every place that asks whether CUDA is there (the config's defaults, the command line) hears `cuda`."""
     for module in (serving_config, vllm_server):
         monkeypatch.setattr(module, "cuda_available", lambda: cuda)
+    monkeypatch.setattr(vllm_server, "cuda_total_bytes", lambda: 80 * 2**30)  # an H100's
 
 
 @pytest.mark.parametrize("cuda", [False, True])
@@ -201,17 +202,19 @@ def test_on_cpu_the_kv_cache_is_sized_in_bytes_never_as_a_memory_fraction(tmp_pa
         command(tmp_path, gpu_memory_utilization=0.5)
 
 
-def test_on_cuda_vllm_takes_half_the_gpu_unless_told_a_share_or_bytes(tmp_path, monkeypatch):
+def test_on_cuda_vllm_takes_half_the_gpu_with_the_judge_unless_told_a_share_or_bytes(tmp_path, monkeypatch):
     pretend_cuda(monkeypatch, True)
     default = command(tmp_path)
     assert "--kv-cache-memory-bytes" not in default and "--max-num-seqs" not in default
-    assert default[default.index("--gpu-memory-utilization") + 1] == "0.5"  # half the GPU left to the trainer
+    # half the GPU for the policy and the embedded judge's server (3 GiB of 80: 0.04), the rest to the trainer
+    assert default[default.index("--gpu-memory-utilization") + 1] == "0.46"
     chosen = command(tmp_path, gpu_memory_utilization=0.3, max_num_seqs=64)
     assert chosen[chosen.index("--gpu-memory-utilization") + 1] == "0.3"
     assert chosen[chosen.index("--max-num-seqs") + 1] == "64"
     explicit = command(tmp_path, kv_cache_bytes=10**9)
     assert explicit[explicit.index("--kv-cache-memory-bytes") + 1] == "1000000000"
-    assert "--gpu-memory-utilization" not in explicit
+    # vLLM checks its share is free at its start whatever sizes the KV cache: its default, 0.9, would not be
+    assert explicit[explicit.index("--gpu-memory-utilization") + 1] == "0.46"
 
 
 def test_meminfo_files_are_read_in_bytes(tmp_path):

@@ -144,8 +144,8 @@ def test_more_trainer_workers_than_the_cluster_holds_is_one_error_line(placement
     import ray
 
     from autorl.backends.cluster.config import ClusterConfig
-    from autorl.backends.cluster.trainer import check_trainer_fits
+    from autorl.backends.cluster.fit import check_fits
 
     cpus = int(ray.cluster_resources()["CPU"])
-    with pytest.raises(AutoRLError, match=rf"^--trainer-workers {cpus} needs {cpus} CPUs \(1 each\) beside the"):
-        check_trainer_fits(ClusterConfig(ray="local", trainer_workers=cpus))
+    with pytest.raises(AutoRLError, match=rf"^the Ray cluster has {cpus} CPUs and the run needs {cpus + 1} at once"):
+        check_fits(ClusterConfig(ray="local", trainer_workers=cpus), ray.cluster_resources(), with_judge=False)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..config import TrainConfig, TrainerConfig
-from ..errors import AutoRLError, ServerDiedError
-from ..serving.config import ServerConfig, cuda_available
+from ..errors import ServerDiedError
+from ..serving.config import ServerConfig, check_lora_servable, cuda_available
 from ..serving.embedded import resolve_base_model
 from ..serving.ports import check_port
 from ..serving.vllm_server import VLLMServer
@@ -149,10 +149,13 @@ class ThreadTrainer:
     step's worth in their own arena, where one thread holds one step's worth in all.
     """
 
-    def __init__(self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor):
+    def __init__(
+        self, model_dir: Path, checkpoints: Path, config: TrainerConfig, torch_thread: Executor, max_seq_length: int
+    ):
         self._model_dir = model_dir
         self._checkpoints = checkpoints
         self._config = config
+        self._max_seq_length = max_seq_length
         self._trainer = None
         self._thread = torch_thread
 
@@ -166,9 +169,17 @@ class ThreadTrainer:
         """`update` of the trainer (built first, if it is not yet) and checkpoint `step`, on the torch thread."""
         on_thread = functools.partial(asyncio.get_running_loop().run_in_executor, self._thread)
         if self._trainer is None:
+            from ..training.engines import prepare_engine
+
+            prepare_engine(self._config.engine)  # Unsloth, where it trains, before transformers and peft
             from ..training.trainer import GRPOTrainer  # torch, transformers and peft load only to train
 
-            self._trainer = await on_thread(GRPOTrainer, self._model_dir, self._checkpoints, self._config)
+            self._trainer = await on_thread(
+                functools.partial(GRPOTrainer, max_seq_length=self._max_seq_length),
+                self._model_dir,
+                self._checkpoints,
+                self._config,
+            )
         metrics = await on_thread(update, self._trainer)
         await on_thread(self._trainer.save, step, metrics)
         return metrics
@@ -200,11 +211,7 @@ class LocalPlacement:
         model_dir = resolve_base_model(model.base_model)
         config = self.server_config.with_overrides(model.server)
         merged = config.serves_merged()
-        if not merged and config.max_lora_rank < model.trainer.lora_rank:
-            raise AutoRLError(
-                f"LoRA rank {model.trainer.lora_rank} exceeds the server's max_lora_rank "
-                f"{config.max_lora_rank}; raise ServerConfig.max_lora_rank"
-            )
+        check_lora_servable(config, model.trainer.lora_rank, model.trainer.target_modules)
         served_name = model.name if merged else model.base_model
         label = f"the policy {model.name} ({model.base_model})"
         server = VLLMServer(model_dir, served_name, run_dir / "logs" / "vllm.log", config, label=label)
@@ -217,7 +224,9 @@ class LocalPlacement:
 
     def trainer(self, model: TrainableModel, run_dir: Path) -> ThreadTrainer:
         checkpoints = run_dir / "checkpoints"
-        return ThreadTrainer(resolve_base_model(model.base_model), checkpoints, model.trainer, self.torch_thread(model))
+        longest = self.server_config.with_overrides(model.server).max_model_len  # what the server can give it
+        model_dir = resolve_base_model(model.base_model)
+        return ThreadTrainer(model_dir, checkpoints, model.trainer, self.torch_thread(model), longest)
 
     def close(self) -> None:
         threads, self._torch_threads = list(self._torch_threads.values()), {}
@@ -256,6 +265,7 @@ class LocalBackend(ModelBackend):
         super().__init__(path, LocalPlacement(self.server_config), layout)
 
     def check_can_start(self, model: TrainableModel) -> None:
+        super().check_can_start(model)
         check_target_modules(resolve_base_model(model.base_model), model.trainer.target_modules)
         check_port(self.server_config)
 

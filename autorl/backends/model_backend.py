@@ -99,7 +99,14 @@ class ModelBackend(TrainingCalls):
         return self.placement.remote_server_starts
 
     def check_can_start(self, model: TrainableModel) -> None:
-        return None
+        """What would fail a model's server or trainer, checked before either starts: the CUDA build installed
+        can run here (`autorl.serving.gpu.check_this_cuda_build`), the LoRA can be served (`check_lora_servable`)."""
+        from ..serving.config import check_lora_servable
+        from ..serving.gpu import check_this_cuda_build
+
+        check_this_cuda_build()
+        config = self.server_config.with_overrides(model.server)
+        check_lora_servable(config, model.trainer.lora_rank, model.trainer.target_modules)
 
     def serves_adapters(self) -> bool:
         return not self.server_config.serves_merged()

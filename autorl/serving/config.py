@@ -25,7 +25,8 @@ EAGER_ENV = "AUTORL_ENFORCE_EAGER"
 """The environment variable that makes `ServerConfig.enforce_eager` default to true ("1")."""
 
 CUDA_GPU_MEMORY_UTILIZATION = 0.5
-"""vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset: the trainer gets the rest."""
+"""vLLM's share of a CUDA GPU's memory when `gpu_memory_utilization` is unset, the embedded judge's server's
+included where it runs beside the policy's (`autorl.serving.gpu.gpu_shares`): the trainer gets the rest."""
 
 
 class ServerConfig(BaseModel):
@@ -39,8 +40,9 @@ class ServerConfig(BaseModel):
     """TCP port (1-65535); None picks a free one. A port in use is an error, never silently replaced."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """CUDA only: fraction of GPU memory vLLM may use (weights, activations, KV cache); None: 0.5
-    (`CUDA_GPU_MEMORY_UTILIZATION`), leaving the other half to the trainer on the same GPU (vLLM's own
-    default, 0.9, leaves the trainer too little).
+    (`CUDA_GPU_MEMORY_UTILIZATION`) less the embedded judge's share where the policy is another model (a few
+    hundredths, sized from the embedded model: `autorl.serving.gpu.gpu_shares`), leaving the rest to the trainer
+    on the same GPU (vLLM's own default, 0.9, leaves the trainer too little); the start line says the split.
     Refused on CPU, where vLLM takes it as a fraction of one NUMA node's memory minus its own RSS (negative
     on a machine whose node reports less than it has): size the KV cache with `kv_cache_bytes` there."""
     kv_cache_bytes: int | None = Field(None, gt=0)
@@ -138,3 +140,34 @@ class ServerConfig(BaseModel):
         if self.lora_serving == "auto":
             return self.host in LOOPBACK_HOSTS and not cuda_available()
         return self.lora_serving == "merged"
+
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `--max-lora-rank` values vLLM accepts (its `MaxLoRARanks`); any other refuses the server's start."""
+NOT_ADAPTER_MODULES = ("lm_head", "embed_tokens")
+"""Modules a LoRA adapter served by vLLM cannot target: Unsloth saves them whole (`modules_to_save`), and vLLM's
+LoRA loader refuses an adapter with them."""
+
+
+def check_lora_servable(config: ServerConfig, lora_rank: int, target_modules: list[str]) -> None:
+    """One `AutoRLError` line, before any server starts, when a LoRA of `lora_rank` on `target_modules` cannot be
+    served as an adapter by a server of `config` (merged serving takes any LoRA): `max_lora_rank` must be one
+    of `VLLM_LORA_RANKS` and at least the LoRA's rank, and no target may be one of `NOT_ADAPTER_MODULES`."""
+    from ..errors import AutoRLError
+
+    if config.serves_merged():
+        return
+    if config.max_lora_rank not in VLLM_LORA_RANKS:
+        raise AutoRLError(
+            f"max_lora_rank {config.max_lora_rank} is not one vLLM accepts ({', '.join(map(str, VLLM_LORA_RANKS))})"
+        )
+    if config.max_lora_rank < lora_rank:
+        raise AutoRLError(
+            f"LoRA rank {lora_rank} exceeds the server's max_lora_rank {config.max_lora_rank}; raise "
+            "ServerConfig.max_lora_rank"
+        )
+    if bad := [m for m in target_modules if m.rpartition(".")[2] in NOT_ADAPTER_MODULES]:
+        raise AutoRLError(
+            f"target module(s) {', '.join(bad)} cannot be served as a vLLM LoRA adapter (it refuses whole saved "
+            "modules); drop them from target_modules"
+        )

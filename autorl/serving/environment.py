@@ -32,6 +32,35 @@ holds a core another process's threads need; 30x less keeps most of one server's
 servers' speed at once (`benchmarks/perf/perf_shared_cores.py` measures both)."""
 
 
+IMPORT_CHANGES: dict[str, str | None] = {}
+"""Environment variables a library's import set or changed in this process (Unsloth's: `PYTORCH_CUDA_ALLOC_CONF`,
+`PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION`, ...), with their values before it (None: unset); a server's environment
+has the values before (`shared_environment`), whether it starts before that import or after."""
+
+
+def env_changes(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str | None]:
+    """The variables that differ from `before` in `after`, with their values in `before` (None: unset there)."""
+    return {key: before.get(key) for key in {*before, *after} if before.get(key) != after.get(key)}
+
+
+def record_import_changes(before: Mapping[str, str], after: Mapping[str, str]) -> None:
+    """Record what an import changed in the environment (`IMPORT_CHANGES`); a change recorded earlier keeps its
+    first value."""
+    for key, value in env_changes(before, after).items():
+        IMPORT_CHANGES.setdefault(key, value)
+
+
+def without_import_changes(env: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """`env` with each of `changes` back at its value before the import (removed where it was unset)."""
+    out = dict(env)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
 def openmp_wait(env: Mapping[str, str]) -> dict[str, str]:
     """`env`'s `OPENMP_WAIT` settings, which libgomp reads once, when it loads (a forked process keeps its parent's)."""
     return {key: env[key] for key in OPENMP_WAIT if key in env}
@@ -39,12 +68,17 @@ def openmp_wait(env: Mapping[str, str]) -> dict[str, str]:
 
 def shared_environment(forks: bool = True) -> dict[str, str]:
     """What every vLLM server process's environment holds (and a launcher's): this process's, with this autorl
-    on the path (where `--middleware` finds `RequireKey`), without vLLM's own key (it guards /v1 only, and
+    on the path (where `--middleware` finds `RequireKey`), without what Unsloth's import changed in it
+    (`IMPORT_CHANGES`), without vLLM's own key (it guards /v1 only, and
     would refuse autorl's clients), a server's key or a launcher's socket, with runtime LoRA loading on and
     vLLM's logging configured; on CPU vLLM's older compile cache (`CPU_USE_AOT_COMPILE`), OpenMP threads that
     spin less (`CPU_SPINCOUNT`) and, where the engine is forked (`forks`), the libraries vLLM preloads for its
     engine, loaded from the start (a forked engine has them)."""
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CONFIGURE_LOGGING": "1"}
+    env = {
+        **without_import_changes(os.environ, IMPORT_CHANGES),
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_CONFIGURE_LOGGING": "1",
+    }
     for key in ("VLLM_API_KEY", KEY_ENV, LAUNCHER_ENV):
         env.pop(key, None)
     here = str(Path(__file__).resolve().parents[2])  # vLLM imports RequireKey from this autorl, wherever it runs

@@ -41,9 +41,11 @@ from ..errors import AutoRLError, ServerStartError
 from ..progress import waiting
 from . import launcher, vllm_entry
 from .auth import KEY_ENV, RequireKey, bearer, new_key
-from .config import CUDA_GPU_MEMORY_UTILIZATION, LOOPBACK_HOSTS, ServerConfig, cuda_available
+from .config import LOOPBACK_HOSTS, ServerConfig, cuda_available
 from .die_with_parent import wrapped
+from .embedded import is_embedded_dir
 from .environment import shared_environment
+from .gpu import GpuShares, cuda_memory_args, cuda_total_bytes, gpu_shares
 from .lifetime import install_exit_hooks, started_servers
 from .memory import kv_cache_bytes, memory_available_for_kv
 from .ports import check_port, free_port, port_in_use
@@ -170,25 +172,29 @@ class VLLMServer:
 
     def _memory_args(self) -> list[str]:
         """The KV cache size in bytes (`ServerConfig.kv_cache_bytes`, sized here on CPU when None), and on
-        CUDA the share of the GPU's memory vLLM takes (`gpu_memory_utilization`, `CUDA_GPU_MEMORY_UTILIZATION`
-        unless set) when the KV cache size is not given."""
+        CUDA the share of the GPU's memory vLLM takes (`cuda_memory_args`: `gpu_memory_utilization`, else the
+        policy's share of `gpu_shares`)."""
         c = self.config
-        cuda = cuda_available()
-        if not cuda and c.gpu_memory_utilization is not None:
+        if cuda_available():
+            return cuda_memory_args(c, self.gpu_shares())
+        if c.gpu_memory_utilization is not None:
             raise AutoRLError(
                 "gpu_memory_utilization applies to CUDA only (on CPU vLLM reads it as a fraction of one NUMA "
                 "node's memory); on CPU set kv_cache_bytes instead, or leave both unset"
             )
         size = c.kv_cache_bytes
-        if size is None and not cuda:
+        if size is None:
             seqs = c.resolved_max_num_seqs()
             available = memory_available_for_kv(self.model_dir)
             size = kv_cache_bytes(self.model_dir, seqs, c.max_model_len, available, c.resolved_dtype())
-        args = [] if size is None else ["--kv-cache-memory-bytes", str(size)]
-        if cuda and size is None:
-            share = CUDA_GPU_MEMORY_UTILIZATION if c.gpu_memory_utilization is None else c.gpu_memory_utilization
-            args += ["--gpu-memory-utilization", str(share)]
-        return args
+        return ["--kv-cache-memory-bytes", str(size)]
+
+    def gpu_shares(self) -> GpuShares:
+        """How this server's GPU is split (CUDA only, `autorl.serving.gpu.gpu_shares`): this server is the policy's
+        unless its config names its share (the embedded model's server, `embedded_endpoint`); a policy on the
+        embedded model in adapter serving answers the embedded judge too, so no embedded server is counted."""
+        answers_embedded = is_embedded_dir(self.model_dir) and not self.merged
+        return gpu_shares(cuda_total_bytes(), answers_embedded, self.config.gpu_memory_utilization)
 
     def start(self) -> None:
         install_exit_hooks()
@@ -236,6 +242,8 @@ class VLLMServer:
     def _start_message(self) -> str:
         """What a start waits for, as the terminal says it: a first start on a machine compiles the model."""
         what = f"starting the vLLM server of {self.label}"
+        if cuda_available():
+            return f"{what} ({self.gpu_shares().describe(cuda_total_bytes())})"
         if not cuda_available() and not self.config.enforce_eager and not compile_cache().is_dir():
             return f"{what} (the first start on this machine compiles the model: a few minutes)"
         return what

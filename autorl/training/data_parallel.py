@@ -60,10 +60,23 @@ class DataParallel:
 
         if dist.is_initialized():
             return
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(
-            backend, init_method=self.address, rank=self.rank, world_size=self.world_size, timeout=TIMEOUT
-        )
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # NCCL's communicator and `sum`'s tensors on this rank's GPU, not GPU 0
+        dist.init_process_group(**self.group_options(device))
+
+    def group_options(self, device: torch.device) -> dict[str, Any]:
+        """`torch.distributed.init_process_group`'s arguments for this rank on `device`: NCCL bound to the rank's
+        GPU (`device_id`, which also makes the group's collectives use it), gloo on CPU."""
+        options: dict[str, Any] = {
+            "backend": "nccl" if device.type == "cuda" else "gloo",
+            "init_method": self.address,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "timeout": TIMEOUT,
+        }
+        if device.type == "cuda":
+            options["device_id"] = torch.device("cuda", device.index if device.index is not None else 0)
+        return options
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """`model` under DDP: its trainable parameters' gradients averaged over the ranks in the backward that
@@ -83,7 +96,9 @@ class DataParallel:
         import torch.distributed as dist
 
         keys = sorted(values)
-        device = torch.device("cuda") if dist.get_backend() == "nccl" else torch.device("cpu")
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
         tensor = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)
         dist.all_reduce(tensor)
         return dict(zip(keys, tensor.tolist(), strict=True))

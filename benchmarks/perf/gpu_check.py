@@ -8,7 +8,7 @@ the embedded model behind vLLM on CUDA with adapter serving, the learning benchm
 engine the median step time split into rollouts, judge, train (the optimizer step) and LoRA load (save
 + serve), the trainer's peak GPU memory and the GPU's peak use (nvidia-smi, vLLM included), rollout
 tokens/s, the sampler logprob gap, and the ratio unsloth / peft of the train time; writes
-`benchmarks/perf/results/gpu_check.json`. Needs a CUDA GPU and `pip install -e ".[gpu,dev]"`.
+`benchmarks/perf/results/gpu_check.json`. Needs a CUDA GPU and `./install.sh --gpu`.
 """
 
 from __future__ import annotations

@@ -190,7 +190,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
 async def _train(ctx: StageContext, work: Path, steps: list[SFTChunk], done: int) -> None:
     """The warm-up's steps after the `done` ones: each a checkpoint, a history line and its cost."""
     with ThreadPoolExecutor(1, "autorl-torch-sft") as thread:  # torch on one thread, as the policy's trainer
-        trainer = ThreadTrainer(resolve_base_model(ctx.config.model), work / "checkpoints", ctx.config.trainer, thread)
+        model_dir, longest = resolve_base_model(ctx.config.model), ctx.config.server.max_model_len
+        trainer = ThreadTrainer(model_dir, work / "checkpoints", ctx.config.trainer, thread, longest)
         try:
             for step, chunk in enumerate(steps[done:], done + 1):
                 started = time.monotonic()

@@ -125,20 +125,25 @@ class TrainerActor:
         step: int,
         rank: int = 0,
         world_size: int = 1,
+        max_seq_length: int = 2048,
     ):
         from ...serving.embedded import resolve_base_model
-        from ...training.trainer import GRPOTrainer
+        from ...training.engines import prepare_engine
 
         _threads(threads)
+        prepare_engine(config.engine)  # Unsloth, where it trains, before transformers and peft load
+        from ...training.trainer import GRPOTrainer
+
         self._dir = Path(tempfile.mkdtemp(prefix="autorl-trainer-"))
         if latest is not None:
             write_files(latest, self._dir / checkpoint_name(step))
         self._model_dir = resolve_base_model(base_model)
         self._config = config
         self._rank = rank
+        self._max_seq_length = max_seq_length
         self.trainer: GRPOTrainer | None = None
         if world_size == 1:
-            self.trainer = GRPOTrainer(self._model_dir, self._dir, config)
+            self.trainer = GRPOTrainer(self._model_dir, self._dir, config, max_seq_length=max_seq_length)
 
     def address(self) -> str:
         """Where rank 0 takes the others' connections: this node's IP and a port free on it."""
@@ -159,7 +164,9 @@ class TrainerActor:
         from ...training.trainer import GRPOTrainer
 
         parallel = DataParallel(self._rank, world_size, address)
-        self.trainer = GRPOTrainer(self._model_dir, self._dir, self._config, parallel=parallel)
+        self.trainer = GRPOTrainer(
+            self._model_dir, self._dir, self._config, parallel=parallel, max_seq_length=self._max_seq_length
+        )
 
     def step(self, groups: list[TrajectoryGroup], config: TrainConfig, step: int) -> tuple[dict, dict[str, bytes]]:
         return self._saved(self._trainer().step(groups, config, step), step)

@@ -39,17 +39,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from ruler.endpoint import EMBEDDED, ModelEndpoint
 
 from ...errors import AutoRLError
-from ...serving.config import ServerConfig, cuda_available
+from ...serving.config import ServerConfig
 from ...serving.embedded import DEFAULT_BASE_MODEL, cache_dir, serve_embedded_with
 from ...training.checkpoints import checkpoint_name, missing_checkpoint
 from ..base import inference_name
 from ..model_backend import ModelBackend
 from .actors import ReplicaActor
 from .config import ClusterConfig
+from .fit import actor_resources, check_fits, uses_gpus
 from .proxy import PoolProxy
 from .ray_cluster import connect, stop_actors
 from .routing import Replica, ReplicaPool, RoutingTransport
-from .trainer import ClusterTrainer, check_trainer_fits
+from .trainer import ClusterTrainer
 
 if TYPE_CHECKING:
     from ...model import TrainableModel
@@ -145,8 +146,12 @@ class ClusterPlacement:
     def __init__(self, cluster: ClusterConfig, server: ServerConfig):
         if cluster.ray is None:
             raise AutoRLError("ClusterBackend needs ClusterConfig.ray (an address, 'auto' or 'local')")
+        import ray
+
         connect(cluster)
-        check_trainer_fits(cluster)
+        self.cluster_resources = dict(ray.cluster_resources())
+        """What the cluster holds (Ray's `cluster_resources`), from which placement decides (`fit`)."""
+        check_fits(cluster, self.cluster_resources, with_judge=False)  # the judge's replicas: when first asked for
         self.cluster = cluster
         self.server_config = server
         self.remote_server_starts = 0
@@ -155,8 +160,13 @@ class ClusterPlacement:
         self.embedded_pool: ReplicaPool | None = None
         serve_embedded_with(self.embedded_endpoint)
 
+    @property
+    def gpus(self) -> bool:
+        """Whether replicas and trainer workers take a GPU each: the cluster has GPUs (`fit.uses_gpus`)."""
+        return uses_gpus(self.cluster_resources)
+
     def resources(self, cpus: int) -> dict:
-        return {"num_gpus": 1} if cuda_available() else {"num_cpus": cpus}
+        return actor_resources(self.cluster_resources, cpus)
 
     async def start_serving(self, model: TrainableModel, run_dir: Path) -> ClusterServing:
         import ray
@@ -194,7 +204,7 @@ class ClusterPlacement:
                     actor.remote(base_model, served, server, str(log_path), self.cluster.replica_cpus, driver_node)
                 )
                 self.remote_server_starts += 1
-                if not cuda_available():  # one after another: on CPU each sizes its KV cache from the memory left
+                if not self.gpus:  # one after another: on CPU each sizes its KV cache from the memory left
                     await handles[-1].endpoint.remote()
             endpoints = await asyncio.gather(*(handle.endpoint.remote() for handle in handles))
         except BaseException:  # a replica that failed to start, or Ctrl-C: the others stop too
@@ -211,6 +221,7 @@ class ClusterPlacement:
         thread). Started on the first call, which blocks until every replica serves."""
         proxy = self._embedded
         if proxy is None:
+            check_fits(self.cluster, self.cluster_resources, with_judge=True)
             proxy = self._embedded = PoolProxy("autorl-embedded-proxy")  # known to `close` while it starts
             count = self.cluster.judge_replicas or self.cluster.replicas
             logs = [cache_dir() / "logs" / f"embedded-vllm-{os.getpid()}-replica-{i}.log" for i in range(count)]

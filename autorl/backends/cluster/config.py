@@ -20,15 +20,15 @@ class ClusterConfig(BaseModel):
     replicas: int = Field(1, ge=1)
     """vLLM replicas serving the policy on the cluster; rollouts go to the least busy one."""
     replica_cpus: int = Field(1, ge=1)
-    """CPUs Ray reserves for each replica on a machine without CUDA, and the threads it computes with (on
-    CUDA each replica takes one GPU)."""
+    """CPUs Ray reserves for each replica on a cluster without GPUs, and the threads it computes with (on a
+    cluster with GPUs, as `ray.cluster_resources()` reports them, each replica takes one GPU)."""
     judge_replicas: int | None = Field(None, ge=1)
     """vLLM replicas serving the embedded model's plain weights to the embedded judge and input generator
     (`--judge embedded`, `--generator embedded`), started when one of them first asks; each call goes to the
     least busy one. None: as many as `replicas`. A judge or generator elsewhere (an API, a URL) is not moved."""
     trainer_cpus: int = Field(1, ge=1)
-    """CPUs Ray reserves for the trainer (each of its `trainer_workers`) on a machine without CUDA, and torch's
-    threads there (on CUDA a trainer worker takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
+    """CPUs Ray reserves for the trainer (each of its `trainer_workers`) on a cluster without GPUs, and torch's
+    threads there (on a cluster with GPUs a trainer worker takes one GPU). Replicas wait while the trainer runs, so on one machine it may count the same
     cores as the replicas: `ray="local"` makes the cluster as large as these reservations ask (the embedded
     model's replicas included)."""
     trainer_workers: int = Field(1, ge=1)
@@ -36,7 +36,8 @@ class ClusterConfig(BaseModel):
     share of each step's sequences (split by token counts) and DDP averages their gradients (gloo on CPU,
     NCCL on CUDA), so N workers make the update one makes; rank 0 writes the checkpoint. Each takes
     `trainer_cpus` CPUs (one GPU on CUDA). 1 (the default): one trainer actor, no process group. More than
-    the cluster can place at once is an error when the backend starts."""
+    the cluster can place at once, with the policy's replicas, is an error when the backend starts (the embedded
+    judge's replicas counted too when they are first asked for: `autorl.backends.cluster.fit`)."""
 
     @model_validator(mode="after")
     def _workers_need_ray(self) -> ClusterConfig:

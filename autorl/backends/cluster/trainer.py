@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING, Any
 from ...atomic import atomic_dir
 from ...config import TrainConfig
 from ...errors import AutoRLError
-from ...serving.config import cuda_available
 from ...training.checkpoints import checkpoint_name, latest_checkpoint
 from ...trajectories import Trajectory, TrajectoryGroup
 from ...types import TrainSFTConfig
 from .actors import TrainerActor, read_files, write_files
-from .config import ClusterConfig
 from .ray_cluster import stop_actors
 
 if TYPE_CHECKING:
@@ -51,6 +49,7 @@ class ClusterTrainer:
         self.run_dir = run_dir
         self.base_model = model.base_model
         self.trainer_config = model.trainer
+        self.max_seq_length = placement.server_config.with_overrides(model.server).max_model_len
         self.cluster = placement.cluster
         self._resources = placement.resources(self.cluster.trainer_cpus)
         self.restarts = 0
@@ -79,7 +78,11 @@ class ClusterTrainer:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self._group, rank)
             actor = ray.remote(TrainerActor).options(**options)
             cpus = self.cluster.trainer_cpus
-            self.actors.append(actor.remote(self.base_model, self.trainer_config, cpus, files_ref, done, rank, workers))
+            self.actors.append(
+                actor.remote(
+                    self.base_model, self.trainer_config, cpus, files_ref, done, rank, workers, self.max_seq_length
+                )
+            )
         self._joined = workers == 1
 
     async def _join(self) -> None:
@@ -175,21 +178,3 @@ async def _all_or_death(calls: list[asyncio.Future]) -> list[Any]:
     finally:
         for call in calls:
             call.cancel()
-
-
-def check_trainer_fits(cluster: ClusterConfig) -> None:
-    """One error line when the Ray cluster has fewer CPUs (GPUs on CUDA) in all than the policy's replicas and
-    the `trainer_workers` ask for together (they hold them at once)."""
-    import ray
-
-    if cluster.trainer_workers == 1:
-        return
-    kind, each = ("GPU", 1) if cuda_available() else ("CPU", cluster.trainer_cpus)
-    replicas = cluster.replicas * (1 if cuda_available() else cluster.replica_cpus)
-    needed = cluster.trainer_workers * each + replicas
-    total = int(ray.cluster_resources().get(kind, 0))
-    if needed > total:
-        raise AutoRLError(
-            f"--trainer-workers {cluster.trainer_workers} needs {cluster.trainer_workers * each} {kind}s ({each} "
-            f"each) beside the replicas' {replicas}: {needed} in all, and the Ray cluster has {total}"
-        )
