@@ -1,4 +1,5 @@
-"""Capture scopes, as ART's: every chat completion an agent makes through httpx, aiohttp or requests inside `await
+"""Capture scopes, as ART's: every chat completion (and Completions, Responses or Anthropic Messages call: `apis`
+reads each as chat) an agent makes through httpx, aiohttp or requests inside `await
 autorl.trajectory(coroutine)` (or `with autorl.Trajectory() as t:`) is recorded into a `Trajectory`, so an agent
 written without a line of trajectory code trains. `scopes` holds the public names (re-exported by `autorl`),
 `recorder` the httpx hooks and the scope stack, `clients` the aiohttp and requests hooks, `completions` what a

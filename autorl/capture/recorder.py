@@ -4,10 +4,10 @@ and requests').
 A scope is a `Trajectory` pushed on a context variable, so it follows the rollout's own task (and the tasks and
 threads it starts with a copy of its context) and concurrent rollouts never see each other's scope. The first
 scope entered patches `send` of httpx's `Client` and `AsyncClient` (both `httpx` and `httpx2`, which the OpenAI
-SDK uses); the patched send passes every request on unchanged and, while a scope is active, reads a chat
-completion's request and response: an answer is recorded once read, a stream once the agent has read it to its
-end or closed it (the stream's bytes reach the agent as they arrive; a copy is kept beside them). A request made
-while another is being sent (a transport that sends through a client of its own) is not recorded twice.
+SDK uses); the patched send passes every request on unchanged and, while a scope is active, reads the request and
+response of a chat completion, a completion, a Responses call or an Anthropic Messages call (apis.py reads each as
+chat): an answer is recorded once read, a stream once the agent has read it to its end or closed it (the stream's
+bytes reach the agent as they arrive; a copy is kept beside them). A request made while another is being sent (a transport that sends through a client of its own) is not recorded twice.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .completions import chat_request, recorded_choice
+from .apis import captured_choice, captured_request
 
 try:  # the OpenAI SDK's own httpx (3.x); absent with older SDKs
     import httpx2
@@ -92,7 +92,7 @@ class Call:
             body = bytes(self.body)
             if module is not None:  # a stream's raw bytes
                 body = module.Response(status, headers=self.headers, content=body).content
-        choice = recorded_choice(body, streamed=bool(self.request.get("stream")))
+        choice = captured_choice(body, self.request)
         if choice is None:
             log.debug("a chat completion inside a capture scope had no choice to record")
             return
@@ -107,7 +107,7 @@ def begin(method: str, path: str, content: Callable[[], bytes | None]) -> Call |
     if trajectory is None or _sending.get():
         return None
     raw = content()
-    body = None if raw is None else chat_request(method, path, raw)
+    body = None if raw is None else captured_request(method, path, raw)
     return None if body is None else Call(trajectory, body)
 
 
