@@ -4,6 +4,7 @@ here with a GPU machine's figures; the calls into Unsloth are checked against th
 (`tests/helpers/gpu_signatures.py`)."""
 
 import dataclasses
+import inspect
 import re
 import subprocess
 import sys
@@ -237,3 +238,119 @@ def test_the_fit_check_runs_in_every_case(resources, cluster, judge, fits):
     else:
         with pytest.raises(AutoRLError, match=r"^the Ray cluster has \d+ (GPU|CPU)s and the run needs \d+ at once"):
             check_fits(config, resources, with_judge=judge)
+
+
+# --- 6, 8, 9: Unsloth imported first, its environment kept from the servers, its statistics off ----------------
+
+
+def test_unsloth_is_imported_first_where_it_trains():
+    from autorl.training.engines import unsloth_import_plan
+
+    assert unsloth_import_plan("unsloth", {"torch", "pydantic"}) == (True, [])
+    assert unsloth_import_plan("unsloth", {"torch", "transformers", "peft"}) == (True, ["transformers", "peft"])
+    assert unsloth_import_plan("unsloth", {"unsloth", "transformers"}) == (False, [])  # done already
+    assert unsloth_import_plan("peft", {"torch"}) == (False, [])
+
+
+def test_the_run_entry_imports_no_transformers_before_the_engine_is_prepared():
+    """`autorl run` prepares the engine first in `run_stages`: what the CLI imported before that must not include
+    transformers or peft, or Unsloth could not patch them."""
+    code = (
+        "import sys, pipelines.cli, pipelines.staged_run;"
+        "print(sorted(m for m in ('transformers', 'peft', 'trl') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_unsloths_environment_changes_stay_out_of_the_servers(tmp_path, monkeypatch):
+    from autorl.serving import environment
+
+    before = {"PATH": "/bin", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
+    after = {**before, "PYTORCH_CUDA_ALLOC_CONF": "x", "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}
+    changes = environment.env_changes(before, after)
+    assert changes == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+        "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": None,
+    }
+    assert environment.without_import_changes(after, changes) == before
+    monkeypatch.setattr(environment, "IMPORT_CHANGES", {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": None})
+    monkeypatch.setenv("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+    assert "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION" not in environment.shared_environment()
+
+
+def test_import_unsloth_turns_its_statistics_off_and_records_what_it_changes(monkeypatch, tmp_path):
+    from autorl.serving import environment
+    from autorl.training import engines
+
+    (tmp_path / "unsloth.py").write_text(
+        "import os\nSEEN = os.environ.get('UNSLOTH_DISABLE_STATISTICS')\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'x'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "unsloth", raising=False)
+    monkeypatch.delenv("UNSLOTH_DISABLE_STATISTICS", raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(environment, "IMPORT_CHANGES", {})
+    try:
+        assert engines.import_unsloth().SEEN == "1"
+        assert environment.IMPORT_CHANGES == {"PYTORCH_CUDA_ALLOC_CONF": None}
+    finally:
+        sys.modules.pop("unsloth", None)
+
+
+# --- 10: the gpu extra where CUDA is not there ----------------------------------------------------------------
+
+
+def test_the_cuda_build_without_cuda_is_one_line_naming_the_driver():
+    from autorl.serving.gpu import check_cuda_build
+
+    check_cuda_build({}, cuda=False, torch_cuda=None, driver=None)  # the CPU build: nothing to say
+    check_cuda_build({"vllm": "0.32.0"}, cuda=True, torch_cuda="13.0", driver="580.65")
+    with pytest.raises(AutoRLError, match=r"torch built for CUDA 13\.0; NVIDIA driver 535\.104.*update the driver"):
+        check_cuda_build({"vllm": "0.32.0"}, cuda=False, torch_cuda="13.0", driver="535.104")
+    with pytest.raises(AutoRLError, match="no NVIDIA driver loaded"):
+        check_cuda_build({"vllm": "0.32.0"}, cuda=False, torch_cuda="13.0", driver=None)
+
+
+# --- 11: what vLLM's LoRA refuses, before a server starts ------------------------------------------------------
+
+
+def test_lora_ranks_and_modules_vllm_refuses_are_one_line_before_a_server_starts():
+    import typing
+
+    from vllm.config.lora import MaxLoRARanks
+
+    from autorl.serving.config import VLLM_LORA_RANKS, ServerConfig, check_lora_servable
+
+    assert typing.get_args(MaxLoRARanks) == VLLM_LORA_RANKS
+    adapter = ServerConfig(lora_serving="adapter")
+    check_lora_servable(adapter, 8, ["q_proj", "v_proj"])
+    check_lora_servable(ServerConfig(lora_serving="merged"), 8, ["lm_head"])  # merged into the weights: any
+    with pytest.raises(AutoRLError, match="max_lora_rank 12 is not one vLLM accepts"):
+        check_lora_servable(adapter.model_copy(update={"max_lora_rank": 12}), 8, ["q_proj"])
+    with pytest.raises(AutoRLError, match="LoRA rank 16 exceeds the server's max_lora_rank 8"):
+        check_lora_servable(adapter, 16, ["q_proj"])
+    with pytest.raises(AutoRLError, match=r"lm_head, model\.embed_tokens cannot be served"):
+        check_lora_servable(adapter, 8, ["q_proj", "lm_head", "model.embed_tokens"])
+
+
+# --- 12, 13: the dtype on a GPU without native bf16; the rank's device ---------------------------------------
+
+
+def test_a_gpu_without_native_bf16_trains_in_float32():
+    from autorl.training.engines import cuda_training_dtype
+
+    assert cuda_training_dtype(True) == torch.bfloat16 and cuda_training_dtype(False) == torch.float32
+    assert "including_emulation" in inspect.signature(torch.cuda.is_bf16_supported).parameters
+
+
+def test_a_nccl_rank_is_bound_to_its_gpu():
+    import torch.distributed as dist
+
+    from autorl.training.data_parallel import DataParallel
+
+    parallel = DataParallel(1, 2, "tcp://127.0.0.1:1")
+    options = parallel.group_options(torch.device("cuda", 3))
+    assert options["backend"] == "nccl" and options["device_id"] == torch.device("cuda", 3)
+    assert "device_id" not in parallel.group_options(torch.device("cpu"))
+    inspect.signature(dist.init_process_group).bind(**options)  # every name is torch's
