@@ -81,6 +81,7 @@ def training_progress_chart(
     value (dotted when another comparison model has the same value). `perfect_score` draws a grey reference
     line labelled "Perfect score". The x axis is labelled `x_label` ("Step" if None), the y axis `y_label`."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     series = metric_series(df, metric_name, models)
     first = min(s.steps[0] for s in series)
@@ -102,6 +103,7 @@ def training_progress_chart(
             seen.add(s.means[0])
             (line,) = ax.plot([first, last], [s.means[0]] * 2, linestyle=style, linewidth=2, color=color, label=s.model)
         handles[s.model] = line
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_title(title if title is not None else metric_name)
     ax.set_xlabel("Step" if x_label is None else x_label)
     if y_label is not None:
