@@ -210,3 +210,25 @@ def test_load_trajectories_and_the_charts_plot_each_models_mean_per_step(tmp_pat
     assert "RL +75%" in [t.get_text() for t in bars.texts]
     with pytest.raises(ValueError, match="metric_missing"):
         training_progress_chart(df, "missing")
+
+
+def test_pull_model_trajectories_copies_what_a_model_on_autorl_serve_logged(served, tiny_model, tmp_path):
+    from autorl.utils.benchmarking.load_trajectories import load_trajectories
+    from autorl.utils.benchmarking.pull_model_trajectories import pull_model_trajectories
+    from tests.helpers.remote import TOKEN, trainable
+
+    backend = art.RemoteBackend(served.url, api_key=TOKEN)
+    model = trainable(tiny_model)
+
+    async def program():
+        await model.register(backend)
+        await model.log([art.TrajectoryGroup([trajectory(0.25), trajectory(0.75)])], split="val")
+        await pull_model_trajectories(model, art_path=str(tmp_path / "here"))
+        return await load_trajectories(model.project, art_path=str(tmp_path / "here"))
+
+    df = asyncio.run(program())
+    backend.close()
+    assert df.select("model", "split", "step", "reward").rows() == [
+        (model.name, "val", 0, 0.25),
+        (model.name, "val", 0, 0.75),
+    ]
