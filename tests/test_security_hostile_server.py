@@ -13,6 +13,7 @@ import socket
 import tarfile
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from autorl import TrainableModel
+from autorl.backends.remote.answers import unpack
 from autorl.backends.remote.client import RemoteBackend
 from autorl.backends.remote.wire import History
 from autorl.errors import AutoRLError
@@ -100,6 +102,8 @@ class Hostile(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
+    do_POST = do_GET
+
 
 @pytest.fixture
 def hostile():
@@ -154,6 +158,72 @@ def test_security_history_and_checkpoint_lists_are_bounded(hostile, tmp_path):
         refused(hostile, (200, JSON, body), lambda backend, model: backend.list_checkpoints(model))
     deep = b'{"history": [{"x": ' + b"[" * 900 + b"]" * 900 + b"}]}"
     refused(hostile, (200, JSON, deep), lambda backend, model: backend.answer(History, "GET", "/models/m/history"))
+
+
+ROLLOUT_PATHS = [
+    "@evil.example/v1",  # the agent's base URL http://127.0.0.1:PORT@evil.example/v1: host evil.example
+    ".evil.example/v1",
+    "/models/m/rollouts/r1/v1@evil.example",
+    "/models/other/rollouts/r1/v1",
+    "/models/m/rollouts/r2/v1",
+    "/models/m/rollouts/r1/v1/../../../../x",
+]
+
+
+@pytest.mark.parametrize("path", ROLLOUT_PATHS)
+def test_security_a_rollout_path_the_server_sends_becomes_a_base_url_only_on_its_own_route(hostile, path):
+    answer = (200, JSON, json.dumps({"id": "r1", "path": path}).encode())
+    line = refused(hostile, answer, lambda backend, model: backend.capture_rollout(model))
+    assert "/models/m/rollouts/ID/v1" in line and "evil" not in line.split("not")[-1], line
+
+
+def test_security_a_rollout_id_of_dots_is_refused_and_the_servers_own_path_taken(hostile):
+    answer = (200, JSON, json.dumps({"id": "..", "path": "/models/m/rollouts/../v1"}).encode())
+    refused(hostile, answer, lambda backend, model: backend.capture_rollout(model))
+    Hostile.answer = (200, JSON, json.dumps({"id": "r1", "path": "/models/m/rollouts/r1/v1"}).encode())
+    backend = RemoteBackend(f"http://127.0.0.1:{hostile.server_port}", api_key=TOKEN, retries=0)
+    rollout = asyncio.run(backend.capture_rollout(TrainableModel(name="m")))
+    assert rollout.base_url == f"http://127.0.0.1:{hostile.server_port}/models/m/rollouts/r1/v1"
+
+
+def extended_headers(kind: bytes, sizes: list[int]) -> bytes:
+    """A .tar.gz whose one file (`f`) follows extended headers of `kind` (pax `x`, GNU long name `L`) holding
+    `sizes` bytes each, written as it is compressed (a header of 64 MiB is 64 KiB here)."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=1) as out:
+        for size in sizes:
+            info = tarfile.TarInfo("././@LongLink" if kind == tarfile.GNUTYPE_LONGNAME else "././@PaxHeader")
+            info.type, info.size = kind, size
+            out.write(info.tobuf(tarfile.GNU_FORMAT))
+            record = b"%d comment=" % size  # one pax record as long as the header ("N comment=...\n")
+            out.write(record + b"c" * (size - len(record) - 1) + b"\n" if kind == tarfile.XHDTYPE else b"\0" * size)
+            out.write(b"\0" * (-size % 512))
+        info, data = member("f")
+        info.size = len(data)
+        out.write(info.tobuf(tarfile.GNU_FORMAT) + data + b"\0" * (511 + 1024))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_security_an_archives_header_cannot_take_memory_before_its_members_are_checked(kind, tmp_path):
+    archive = extended_headers(kind, [64 * 2**20])
+    tracemalloc.start()
+    try:
+        with pytest.raises(AutoRLError, match="a header of more than"):
+            unpack(io.BytesIO(archive), tmp_path / "c", 2**20, "here")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20  # the header's 64 MiB never read (before: all of it, at once)
+    assert not (tmp_path / "c").exists()
+
+
+def test_security_an_archive_inflates_no_further_than_its_bound_headers_included(tmp_path):
+    chain = extended_headers(tarfile.XHDTYPE, [60 * 1024] * 100)  # 6 MiB of headers, each under MAX_READ
+    with pytest.raises(AutoRLError, match="inflates past"):
+        unpack(io.BytesIO(chain), tmp_path / "c", 2**20, "here")
+    unpack(io.BytesIO(extended_headers(tarfile.XHDTYPE, [60 * 1024] * 10)), tmp_path / "ok", 2**20, "here")
+    assert [p.name for p in (tmp_path / "ok").iterdir()] == ["f"]
 
 
 class Trickle:

@@ -3,11 +3,14 @@
 A server can be anyone's, or taken over: every answer is read as raw bytes up to a bound (an encoding the
 client did not ask for is refused, so nothing inflates past it), JSON nested no deeper than `MAX_DEPTH`, an
 error shown as one printable line, and a checkpoint archive unpacked as regular files and directories only,
-each inside its target. Whatever is wrong is one `AutoRLError` line naming the URL.
+each inside its target, with tarfile reading no more inflated bytes than the files may hold plus a little per
+header (`Inflated`: a pax or GNU long-name header declaring hundreds of MiB is refused before it is read). Whatever
+is wrong is one `AutoRLError` line naming the URL.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import tarfile
 import zlib
@@ -31,6 +34,14 @@ MAX_MEMBERS = 1000
 """The most files and directories in one checkpoint archive (a LoRA adapter's checkpoint holds a handful)."""
 MAX_PATH_CHARS = 1024
 MAX_PART_CHARS = 255
+HEADER_ALLOWANCE = 4096
+"""Inflated bytes an archive may hold per member beyond its data: its header block, a pax or GNU long-name
+header for a name of up to `MAX_PATH_CHARS`, and the padding to the next 512-byte block."""
+COPY_BYTES = 16 * 1024
+"""The chunk tarfile copies a member's data in (its `copybufsize`, set here so it is not a default's)."""
+MAX_READ = 64 * 1024
+"""The most tarfile may read at once: a member's data comes in `COPY_BYTES` chunks, so a larger read is an
+extended header (pax, GNU long name) far longer than any name an archive may hold, and is refused unread."""
 NOT_ASKED = "identity"
 """The only encoding a client asks for (Accept-Encoding): no answer inflates past what was counted."""
 
@@ -101,12 +112,43 @@ def error_line(raw: bytes, reason: str) -> str:
     return printable(text) or printable(reason)
 
 
+class Inflated:
+    """The inflated stream of an archive as tarfile reads it, refusing (`AutoRLError`) to read or seek past
+    `limit` bytes or to read more than `MAX_READ` at once: tarfile reads an extended header whole while it
+    iterates, before any member can be checked, so this is what bounds the memory a hostile header takes."""
+
+    def __init__(self, stream: IO[bytes], limit: int):
+        self.stream, self.limit = stream, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > MAX_READ:
+            raise AutoRLError(f"holds a header of more than {MAX_READ} bytes")
+        data = self.stream.read(size)
+        if self.stream.tell() > self.limit:
+            raise AutoRLError(f"inflates past {self.limit} bytes")
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0 and offset > self.limit:  # tarfile seeks from the start only
+            raise AutoRLError(f"inflates past {self.limit} bytes")
+        return self.stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.stream.tell()
+
+
 def unpack(archive_file: IO[bytes], target: Path, max_bytes: int, where: str) -> None:
     """Unpack the .tar.gz in `archive_file` into the directory `target`, made whole or not at all: regular
-    files and directories only, each inside it, at most `MAX_MEMBERS` of them and `max_bytes` in all; one
-    `AutoRLError` line for an archive that is anything else."""
+    files and directories only, each inside it, at most `MAX_MEMBERS` of them and `max_bytes` in all, the
+    inflated archive at most `max_bytes` plus `HEADER_ALLOWANCE` per member (`Inflated`); one `AutoRLError` line
+    for an archive that is anything else."""
+    limit = max_bytes + HEADER_ALLOWANCE * (MAX_MEMBERS + 2)  # and the end-of-archive blocks
     try:
-        with atomic_dir(target) as filling, tarfile.open(fileobj=archive_file, mode="r:gz") as archive:
+        with (
+            atomic_dir(target) as filling,
+            gzip.GzipFile(fileobj=archive_file, mode="rb") as inflated,
+            tarfile.open(fileobj=Inflated(inflated, limit), mode="r:", copybufsize=COPY_BYTES) as archive,
+        ):
             members = checked_members(archive, max_bytes)
             archive.extractall(filling, members=members, filter="data")  # and the data filter's modes and checks
     except AutoRLError as exc:

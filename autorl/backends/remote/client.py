@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ...atomic import atomic_text
-from ...capture.rollouts import FinishedRollout, GatewayRollout, OpenedRollout
+from ...capture.rollouts import ROLLOUT_ID, FinishedRollout, GatewayRollout, OpenedRollout
 from ...errors import AutoRLError
 from ...threads import in_time
 from ...training.checkpoints import checkpoint_name, complete_checkpoints, remove_checkpoint
 from ..base import TrainingCalls
 from ..run_dir import HISTORY_FILE, ensure_writable
 from ..transport import GatedTransport, InferenceGate
+from .answers import printable
 from .connection import MAX_DOWNLOAD_BYTES, Connection
 from .wire import (
     CLIENT_SET,
@@ -250,9 +251,17 @@ class RemoteBackend(Connection, TrainingCalls):
     async def capture_rollout(self, model: TrainableModel) -> GatewayRollout:
         """A rollout address on the server's capture gateway (`autorl.backends.remote.rollouts`): an agent in
         any language given its `env()` (`OPENAI_BASE_URL`, `OPENAI_API_KEY`: the server's token) has its chat
-        completions passed on to `model` and recorded; `finish_rollout` fetches them."""
+        completions passed on to `model` and recorded; `finish_rollout` fetches them. The server's path for it must
+        be `/models/NAME/rollouts/ID/v1`, NAME this model's and ID a rollout id: it becomes the agent's base URL,
+        sent its token, so a path such as `@evil.example/v1` (another host) is one `AutoRLError` line."""
         opened = await self.answer(OpenedRollout, "POST", f"/models/{model.name}/rollouts", idempotent=False)
-        return GatewayRollout(opened.id, f"{self.url}{opened.path}", self.api_key)
+        expected = f"/models/{model.name}/rollouts/{opened.id}/v1"
+        if not ROLLOUT_ID.fullmatch(opened.id) or not opened.id.strip(".") or opened.path != expected:
+            raise AutoRLError(
+                f"autorl server {self.url}: the rollout it opened is at {printable(opened.path, 80)!r}, not "
+                f"/models/{model.name}/rollouts/ID/v1 (ID {printable(opened.id, 80)!r}); is it an autorl server?"
+            )
+        return GatewayRollout(opened.id, f"{self.url}{expected}", self.api_key)
 
     async def finish_rollout(self, model: TrainableModel, rollout_id: str) -> Trajectory:
         """The trajectory the server recorded for rollout `rollout_id` (its calls, the reward the agent posted);
