@@ -59,7 +59,8 @@ USER_FLAGS = frozenset({"-u", "--user"})
 HEADER_FLAGS = frozenset({"-H", "--header"})
 """Flags whose argument is an HTTP header (`Name: value`): its value is redacted, its name kept."""
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>`]+")
-_URL_CREDENTIALS = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<credentials>[^/\s@:]*:?[^/\s@]*)@")
+_URL_CREDENTIALS = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<credentials>[^/?#\s]*)@")
+"""A URL's userinfo, to the last `@` of its authority (a password may hold an `@`)."""
 _PARAMETER = re.compile(r"(?P<name>[^=&;#?]*)=(?P<value>[^&;#]+)")
 _AUTH_SCHEME = re.compile(
     r"\b(?:(?P<bearer>Bearer)\s+(?=[^\s\"',;<]*[A-Za-z0-9])[^\s\"',;<]+|(?P<basic>Basic)\s+(?=[^\s\"',;<]*[0-9=])[^\s\"',;<]{8,})",
@@ -71,15 +72,22 @@ _AUTH_HEADER = re.compile(
 )
 """An Authorization header's `scheme credentials`: the credentials whatever their alphabet."""
 _ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][\w.-]*)(?P<quote>[\"']?)(?P<sep>\s*[:=]\s*)(?P<open>[\"']?)(?P<value>[^\s\"',;&<>]+)"
+    r"(?P<name>\b[A-Za-z_][\w.-]*)(?P<quote>[\"']?)(?P<sep>\s*[:=]\s*)"
+    r"(?:(?P<open>[\"'])(?P<quoted>(?:(?!(?P=open))[^\n])+)(?=(?P=open))"
+    r"|(?P<value>[^\s\"',&<>]+(?:[ \t]+[^\s\"',&<>=:-][^\s\"',&<>=]*)*))"
 )
+"""`NAME=value` or `NAME: value`: a quoted value to its closing quote, else its words to one that is itself an
+assignment or a flag (a secret-named `=` value takes them all: `passphrase=correct horse`)."""
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+")
 _METAVAR = re.compile(r"[A-Z][A-Z_]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+")
 """A flag's value that names a value (`--token-file FILE`) or a variable (`--api-key-env OPENAI_API_KEY`)."""
 _PLAIN_WORD = re.compile(r"[A-Za-z]{1,7}")
 """A value after `NAME:` kept as prose ("the token: set AUTORL_TOKEN"): a short word of letters alone."""
-_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL)
-"""A PEM private key block, its lines joined by newlines or by `\\n` (JSON: a GCP service account's
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    re.DOTALL,
+)
+"""A PEM (or PGP armored) private key block, its lines joined by newlines or by `\\n` (JSON: a GCP service account's
 `private_key`), to its end or the text's."""
 _VALUE_SHAPES = re.compile(
     r"(?<![A-Za-z0-9])(?:"
@@ -87,7 +95,9 @@ _VALUE_SHAPES = re.compile(
     r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe
     r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"  # GitHub
-    r"|xox[abposre]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"  # Slack (bot, user, app-level)
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access token
+    r"|whsec_[A-Za-z0-9+/=]{20,}"  # a webhook signing secret (Stripe, Svix)
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key id
     r"|AIza[0-9A-Za-z_-]{35}"  # Google API key
     r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # a JWT
@@ -96,12 +106,21 @@ _VALUE_SHAPES = re.compile(
 )
 """Secrets known by their prefix or shape, wherever they stand."""
 _RANDOM_CANDIDATE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}(?![A-Za-z0-9+/=_-])")
-_USER_FLAG = re.compile(r"(?<![\w-])(?P<flag>-u|--user)(?P<sep>\s+|=)(?P<credentials>[^\s:\"']+:[^\s\"']+)")
-"""`curl -u user:password`: the password (the user name kept)."""
-_SECRET_FLAG = re.compile(r"(?<![\w-])(?P<flag>--?[A-Za-z][\w-]*)(?P<sep>\s+|=)(?P<value>[^\s\"'<>-][^\s\"'<>]*)")
-"""A flag and its value in free text (`--password X`, `-pX` is `_SHORT_PASSWORD`'s)."""
-_SHORT_PASSWORD = re.compile(r"(?<![\w-])-p(?P<value>[^\s\"'<>]{4,})")
-"""MySQL's `-pPASSWORD`: the value written against the flag."""
+_QUOTED = r"(?P<q>[\"'])(?:(?!(?P=q))[^\n])*(?P=q)"
+"""A quoted value, to its closing quote."""
+_USER_FLAG = re.compile(
+    r"(?<![\w-])(?P<flag>-u(?:\s+|=)?|--user(?:\s+|=))"
+    r"(?:(?P<q>[\"'])(?P<quoted>[^\s:\"']+:(?:(?!(?P=q))[^\n])+)(?P=q)|(?P<credentials>[^\s:\"']+:[^\s\"']+))"
+)
+"""`curl -u user:password`, `-uuser:password`, `-u 'user:password'`: the password (the user name kept)."""
+_SECRET_FLAG = re.compile(
+    rf"(?<![\w-])(?P<flag>--?[A-Za-z][\w-]*)(?P<sep>\s+|=)(?P<value>{_QUOTED}|[^\s\"'<>-][^\s\"'<>]*)"
+)
+"""A flag and its value, quoted or not, in free text (`--password X`, `--token 'X'`; `-pX` is `_SHORT_PASSWORD`'s)."""
+_SHORT_PASSWORD = re.compile(rf"(?<![\w-])-p(?P<value>{_QUOTED}|[^\s\"'<>]{{4,}})")
+"""MySQL's `-pPASSWORD` (or `-p"PASSWORD"`): the value written against the flag."""
+_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
+"""A command line's flag, with nothing written against it (`-uuser:pass` is a flag and its value)."""
 _TOKEN_ALPHABET = re.compile(r"[A-Za-z0-9_\-.~+=]{20,}")
 _COOKIE = re.compile(r"(?P<head>\b(?:set-)?cookie[\"']?\s*:\s*[\"']?)(?P<pairs>[^\"'\n]+)", re.IGNORECASE)
 """A Cookie (or Set-Cookie) header: the value of every pair in it."""
@@ -126,6 +145,9 @@ def looks_like_token(segment: str) -> bool:
 
 
 def _redacted_url(url: str) -> str:
+    """`url` with its credentials, parameters' values and token-like path segments redacted, and then what the
+    rules for words find in it past its scheme (`http://h:8000,api_key=X`, `http://h/v1&OPENAI_API_KEY=X`: a
+    URL ends at whitespace or a quote, so text written against it is read as part of it)."""
     url = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", url)
     cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=len(url))
     head, tail = url[:cut], url[cut:]
@@ -133,7 +155,7 @@ def _redacted_url(url: str) -> str:
     host, slash, path = rest.partition("/")
     path = "/".join(REDACTED if looks_like_token(segment) else segment for segment in path.split("/"))
     tail = _PARAMETER.sub(lambda m: f"{m['name']}={REDACTED}", tail)
-    return f"{scheme}://{host}{slash}{path}{tail}"
+    return f"{scheme}://{_redacted_words(f'{host}{slash}{path}{tail}')}"
 
 
 def looks_random(word: str) -> bool:
@@ -149,14 +171,19 @@ def looks_random(word: str) -> bool:
 
 
 def _redacted_assignment(match: re.Match[str]) -> str:
-    name, value = match["name"], match["value"]
-    if value == REDACTED or match.string.startswith(REDACTED, match.end("value")):
+    name, equals = match["name"], match["sep"].strip() == "="
+    value = match["quoted"] if match["open"] else match["value"]
+    first, space, rest = value.partition(" ") if not match["open"] else (value, "", "")
+    if REDACTED in value or match.string.startswith(REDACTED, match.end()):
         return match[0]
-    if not (is_secret_name(name) or (match["sep"].strip() == "=" and _ENV_NAME.fullmatch(name))):
+    if not (is_secret_name(name) or (equals and _ENV_NAME.fullmatch(name))):
         return match[0]
-    if _METAVAR.fullmatch(value.rstrip(").,;:`")) or (match["sep"].strip() == ":" and _PLAIN_WORD.fullmatch(value)):
+    if _METAVAR.fullmatch(first.rstrip(").,;:`")) or (not equals and _PLAIN_WORD.fullmatch(first)):
         return match[0]  # a placeholder or a variable's name, or prose ("the token: set ..."): not a value
-    return f"{name}{match['quote']}{match['sep']}{match['open']}{REDACTED}"
+    head = f"{name}{match['quote']}{match['sep']}{match['open'] or ''}{REDACTED}"
+    # a secret's `=` value is all its words (`passphrase=correct horse`); otherwise the words after its first
+    # are what follows it (`HOME=/root ls`, "the password: hunter2 was refused")
+    return head if match["open"] or (equals and is_secret_name(name)) else f"{head}{space}{rest}"
 
 
 def redact_text(text: str) -> str:
@@ -175,18 +202,25 @@ def _redacted_words(text: str) -> str:
     text = _RANDOM_CANDIDATE.sub(lambda m: REDACTED if looks_random(m[0]) else m[0], text)
     text = _AUTH_HEADER.sub(lambda m: f"{m['head']} {REDACTED}", text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m['bearer'] or m['basic']} {REDACTED}", text)
-    text = _USER_FLAG.sub(lambda m: f"{m['flag']}{m['sep']}{_redacted_user(m['credentials'])}", text)
+    text = _USER_FLAG.sub(_redacted_user_flag, text)
     text = _SECRET_FLAG.sub(_redacted_flag, text)
-    text = _SHORT_PASSWORD.sub(f"-p{REDACTED}", text)
+    text = _SHORT_PASSWORD.sub(lambda m: f"-p{m['q'] or ''}{REDACTED}{m['q'] or ''}", text)
     text = _COOKIE.sub(_redacted_cookie, text)
     return _ASSIGNMENT.sub(_redacted_assignment, text)
 
 
+def _redacted_user_flag(match: re.Match[str]) -> str:
+    if match["q"]:
+        return f"{match['flag']}{match['q']}{_redacted_user(match['quoted'])}{match['q']}"
+    return f"{match['flag']}{_redacted_user(match['credentials'])}"
+
+
 def _redacted_flag(match: re.Match[str]) -> str:
-    value = match["value"].rstrip(").,;:`")
+    quote = match["q"] or ""
+    value = match["value"].strip(quote).rstrip(").,;:`")
     if not is_secret_name(match["flag"]) or value == REDACTED or _METAVAR.fullmatch(value):
         return match[0]
-    return f"{match['flag']}{match['sep']}{REDACTED}"
+    return f"{match['flag']}{match['sep']}{quote}{REDACTED}{quote}"
 
 
 def _redacted_cookie(match: re.Match[str]) -> str:
@@ -223,7 +257,7 @@ def _redacted_arguments(items: list[Any]) -> list[Any]:
         if not (isinstance(item, str) and item.startswith("-")):
             continue
         flag, equals, value = item.partition("=")
-        if (redact := _value_redactor(flag)) is None:
+        if not _FLAG.fullmatch(flag) or (redact := _value_redactor(flag)) is None:
             continue
         if equals:
             out[index] = f"{flag}={redact(value)}"

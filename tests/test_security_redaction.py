@@ -93,3 +93,45 @@ KEPT = [
 @pytest.mark.parametrize("text", KEPT)
 def test_security_prose_names_paths_and_digests_are_not_redacted(text):
     assert redact_text(text) == text
+
+
+QUOTED_AND_ATTACHED = {  # security round 4: each kept its secret (or part of it) before
+    'mysql --password "hunter2" -h db': 'mysql --password "<redacted>" -h db',
+    'tool --api-key "sk-abc123"': 'tool --api-key "<redacted>"',
+    "tool --token 'abc123def' next": "tool --token '<redacted>' next",
+    "curl -ualice:hunter2 https://x": "curl -ualice:<redacted> https://x",
+    "curl -u 'alice:hunter2' https://x": "curl -u 'alice:<redacted>' https://x",
+    'mysql -p"secret99" db': 'mysql -p"<redacted>" db',
+    "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGX0abc\n-----END PGP PRIVATE KEY BLOCK-----": "<redacted>",
+    "judge at http://localhost:8000,api_key=hunter2hunter2": "judge at http://localhost:8000,api_key=<redacted>",
+    "OPENAI_BASE_URL=http://h/v1&OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx1234": (
+        "OPENAI_BASE_URL=http://h/v1&OPENAI_API_KEY=<redacted>"
+    ),
+    "postgresql://user:p@ssw0rd@localhost/db": "postgresql://<redacted>@localhost/db",
+    "FOO_PASSWORD=hun;ter2": "FOO_PASSWORD=<redacted>",
+    "export FOO_PASSWORD='hunter 2 with spaces'": "export FOO_PASSWORD='<redacted>'",
+    "passphrase=correct horse": "passphrase=<redacted>",
+    "MY_HOME=/root ls -la": "MY_HOME=<redacted> ls -la",
+}
+
+
+@pytest.mark.parametrize("text", QUOTED_AND_ATTACHED)
+def test_security_quoted_attached_and_url_embedded_secrets_are_redacted_whole(text):
+    assert redact_text(text) == QUOTED_AND_ATTACHED[text]
+
+
+@pytest.mark.parametrize("prefix", ["xapp-1-A0123456789-", "glpat-", "whsec_"])
+def test_security_slack_app_gitlab_and_webhook_secrets_are_redacted_by_their_prefix(prefix):
+    secret = prefix + chars(24)  # under 32: not caught as a random key
+    clean = redact_text(f"the token was {secret}.")
+    assert secret not in clean and REDACTED in clean, clean
+
+
+def test_security_a_user_password_argument_is_redacted_and_the_flag_after_it_kept():
+    assert redacted(["curl", "-uuser:pass", "--user", "u:p", "--verbose"]) == [
+        "curl",
+        "-uuser:<redacted>",
+        "--user",
+        "u:<redacted>",
+        "--verbose",
+    ]
