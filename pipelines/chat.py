@@ -2,13 +2,16 @@
 run's system prompt and tools (offered as in training, `strict_tools` too; calls read from a turn's text as the
 agent loop reads them), its checkpoint on the run's own policy server (started for the chat, stopped at its end),
 answers streamed as they are written. A first turn is never forced to a call (`tool_choice` "required" is a
-training aid). `/reset` starts the conversation over, `/quit` (or end of input) ends it.
+training aid). `/reset` starts the conversation over, `/quit` (or end of input) ends it. What the model and the
+tools say reaches the terminal with its control characters replaced (`terminal_text`): a model's text cannot
+clear the screen, set the window's title or write the clipboard (OSC 52).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -30,6 +33,19 @@ RESET, QUIT = "/reset", "/quit"
 HELP = f"{RESET} starts over, {QUIT} (or Ctrl-D) ends"
 Write = Callable[[str], None]
 """Where the chat's text goes (the terminal: written and flushed at once)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 and C1 control characters and DEL, but newline and tab: what starts a terminal's escape sequences."""
+
+
+def terminal_text(text: str) -> str:
+    """`text` with every control character but `\\n` and `\\t` replaced by '?' (ESC, CSI, BEL, carriage return: a
+    model's or a tool's text shown, never obeyed by the terminal)."""
+    return _CONTROL.sub("?", text)
+
+
+def shown(write: Write) -> Write:
+    """`write` of `terminal_text`: what the chat writes of text it did not make."""
+    return lambda text: write(terminal_text(text))
 
 
 @dataclass
@@ -57,7 +73,8 @@ class Conversation:
 
     async def say(self, text: str, write: Write) -> None:
         """Add the user's `text`; stream the agent's answer to `write`, running the tools it calls (each call and
-        its result shown) for up to `max_turns` model turns."""
+        its result shown, control characters replaced: `terminal_text`) for up to `max_turns` model turns."""
+        write = shown(write)
         before, state = len(self.messages), copy.deepcopy(self.state)
         if not self.state.input:
             self.state.input = text
@@ -117,6 +134,7 @@ class Conversation:
 
 async def repl(conversation: Conversation, read: Callable[[], Awaitable[str | None]], write: Write) -> None:
     """Read the user's lines until `/quit` or the end of input (None), answering each; `/reset` starts over."""
+    write = shown(write)  # a server's error message too
     while (line := await read()) is not None:
         text = line.strip()
         if text == QUIT:

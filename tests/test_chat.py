@@ -183,3 +183,24 @@ def test_a_conversation_is_one_rollout_for_a_tool_with_memory():
         "error: the game is over",
         "You played 5 and won.",
     ]
+
+
+ESCAPES = "\x1b]52;c;ZXZpbA==\x07\x1b]0;title\x07\x1b[2J\x9b31m\r\x00\x7f"
+"""An OSC 52 clipboard write, a window title, a screen clear, a C1 CSI, a carriage return, NUL and DEL."""
+
+
+def test_security_model_and_server_text_reach_the_terminal_without_control_characters():
+    def escaping(body: dict) -> list[dict]:
+        return [{"role": "assistant", "content": f"{ESCAPES}hi\t"}, {"content": f"there{ESCAPES}\n"}]
+
+    class EscapingErrors(StreamingChatServer):
+        def respond(self, handler, body: dict) -> None:
+            if len(body["messages"]) > 3:
+                send_json(handler, 400, {"error": {"message": f"bad{ESCAPES}", "code": 400}})
+            else:
+                super().respond(handler, body)
+
+    conversation, text = chat_through(EscapingErrors(escaping), iter(["hi", "again"]))
+    assert not [c for c in text if (ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F], repr(text)
+    assert "hi\t" in text and "there" in text and "(no answer: the server said 'bad" in text
+    assert ESCAPES in conversation.messages[2]["content"]  # the conversation keeps what the model said

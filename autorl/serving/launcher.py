@@ -17,8 +17,12 @@ before. The server is not a child of the process that asked for it: it is the la
 own, killed when its stand-in ends, and by the kernel when the launcher dies.
 
 Who can ask: the socket lives in a directory only this user can enter (mode 0700), and the launcher answers
-only processes of its own user (SO_PEERCRED). A request carries a command line and an environment, which the
-launcher runs: the same power as running a program, which that user has.
+only processes of its own user (SO_PEERCRED); the stand-in, in turn, sends nothing to a socket that is not in a
+directory of its user's, mode 0700, or whose listener is another user's (`launcher_attach.connect`). A request
+carries a command line and an environment, which the launcher runs: the same power as running a program, which
+that user has. What a peer of that user sends is read with care all the same: a request within
+`REQUEST_DEADLINE_S` (the loop is single-threaded), its descriptors closed on every path, and only a signal
+number the system knows relayed.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ AUTORL_ROOT = Path(__file__).resolve().parents[2]
 """The directory this autorl is imported from (a request from another autorl is declined)."""
 MAX_REQUEST = 1 << 20
 """The largest request (command line and environment, as JSON) the launcher reads."""
+REQUEST_DEADLINE_S = 2.0
+"""How long the launcher waits for a whole request on a connection (a stand-in sends it at once): a silent or
+trickling peer holds its single-threaded loop no longer."""
 READY_TIMEOUT_S = 60.0
 """How long `start_launcher` waits for the launcher's socket (vLLM is imported after it is listening)."""
 
@@ -87,23 +94,43 @@ def declined(request: dict) -> str | None:
     return None
 
 
-def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """A request and the three standard streams sent with it (length-prefixed JSON, fds alongside)."""
-    data, fds, _flags, _address = socket.recv_fds(conn, MAX_REQUEST, 3)
-    if len(data) < 4 or len(fds) != 3:
+def _read_request(conn: socket.socket, deadline_s: float) -> tuple[dict, list[int]]:
+    """A request and the three standard streams sent with it (length-prefixed JSON, fds alongside), whole within
+    `deadline_s`; on any error the streams received are closed (ValueError, OSError)."""
+    deadline = time.monotonic() + deadline_s
+
+    def until_deadline() -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ValueError(f"no whole request within {deadline_s} s")
+        conn.settimeout(left)
+
+    until_deadline()
+    try:
+        data, fds, _flags, _address = socket.recv_fds(conn, MAX_REQUEST, 3)
+    except TimeoutError:
+        raise ValueError(f"no request within {deadline_s} s") from None
+    try:
+        if len(data) < 4 or len(fds) != 3:
+            raise ValueError("a request needs its length and three standard streams")
+        size = struct.unpack("!I", data[:4])[0]
+        if size > MAX_REQUEST:
+            raise ValueError(f"a request over {MAX_REQUEST} bytes")
+        body = data[4:]
+        while len(body) < size:
+            until_deadline()
+            try:
+                chunk = conn.recv(size - len(body))
+            except TimeoutError:
+                raise ValueError(f"no whole request within {deadline_s} s") from None
+            if not chunk:
+                raise ValueError("the request was cut off")
+            body += chunk
+        return json.loads(body), fds
+    except BaseException:
         for fd in fds:
             os.close(fd)
-        raise ValueError("a request needs its length and three standard streams")
-    size = struct.unpack("!I", data[:4])[0]
-    if size > MAX_REQUEST:
-        raise ValueError(f"a request over {MAX_REQUEST} bytes")
-    body = data[4:]
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise ValueError("the request was cut off")
-        body += chunk
-    return json.loads(body), fds
+        raise
 
 
 def _run_server(request: dict, fds: list[int], keep_closed: list[socket.socket]) -> None:
@@ -151,8 +178,9 @@ class _Child:
 class Launcher:
     """The launcher process's loop: accept requests, fork servers, relay signals and exit codes."""
 
-    def __init__(self, listener: socket.socket) -> None:
+    def __init__(self, listener: socket.socket, request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
         self.listener = listener
+        self.request_deadline_s = request_deadline_s
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
         self.children: dict[int, _Child] = {}
@@ -179,14 +207,14 @@ class Launcher:
         if uid != os.getuid():
             conn.close()
             return
-        conn.settimeout(5)
         try:
-            request, fds = _read_request(conn)
-        except (OSError, ValueError) as exc:
+            request, fds = _read_request(conn, self.request_deadline_s)
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser
             with contextlib.suppress(OSError):
                 conn.sendall(f"declined {exc}\n".encode())
             conn.close()
             return
+        conn.settimeout(self.request_deadline_s)  # for the lines the launcher sends it from now on
         pid = None if (reason := declined(request)) else self._fork(request, fds, conn)
         for fd in fds:
             os.close(fd)
@@ -225,12 +253,14 @@ class Launcher:
             return
         for line in data.decode(errors="replace").splitlines():
             words = line.split()
-            if len(words) == 2 and words[0] == "signal" and words[1].isdigit():
-                self._kill(child, int(words[1]))
+            number = words[1] if len(words) == 2 and words[0] == "signal" else ""
+            # a number of ASCII digits that names a signal: `signal 99` or `signal ²` is ignored
+            if number.isascii() and number.isdigit() and int(number) in signal.valid_signals():
+                self._kill(child, int(number))
 
     def _kill(self, child: _Child, sig: int) -> None:
         if child.pid in self.children:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with contextlib.suppress(OSError):  # gone, or not ours: nothing a stand-in says stops the launcher
                 os.killpg(child.pid, sig)
 
     def _reap(self) -> None:

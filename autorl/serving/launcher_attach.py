@@ -7,7 +7,10 @@ working directory and standard streams, to the launcher listening on SOCKET, whi
 process that has vLLM imported already; this process then lives as long as that server, so whoever started it
 sees a server process as before: a signal it gets (SIGTERM, SIGINT) goes to the server's process group, and it
 exits with the server's exit code. If it is itself killed, the launcher sees its connection close and kills the
-server's group. When no launcher answers, or the launcher cannot run COMMAND as it would run (another Python,
+server's group. It sends its environment (keys included) and streams only to a launcher of its own user: the
+socket's directory must be this user's, mode 0700 (as `start_launcher` makes it), and the process listening on
+it this user's (SO_PEERCRED), so a path another local user re-created after the launcher ended gets nothing.
+When no launcher answers, or it is not this user's, or it cannot run COMMAND as it would run (another Python,
 another autorl, other preloaded libraries), it runs COMMAND itself (exec): a start as slow as before, never a
 failed one. It runs as a script (by path, like `die_with_parent.py`) and imports nothing but the standard library,
 so it costs a bare interpreter's start.
@@ -19,6 +22,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -53,11 +57,27 @@ class Lines:
         return line.decode()
 
 
+def not_ours(path: str, conn: socket.socket) -> str | None:
+    """Why the launcher listening on `path` (connected on `conn`) may be another user's; None when it is this
+    user's: its directory this user's and mode 0700, its listener this user's process."""
+    directory = os.stat(os.path.dirname(os.path.abspath(path)))
+    if directory.st_uid != os.getuid() or stat.S_IMODE(directory.st_mode) != 0o700:
+        return f"its directory is not this user's with mode 0700 (uid {directory.st_uid}, mode {directory.st_mode:o})"
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid != os.getuid():
+        return f"it is another user's (uid {uid})"
+    return None
+
+
 def connect(path: str, command: list[str]) -> tuple[socket.socket, Lines] | str:
-    """The connection to the launcher once it has forked the server, or why it cannot launch `command`."""
+    """The connection to the launcher once it has forked the server, or why it cannot launch `command` (nothing
+    is sent to a launcher that is not this user's: `not_ours`)."""
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
+        if reason := not_ours(path, conn):
+            conn.close()
+            return f"the launcher at {path} is not trusted: {reason}"
         socket.send_fds(conn, [request(command)], [0, 1, 2])
         lines = Lines(conn)
         answer = lines.next_line() or ""
