@@ -44,6 +44,51 @@ def message_key(item: MessageOrChoice) -> tuple[Any, ...]:
     return message.get("role"), content.strip(), calls, message.get("tool_call_id")
 
 
+MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio", "reasoning_content"}
+)
+"""The fields of a chat message (OpenAI's chat API, and vLLM's `reasoning_content`): what a recorded message keeps
+of what a client sent."""
+CALL_FIELDS, FUNCTION_FIELDS = frozenset({"id", "type", "function"}), frozenset({"name", "arguments"})
+PART_FIELDS = frozenset({"type", "text", "image_url", "input_audio", "file", "refusal"})
+"""The fields of a tool call, of its function, and of a content part."""
+
+
+def chat_message(message: Any) -> Any:
+    """`message` (a dict a client sent) with only the fields the chat API defines, in it, its tool calls and its
+    content parts: a key a client adds is not recorded (it could be megabytes). Anything else as it is."""
+    if not isinstance(message, dict):
+        return message
+    kept = {key: value for key, value in message.items() if key in MESSAGE_FIELDS}
+    if isinstance(calls := kept.get("tool_calls"), list):
+        kept["tool_calls"] = [_only(call, CALL_FIELDS, function=FUNCTION_FIELDS) for call in calls]
+    if isinstance(content := kept.get("content"), list):
+        kept["content"] = [_only(part, PART_FIELDS) for part in content]
+    return kept
+
+
+def _only(item: Any, fields: frozenset[str], **nested: frozenset[str]) -> Any:
+    if not isinstance(item, dict):
+        return item
+    kept = {key: value for key, value in item.items() if key in fields}
+    for key, inner in nested.items():
+        if isinstance(kept.get(key), dict):
+            kept[key] = {k: v for k, v in kept[key].items() if k in inner}
+    return kept
+
+
+def _keys(history: History | Trajectory) -> list[tuple[Any, ...]]:
+    """The `message_key` of each item of `history`, kept between calls for the items it holds still (by identity:
+    an item replaced is keyed anew), so recording a call does not re-read every message recorded before."""
+    items, cached = history.messages_and_choices, history._keys
+    keys = [
+        cached[index][1] if index < len(cached) and cached[index][0] is item else message_key(item)
+        for index, item in enumerate(items)
+    ]
+    history._keys = list(zip(items, keys, strict=True))
+    return keys
+
+
 def _parsed(arguments: Any) -> Any:
     """Tool call arguments as their JSON value (a canonical string), or as they are where they are not JSON."""
     try:
@@ -81,6 +126,7 @@ class History(BaseModel):
     """OpenAI-format tool definitions offered in it, if any."""
 
     _revive_choices = field_validator("messages_and_choices", mode="before")(_revived)
+    _keys: list[tuple[Any, tuple[Any, ...]]] = PrivateAttr(default_factory=list)
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
@@ -118,6 +164,7 @@ class Trajectory(BaseModel):
 
     _revive_choices = field_validator("messages_and_choices", mode="before")(_revived)
     _scope_tokens: list[Token] = PrivateAttr(default_factory=list)
+    _keys: list[tuple[Any, tuple[Any, ...]]] = PrivateAttr(default_factory=list)
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation as plain chat messages (choices turned into assistant messages)."""
@@ -138,24 +185,27 @@ class Trajectory(BaseModel):
 
     def add_completion(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, choice: Choice
-    ) -> None:
+    ) -> list[MessageOrChoice]:
         """Records one chat completion, as ART's capture does: the request's `messages` and `tools` and the
         `choice` that came back join the first of this trajectory's conversations (itself, then
         `additional_histories`) that the messages continue with the same tools: the messages it lacks, then the
         choice. Messages that continue none start a new entry of `additional_histories` (a sub-agent, a context
         started afresh). An assistant message the agent sent back continues the recorded choice it came from
-        when both say the same (text, or tool calls with the same ids, names and arguments)."""
+        when both say the same (text, or tool calls with the same ids, names and arguments). A message keeps only
+        the fields the chat API defines (`chat_message`); each history's keys are kept between calls (`_keys`).
+        Returns what it added (the messages, then the choice)."""
         keys = [message_key(m) for m in messages]
         for history in [self, *self.additional_histories]:
-            known = [message_key(m) for m in history.messages_and_choices]
+            known = _keys(history)
             if keys[: len(known)] == known and (history.tools == tools or not known):
                 break
         else:
             history = History(messages_and_choices=[])
             self.additional_histories.append(history)
-        history.messages_and_choices.extend(messages[len(history.messages_and_choices) :])
-        history.messages_and_choices.append(choice)
+        added = [*(chat_message(m) for m in messages[len(history.messages_and_choices) :]), choice]
+        history.messages_and_choices.extend(added)
         history.tools = tools
+        return added
 
     def finish(self) -> Trajectory:
         """Record the rollout's duration since `start_time` as `metrics["duration"]` (seconds); returns itself, as

@@ -15,7 +15,9 @@ inference name, its answer relayed as it arrives (a stream chunk by chunk) and r
 agent's own name opens a rollout on its first call, as `autorl capture` lets it), a body is at most
 `max_body_bytes` (a longer declared length is refused before a byte is read), a request that is not a chat
 completion (messages with roles, tools a list of objects) is a 400 and reaches no model, what a request asks of the model is bounded by `limits` (answer tokens, choices, requests at
-once: `ServeLimits.check_ask`), and a rollout not finished is dropped past `max_rollouts` (the oldest first).
+once: `ServeLimits.check_ask`), and what the rollouts hold is bounded (`Rollouts`: `max_rollouts` open at once,
+calls and bytes per rollout and in all; past one a call or an opening is a 413 or 429 with one line, and no
+rollout is dropped unwritten).
 `autorl serve` has the same routes under each model (`autorl.backends.remote.rollouts`).
 """
 
@@ -48,8 +50,8 @@ from .rollouts import (
     GatewayRollout,
     OpenedRollout,
     Reward,
+    RolloutRefused,
     Rollouts,
-    recorder,
     recording,
 )
 
@@ -131,11 +133,17 @@ class CaptureGateway:
         if (trajectory := self.rollouts.get(rollout)) is None:
             if not (self.any_id and ROLLOUT_ID.fullmatch(rollout)):
                 return JSONResponse({"error": f"no rollout {rollout[:40]!r} on this gateway"}, status_code=404)
-            trajectory = self.rollouts.get(self.rollouts.open(rollout))
+            try:
+                trajectory = self.rollouts.get(self.rollouts.open(rollout))
+            except RolloutRefused as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.status)
         return rollout, trajectory
 
     async def _open(self, _: Request) -> Response:
-        rollout = self.rollout()
+        try:
+            rollout = self.rollout()
+        except RolloutRefused as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         return JSONResponse(OpenedRollout(id=rollout.id, path=f"/rollouts/{rollout.id}/v1").model_dump())
 
     async def _complete(self, request: Request) -> Response:
@@ -148,6 +156,10 @@ class CaptureGateway:
             return JSONResponse({"error": "not a chat completion request (JSON with `messages`)"}, status_code=400)
         if (why := self.limits.check_ask(body, "autorl capture")) is not None:
             return JSONResponse({"error": why}, status_code=400)
+        try:
+            self.rollouts.admit(rollout)
+        except RolloutRefused as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         body["model"] = self.model.get_inference_name()
         client = self.model.http_client()
         url, headers = (
@@ -162,7 +174,7 @@ class CaptureGateway:
 
         async def relay() -> Any:
             try:
-                record = recorder(lambda: self.rollouts.get(rollout), body, answer.is_success)
+                record = self.rollouts.recorder(rollout, "", body, answer.is_success)
                 async for chunk in recording(answer.aiter_bytes(), "", record):
                     yield chunk
             finally:

@@ -2,11 +2,14 @@
 per-model routes of `autorl serve` (`autorl.backends.remote.rollouts`): the open rollouts it records into, by id
 (`Rollouts`); an answer relayed to the agent as it arrives and recorded once complete (`recording`); and what
 goes over the wire (`Reward`, `OpenedRollout`, `FinishedRollout`, `GatewayRollout`). What an agent may ask of the
-model is bounded as every chat request to a served model is (`ServeLimits.check_ask`).
+model is bounded as every chat request to a served model is (`ServeLimits.check_ask`); what the rollouts hold is
+bounded here (`Rollouts`: open rollouts, calls and bytes per rollout and in all), a call past a bound refused
+before it reaches the model with one line (`RolloutRefused`: 413 or 429).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import zlib
@@ -16,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import AutoRLError
 from ..trajectories import Trajectory
 from .completions import recorded_choice
 
@@ -24,7 +28,14 @@ ROLLOUT_HEADER = "X-Autorl-Rollout"
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """What a rollout id may be: the gateway's own are random hex; `autorl capture` takes an agent's own name too."""
 MAX_OPEN_ROLLOUTS = 4096
-"""Rollouts a gateway records into at once; opening one more drops the oldest not finished."""
+"""Rollouts a gateway records into at once; opening one more is refused (429) until one is finished."""
+MAX_CALLS = 1024
+"""Chat completions one rollout may record (an agent's turns, each a call); one more is refused (429)."""
+MAX_ROLLOUT_BYTES = 64 * 2**20
+"""What one rollout may hold, its recorded messages and choices as JSON; a call once it holds this much is
+refused (413)."""
+MAX_OPEN_BYTES = 1024 * 2**20
+"""What the open rollouts may hold in all; a call while they hold this much is refused (429) until some finish."""
 
 
 @dataclass(frozen=True)
@@ -79,22 +90,84 @@ class Open:
 
     trajectory: Trajectory
     model: str = ""
+    calls: int = 0
+    """The chat completions admitted into it (`Rollouts.admit`)."""
+    held: int = 0
+    """The bytes it holds: its recorded messages and choices, as JSON."""
+
+
+class RolloutRefused(AutoRLError):
+    """A call or a rollout past one of `Rollouts`' bounds: `status` (413 or 429) and one line saying which."""
+
+    def __init__(self, status: int, line: str):
+        super().__init__(line)
+        self.status = status
 
 
 class Rollouts:
-    """The rollouts a gateway records into, by id: at most `max_open` at once (the oldest dropped past it)."""
+    """The rollouts a gateway records into, by id, bounded: at most `max_open` open at once, `max_calls` calls
+    and `max_rollout_bytes` held by each, `max_open_bytes` by all (`RolloutRefused` past one). A call is counted
+    when admitted, its bytes once recorded, so a rollout passes its byte bound by one call's at most."""
 
-    def __init__(self, max_open: int = MAX_OPEN_ROLLOUTS):
-        self.max_open = max_open
+    def __init__(
+        self, max_open: int = MAX_OPEN_ROLLOUTS, max_calls: int = MAX_CALLS,
+        max_rollout_bytes: int = MAX_ROLLOUT_BYTES, max_open_bytes: int = MAX_OPEN_BYTES,
+    ):  # fmt: skip
+        self.max_open, self.max_calls = max_open, max_calls
+        self.max_rollout_bytes, self.max_open_bytes = max_rollout_bytes, max_open_bytes
+        self.held = 0
+        """What the open rollouts hold, in bytes."""
         self._open: dict[str, Open] = {}
 
     def open(self, rollout_id: str | None = None, model: str = "") -> str:
-        """Opens rollout `rollout_id` (a random one when None) for `model`; its id."""
+        """Opens rollout `rollout_id` (a random one when None) for `model`; its id. Past `max_open` open ones,
+        `RolloutRefused` (429): none is dropped unwritten."""
         rollout_id = rollout_id or secrets.token_hex(12)
-        while len(self._open) >= self.max_open:
-            self._open.pop(next(iter(self._open)))
+        if rollout_id not in self._open and len(self._open) >= self.max_open:
+            raise RolloutRefused(429, f"{self.max_open} rollouts are open, the most recorded at once: finish one first")
+        self._forget(rollout_id)
         self._open[rollout_id] = Open(Trajectory(), model)
         return rollout_id
+
+    def admit(self, rollout_id: str) -> None:
+        """Counts a call to open rollout `rollout_id`, or refuses it (`RolloutRefused`) when the rollout made
+        `max_calls` (429), holds `max_rollout_bytes` (413), or all open ones hold `max_open_bytes` (429)."""
+        found = self._open[rollout_id]
+        if found.calls >= self.max_calls:
+            raise RolloutRefused(429, f"rollout {rollout_id!r} made {found.calls} calls, the most one records")
+        if found.held >= self.max_rollout_bytes:
+            raise RolloutRefused(
+                413,
+                f"rollout {rollout_id!r} holds {found.held} bytes, the most one records is {self.max_rollout_bytes}",
+            )
+        if self.held >= self.max_open_bytes:
+            raise RolloutRefused(
+                429, f"the open rollouts hold {self.held} bytes, the most recorded at once: finish some first"
+            )
+        found.calls += 1
+
+    def recorder(self, rollout_id: str, model: str, request: dict[str, Any], ok: bool) -> Callable[[bytes], None]:
+        """What `recording` calls with a complete answer to `request`: its first choice added to the rollout's
+        trajectory (`Trajectory.add_completion`) and its bytes counted, unless the answer is an error or the
+        rollout was finished meanwhile."""
+
+        def record(answer: bytes) -> None:
+            choice = recorded_choice(answer, streamed=bool(request.get("stream"))) if ok else None
+            trajectory = self.get(rollout_id, model)
+            if trajectory is not None and choice is not None:
+                added = trajectory.add_completion(request["messages"], request.get("tools"), choice)
+                size = sum(len(json.dumps(item, default=str)) for item in added[:-1])
+                size += len(choice.model_dump_json()) + len(json.dumps(request.get("tools"), default=str))
+                self._open[rollout_id].held += size
+                self.held += size
+
+        return record
+
+    def _forget(self, rollout_id: str) -> Open | None:
+        found = self._open.pop(rollout_id, None)
+        if found is not None:
+            self.held -= found.held
+        return found
 
     def get(self, rollout_id: str, model: str = "") -> Trajectory | None:
         """The open rollout `rollout_id` of `model`, if there is one."""
@@ -110,12 +183,13 @@ class Rollouts:
         """The rollout's trajectory (its calls, the reward and metrics posted), no longer recorded into."""
         if self.get(rollout_id, model) is None:
             return None
-        return self._open.pop(rollout_id).trajectory.finish()
+        return self._forget(rollout_id).trajectory.finish()
 
     def unfinished(self) -> list[tuple[str, Trajectory]]:
         """Every open rollout, finished now (the gateway closes): its id and trajectory."""
         done = [(rollout_id, found.trajectory.finish()) for rollout_id, found in self._open.items()]
         self._open.clear()
+        self.held = 0
         return done
 
 
@@ -133,17 +207,3 @@ async def recording(chunks: AsyncIterator[bytes], encoding: str, done: Callable[
         except zlib.error:
             return
     done(body)
-
-
-def recorder(find: Callable[[], Trajectory | None], request: dict[str, Any], ok: bool) -> Callable[[bytes], None]:
-    """What `recording` calls with a complete answer to `request`: its first choice added to the rollout's
-    trajectory (`find()`, `Trajectory.add_completion`), unless the answer is an error or the rollout was finished
-    meanwhile."""
-
-    def record(answer: bytes) -> None:
-        choice = recorded_choice(answer, streamed=bool(request.get("stream"))) if ok else None
-        trajectory = find()
-        if trajectory is not None and choice is not None:
-            trajectory.add_completion(request["messages"], request.get("tools"), choice)
-
-    return record

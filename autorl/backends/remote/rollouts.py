@@ -10,7 +10,8 @@ the training program fetches (`RemoteBackend.capture_rollout` / `finish_rollout`
     POST /v1/chat/completions, X-Autorl-Rollout: ID     the same as the second, for an agent whose base URL stays /v1
 
 Each needs the server's token, counts against `--max-concurrent-requests` and reaches the model's vLLM server on
-`/v1/chat/completions` only; what an agent asks is bounded by the server's `ServeLimits` (`check_ask`), as on `/v1`.
+`/v1/chat/completions` only; what an agent asks is bounded by the server's `ServeLimits` (`check_ask`), as on `/v1`,
+and what the rollouts hold by `Rollouts`' bounds (open rollouts, calls and bytes: 413 or 429 past one).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from ...capture.rollouts import FinishedRollout, OpenedRollout, Reward, Rollouts, recorder, recording
+from ...capture.rollouts import FinishedRollout, OpenedRollout, Reward, RolloutRefused, Rollouts, recording
 from ...errors import quoted
 from ...trajectories import Trajectory
 from .served import Refused, ServedModels
@@ -36,7 +37,10 @@ class ServedRollouts:
 
     async def open(self, name: str) -> OpenedRollout:
         await self.served.get(name)  # 404 for a model not served here
-        rollout = self.rollouts.open(model=name)
+        try:
+            rollout = self.rollouts.open(model=name)
+        except RolloutRefused as exc:
+            raise Refused(exc.status, str(exc)) from None
         return OpenedRollout(id=rollout, path=f"/models/{name}/rollouts/{rollout}/v1")
 
     def trajectory(self, name: str | None, rollout: str) -> tuple[str, Trajectory]:
@@ -54,10 +58,14 @@ class ServedRollouts:
         name, _ = self.trajectory(name, rollout)
         if not isinstance(body.get("messages"), list):
             raise Refused(400, f"{CHAT_ROUTE} needs a JSON object with a list of messages")
+        try:
+            self.rollouts.admit(rollout)
+        except RolloutRefused as exc:
+            raise Refused(exc.status, str(exc)) from None
         answer = await self.served.forward(request, CHAT_ROUTE, {**body, "model": name})
         if not isinstance(answer, StreamingResponse):  # forward streams every answer; anything else is not recorded
             return answer
-        record = recorder(lambda: self.rollouts.get(rollout, name), body, 200 <= answer.status_code < 300)
+        record = self.rollouts.recorder(rollout, name, body, 200 <= answer.status_code < 300)
         answer.body_iterator = recording(answer.body_iterator, answer.headers.get("content-encoding", ""), record)
         return answer
 
