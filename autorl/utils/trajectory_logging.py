@@ -5,7 +5,9 @@ A row per trajectory (a failed rollout has none): `group_index`, `group_metadata
 `group_logs` (list of text), `reward`, `metrics`, `metadata`, `tools` (JSON text), `logs` (list of text),
 `messages` (a list of `{role, content, tool_calls (JSON text), tool_call_id, trainable}`; `trainable` marks a
 `Choice` the policy sampled). JSON fields are null when empty; the file is ZSTD-compressed. Logprobs and
-additional histories are not kept (neither are they in ART's).
+additional histories are not kept (neither are they in ART's); `group_metrics` and `group_logs` are written
+from a group that has them (autorl's `TrajectoryGroup` has neither: null), and read back only by
+`autorl.utils.benchmarking.load_trajectories`.
 """
 
 from __future__ import annotations
