@@ -97,8 +97,9 @@ def run_command(
     ] = None,
     **values: Any,
 ) -> None:
-    """Run the pipeline for TASK: inputs, system prompt, baseline, preflight checks, an SFT warm-up (--sft-file or
-    --sft-bootstrap), GRPO training, evaluation, report.
+    """Run the pipeline for TASK: inputs, system prompt, baseline, preflight checks, the plan (the training aids,
+    decided from the checks), an SFT warm-up (--sft-file, --sft-bootstrap, or planned), GRPO training,
+    evaluation, report.
 
     Every stage is cached by content under HOME/artifacts: a rerun reuses what exists and a killed
     run continues from its last checkpoint. A flag overrides the task file's train and trainer tables

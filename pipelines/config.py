@@ -24,7 +24,7 @@ from autorl.tracking import PACKAGES
 
 from .sentinel import SentinelConfig
 
-STAGES = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate", "report")
+STAGES = ("inputs", "system_prompt", "baseline", "preflight", "plan", "sft", "train", "evaluate", "report")
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 """A run name: a directory name under `runs/`, never a path (no '/', no leading '.' or '-': not a flag)."""
 

@@ -34,33 +34,28 @@ def test_a_setting_changes_only_the_stages_that_depend_on_it():
     assert changed(base, stage_keys(TASK, RunConfig(train={"learning_rate": 1e-4}))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(steps=3))) == {"evaluate", "report"}
     # the system prompt stage checks a generated prompt with the policy's answers to the inputs
-    assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == {
-        "system_prompt",
-        "baseline",
-        "preflight",
-        "train",
-        "evaluate",
-        "report",
-    }
-    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES) - {"sft"}  # SFT reads its file
-    assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs", "sft"}
+    assert changed(base, stage_keys(TASK, RunConfig(model="/models/other"))) == set(STAGES) - {"inputs"}
+    assert changed(base, stage_keys(TASK, RunConfig(num_inputs=12))) == set(STAGES)
+    assert changed(base, stage_keys(TASK, RunConfig(system_prompt_check=0))) == set(STAGES) - {"inputs"}
     assert changed(base, stage_keys(TASK, RunConfig(home="/elsewhere", wandb=False))) == set()
     # every judged stage's scores depend on whether the judge explains them
-    judged = set(STAGES) - {"inputs", "sft"}
+    judged = set(STAGES) - {"inputs"}  # the planned warm-up judges its samples
     assert changed(base, stage_keys(TASK, RunConfig(judge_explanations="always"))) == judged
 
 
 def test_the_preflight_settings_change_the_checks_and_the_report_only():
     base = stage_keys(TASK, RunConfig())
-    assert changed(base, stage_keys(TASK, RunConfig(audit_groups=2))) == {"preflight", "report"}
-    assert changed(base, stage_keys(TASK, RunConfig(learnability_groups=6))) == {"preflight", "report"}
-    # off, the learnability check drops no tied inputs, so training may take other inputs
-    assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == {"preflight", "train", "evaluate", "report"}
+    # the plan decides the training aids from what the checks measured: the stages after them follow
+    after_checks = {"preflight", "plan", "sft", "train", "evaluate", "report"}
+    assert changed(base, stage_keys(TASK, RunConfig(audit_groups=2))) == after_checks
+    assert changed(base, stage_keys(TASK, RunConfig(learnability_groups=6))) == after_checks
+    # off, the learnability check drops no tied inputs, so training may take other inputs; nothing is planned
+    assert changed(base, stage_keys(TASK, RunConfig(preflight="off"))) == after_checks
     assert changed(base, stage_keys(TASK, RunConfig(on_tied="warn"))) == {"train", "evaluate", "report"}
     assert changed(base, stage_keys(TASK, RunConfig(preflight="strict"))) == set()  # it only decides whether to stop
     # what step 1's groups depend on (the preflight stage samples them for the train stage) is in both keys; the
     # system prompt check samples a group per input for its worked examples
-    assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == set(STAGES) - {"inputs", "sft"}
+    assert changed(base, stage_keys(TASK, RunConfig(group_size=4))) == set(STAGES) - {"inputs"}
     assert changed(base, stage_keys(TASK, RunConfig(rollout={"temperature": 0.7}))) >= {"preflight", "train"}
 
 
@@ -73,7 +68,7 @@ def test_the_sft_key_covers_the_file_s_content_not_its_path_and_training_starts_
     base = stage_keys(TASK, RunConfig())
     warm = stage_keys(TASK, RunConfig(sft={"file": first}))
     after_sft = {"sft", "train", "evaluate", "report"}
-    assert changed(base, warm) == after_sft
+    assert changed(base, warm) == {"plan", *after_sft}  # a warm-up given: the plan plans none
     assert stage_keys(TASK, RunConfig(sft={"file": moved})) == warm  # the same content elsewhere: all cached
     assert changed(warm, stage_keys(TASK, RunConfig(sft={"file": edited}))) == after_sft
     for setting in ({"epochs": 2}, {"batch_size": 4}, {"peak_lr": 1e-4}, {"chunk_size": 1}):
@@ -157,10 +152,11 @@ def test_the_train_key_covers_every_setting_training_reads():
     base = stage_keys(TASK, RunConfig())
     downstream = {"train", "evaluate", "report"}
     # every TrainConfig and TrainerConfig field: tests/test_run_config.py
-    assert changed(base, stage_keys(TASK, RunConfig(trainer={"lora_rank": 16}))) == downstream  # the LoRA's settings
+    # the LoRA's settings: the planned warm-up trains it too
+    assert changed(base, stage_keys(TASK, RunConfig(trainer={"lora_rank": 16}))) == {"sft", *downstream}
     # the server's numerics: step 1's groups, which the preflight stage samples, too
     adapter = stage_keys(TASK, RunConfig(server=ServerConfig(lora_serving="adapter")))
-    assert changed(base, adapter) == {"preflight", *downstream}
+    assert changed(base, adapter) == {"preflight", "plan", "sft", *downstream}
     assert changed(base, stage_keys(TASK, RunConfig(server=ServerConfig(port=8123, startup_timeout_s=5)))) == set()
 
 
@@ -311,6 +307,8 @@ def test_a_task_s_own_system_prompt_is_used_as_written_without_a_model_call(tmp_
         "system_prompt",  # its inputs are upstream (a generated prompt is checked on them)
         "baseline",
         "preflight",
+        "plan",
+        "sft",
         "train",
         "evaluate",
         "report",
@@ -360,16 +358,20 @@ def test_a_stage_s_judge_and_generator_requests_are_recorded_and_shown(tmp_path)
     assert "malformed_json 1, timeout 1" in shown.output and "900/110" in shown.output
 
 
+TRAINED = {"baseline", "preflight", "plan", "sft", "train", "evaluate"}
+"""The stages of a trained run that are cached, up to its report."""
+
+
 @pytest.mark.parametrize(
     ("cached", "settings", "needed"),
     [
         (set(), {}, {"policy", "embedded"}),  # the README's run: both servers, started together
         (set(), {"judge": "m:judge"}, {"policy", "embedded"}),  # the embedded generator still writes the inputs
         ({"inputs", "system_prompt"}, {"judge": "m:judge"}, {"policy"}),
-        ({"inputs", "system_prompt", "baseline", "train", "evaluate"}, {}, set()),  # only the report is left
+        ({"inputs", "system_prompt", *TRAINED}, {}, set()),  # only the report is left
         # new inputs for a trained run: the generator, and the policy to check the system prompt on them
-        ({"baseline", "train", "evaluate"}, {}, {"embedded", "policy"}),
-        ({"baseline", "train", "evaluate"}, {"system_prompt_check": 0}, {"embedded"}),  # the generator alone
+        (TRAINED, {}, {"embedded", "policy"}),
+        (TRAINED, {"system_prompt_check": 0}, {"embedded"}),  # the generator alone
     ],
 )
 def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached, settings, needed):
@@ -381,7 +383,12 @@ def test_the_servers_a_run_starts_follow_the_stages_left_to_run(tmp_path, cached
     for name in ("adapter_model.safetensors", "metrics.json"):
         (tmp_path / "checkpoints" / "0002" / name).write_text("{}")
     config = RunConfig(steps=2, **settings)
-    ctx = SimpleNamespace(config=config, policy=SimpleNamespace(run_dir=tmp_path), has_artifact=lambda s: s in cached)
+    ctx = SimpleNamespace(
+        config=config,
+        policy=SimpleNamespace(run_dir=tmp_path),
+        has_artifact=lambda s: s in cached,
+        artifact=lambda s: tmp_path / "artifacts" / s,  # no warm-up's manifest: RL's steps are the model's
+    )
     assert servers_needed(TaskSpec(description="t"), config, set(), ctx) == needed
     assert servers_needed(TaskSpec(description="t"), config, {"inputs"}, ctx) >= {"embedded"}  # --force inputs
 

@@ -129,9 +129,11 @@ def test_a_bad_sft_file_is_one_line_before_anything_starts(tmp_path, content, ex
     assert not (home / "runs").exists() and not (home / "artifacts").exists()
 
 
-def test_the_stage_is_skipped_without_a_file():
-    assert sft.skipped(RunConfig()) == "no --sft-file or --sft-bootstrap"
+def test_the_stage_is_skipped_only_where_no_warm_up_can_be_given_or_planned():
+    assert sft.skipped(RunConfig()) is None  # the plan decides
     assert sft.skipped(RunConfig(sft={"file": "x.jsonl"})) is None
+    assert sft.skipped(RunConfig(sft={"bootstrap": 0})) == "--sft-bootstrap 0"
+    assert "nothing measured" in sft.skipped(RunConfig(preflight="off"))
 
 
 class AnswersSomeRight(ScriptedPolicy):

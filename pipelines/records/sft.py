@@ -15,8 +15,15 @@ NAME = "sft"
 
 
 def skipped(config: RunConfig) -> str | None:
-    """Why the stage has nothing to do (no file, no bootstrap), or None."""
-    return None if config.sft.file is not None or config.sft.bootstrap else "no --sft-file or --sft-bootstrap"
+    """Why the stage has nothing to do, or None: a file or a bootstrap was given, or the run's plan may call for a
+    bootstrap (`pipelines.stages.plan`: the user set neither, and the checks ran)."""
+    if config.sft.file is not None or config.sft.bootstrap:
+        return None
+    if "bootstrap" in config.sft.model_fields_set:
+        return "--sft-bootstrap 0"
+    if config.preflight == "off":
+        return "no --sft-file or --sft-bootstrap, and nothing measured to plan one (--preflight off)"
+    return None
 
 
 def load(ctx: RunArtifacts) -> dict[str, Any]:

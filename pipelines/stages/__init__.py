@@ -9,7 +9,7 @@ from autorl.task import TaskSpec
 
 from ..config import STAGES, RunConfig
 from ..stage_context import StageContext
-from . import baseline, evaluate, inputs, preflight, report, sft, system_prompt, train
+from . import baseline, evaluate, inputs, plan, preflight, report, sft, system_prompt, train
 
 
 class Stage(Protocol):
@@ -40,7 +40,7 @@ class Stage(Protocol):
 
 
 _MODULES: dict[str, Stage] = {
-    stage.NAME: stage for stage in (baseline, evaluate, inputs, preflight, report, sft, system_prompt, train)
+    stage.NAME: stage for stage in (baseline, evaluate, inputs, plan, preflight, report, sft, system_prompt, train)
 }
 STAGE_MODULES: dict[str, Stage] = {name: _MODULES[name] for name in STAGES}
 """Every stage, by name, in the order they run."""

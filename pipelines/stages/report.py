@@ -19,7 +19,7 @@ from autorl.task import RUN_SETTINGS, TaskSpec
 from .. import costs, evaluation, sentinel
 from ..benchmarking import gain_cost, scoreboard
 from ..config import RunConfig
-from ..records import evaluate, inputs, preflight, sft, system_prompt, train
+from ..records import evaluate, inputs, plan, preflight, sft, system_prompt, train
 from ..records import evaluation as records
 from ..records.pricing import added
 from ..records.run import RunArtifacts
@@ -28,7 +28,7 @@ from ..stage_context import StageContext
 from ..steps.validation import validation_texts
 
 NAME = "report"
-UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "sft", "train", "evaluate")
+UPSTREAM = ("inputs", "system_prompt", "baseline", "preflight", "plan", "sft", "train", "evaluate")
 REPORT, CURVE = "report.md", "reward_curve.png"
 SHOWN = 3
 
@@ -260,7 +260,7 @@ def sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
 def sft_section(ctx: RunArtifacts) -> list[str]:
     """The SFT warm-up, if the run had one: what it trained on and the model steps it took (RL's come after)."""
     warm_up = sft.load(ctx)
-    if not warm_up:
+    if not warm_up or "none" in warm_up:  # none, or none planned (the plan says why)
         return []
     steps, loss = warm_up["steps"], warm_up["final_loss"]
     if (found := warm_up.get("bootstrap")) is not None:
@@ -341,6 +341,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         *[f"- {text}" for text in train_inputs[:5]],
         "",
         *_preflight_section(checks),
+        *plan.section(plan.load(ctx)),
         "## Validation reward",
         "",
         "Each validation input's answers from every variant were judged together (head to head); the",

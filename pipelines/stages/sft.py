@@ -48,7 +48,7 @@ from ..records.step_costs import STEP_COST
 from ..stage_context import StageContext
 from ..steps.groups import group_settings, judge_audit, judged_groups, unreliable
 
-UPSTREAM = ("inputs", "system_prompt")  # what the bootstrap warm-up answers, and under which prompt
+UPSTREAM = ("inputs", "system_prompt", "plan")  # what the bootstrap warm-up answers, under which prompt and plan
 SAMPLES_FILE = "bootstrap.jsonl"
 """The bootstrap warm-up's conversations, in ART's SFT format: what it kept of the policy's answers."""
 FOUND_FILE = "bootstrap.json"
@@ -162,6 +162,12 @@ def is_done(ctx: StageContext) -> bool:
 async def run(ctx: StageContext) -> dict[str, Any]:
     config, work = ctx.config, ctx.artifact(NAME)
     private_dir(work / "checkpoints")
+    if config.sft.file is None and (not config.sft.bootstrap or config.backend is not None):  # none given
+        why = "the plan called for none" if not config.sft.bootstrap else "the server trains (--backend): none"
+        ctx.console.print(f"warm-up: {why}")
+        summary = {"steps": 0, "conversations": 0, "none": why}
+        atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
+        return summary
     sampling: dict[str, Any] = {}
     if config.sft.file is not None:
         found = conversations(config.sft.file)

@@ -48,7 +48,7 @@ from ..steps.groups import group_settings, sampled_groups
 from ..steps.on_drift import act_on_drift, adjusted_config
 from ..steps.validation import due, validate, validation_texts
 
-UPSTREAM = ("inputs", "system_prompt", "sft", "baseline")  # validation judges beside the base answers
+UPSTREAM = ("inputs", "system_prompt", "plan", "sft", "baseline")  # validation judges beside the base answers
 
 
 def step_config(config: RunConfig) -> TrainConfig:
