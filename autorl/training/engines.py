@@ -127,6 +127,19 @@ def cuda_training_dtype(native_bf16_gpu: bool) -> torch.dtype:
     return torch.bfloat16 if native_bf16_gpu else torch.float32
 
 
+def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype of the frozen base weights for `TrainerConfig.dtype` on `device` ("auto" resolved)."""
+    import torch
+
+    from ..cpu import native_bf16
+
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.type == "cuda":
+        return cuda_training_dtype(torch.cuda.is_bf16_supported(including_emulation=False))
+    return torch.bfloat16 if device.type == "cpu" and native_bf16() else torch.float32
+
+
 UNSLOTH_CHECKPOINTING = "unsloth"
 """Unsloth's gradient checkpointing (its own offloaded variant), the one its loaders default to."""
 

@@ -17,40 +17,22 @@ from transformers import AutoTokenizer
 
 from ..atomic import atomic_dir
 from ..config import TrainConfig, TrainerConfig
-from ..cpu import native_bf16
 from ..errors import AutoRLError
 from ..trajectories import Trajectory, TrajectoryGroup
 from ..types import TrainSFTConfig
+from .art_knobs import RatioShaping, balanced, learning_rate_multiplier, reward_spreads, reward_std_dev
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
 from .data_parallel import DataParallel, Share, share, synced
 from .drift import drift_totals, figures_from_totals
-from .engines import DEFAULT_MAX_SEQ_LENGTH, LOADERS, check_sequence_lengths, cuda_training_dtype, resolve_engine
+from .engines import DEFAULT_MAX_SEQ_LENGTH, LOADERS, check_sequence_lengths, resolve_engine, training_dtype
 from .forwards import PolicyForwards
-from .loss import (
-    RatioShaping,
-    advantages,
-    balanced,
-    clipped_policy_loss,
-    kl_weight,
-    learning_rate_multiplier,
-    loss_normaliser,
-    overlong_penalty,
-)
+from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty
 from .sequences import Sequence, tokenize_trajectory
 
 OPTIMIZER_FILE = "optimizer.pt"
 HISTORY_FILE = "history.jsonl"
 """The run's history beside its `checkpoints/` (the backend writes it: `autorl.backends.run_dir`)."""
 log = logging.getLogger(__name__)
-
-
-def training_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The torch dtype of the frozen base weights for `TrainerConfig.dtype` on `device` ("auto" resolved)."""
-    if dtype != "auto":
-        return getattr(torch, dtype)
-    if device.type == "cuda":
-        return cuda_training_dtype(torch.cuda.is_bf16_supported(including_emulation=False))
-    return torch.bfloat16 if device.type == "cpu" and native_bf16() else torch.float32
 
 
 def release_freed_memory() -> None:
@@ -76,13 +58,6 @@ def measures_drift(every: int, step: int | None) -> bool:
 def truncated(trajectory: Trajectory) -> bool:
     """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
     return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
-
-
-def reward_std_dev(groups: list[TrajectoryGroup]) -> float:
-    """ART's `reward_std_dev` of a step: the mean over its groups of more than one trajectory of their rewards'
-    population standard deviation (0 without such a group)."""
-    spreads = [statistics.pstdev(t.reward for t in g.trajectories) for g in groups if len(g.trajectories) > 1]
-    return statistics.fmean(spreads) if spreads else 0.0
 
 
 def longest_turn(trajectory: Trajectory) -> int:
@@ -116,8 +91,7 @@ class GRPOTrainer(PolicyForwards):
         self.engine = resolve_engine(config.engine)
         log.info("trainer engine: %s", self.engine)
         latest = latest_checkpoint(checkpoints)
-        self.max_seq_length = max_seq_length
-        """The longest sequence it trains (the server's `max_model_len`); Unsloth cuts longer ones."""
+        self.max_seq_length = max_seq_length  # the server's max_model_len: Unsloth cuts longer sequences
         checkpoint = latest[1] if latest else None
         self.model = LOADERS[self.engine](model_dir, checkpoint, config, self.dtype, self.device, max_seq_length)
         self._keep_lora_fp32()
@@ -312,7 +286,8 @@ class GRPOTrainer(PolicyForwards):
         in the first epoch, before the policy moves.
         """
         self.model.train()
-        spreads = self._reward_spreads(reward_spread) if config.scale_learning_rate_by_reward_std_dev else []
+        history = self.checkpoints.parent / HISTORY_FILE
+        spreads = reward_spreads(history, reward_spread) if config.scale_learning_rate_by_reward_std_dev else []
         rate = config.learning_rate * learning_rate_multiplier(config, len(batch), spreads)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
@@ -385,16 +360,6 @@ class GRPOTrainer(PolicyForwards):
             metrics["is_weight_mean"] = sums["is_weight_sum"] / tokens
             metrics["is_truncated_fraction"] = sums["is_truncated_tokens"] / tokens
         return metrics
-
-    def _reward_spreads(self, current: tuple[int | None, float]) -> list[tuple[int, float]]:
-        """(step, `reward_std_dev`) of the run's history (the `history.jsonl` beside the checkpoints) and of
-        `current`, the step being trained (ART logs a step's groups before training on them)."""
-        history = self.checkpoints.parent / HISTORY_FILE
-        lines = history.read_text().splitlines() if history.is_file() else []
-        records = [json.loads(line) for line in lines if line.strip().endswith("}")]
-        spreads = [(r["step"], r["reward_std_dev"]) for r in records if "reward_std_dev" in r and "step" in r]
-        step = current[0] if current[0] is not None else (spreads[-1][0] + 1 if spreads else 1)
-        return [*spreads, (step, current[1])]
 
     def save(self, step: int, metrics: dict[str, float]) -> Path:
         """Write `checkpoints/NNNN/` (PEFT adapter, optimizer state, metrics) atomically."""
