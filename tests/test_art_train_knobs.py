@@ -30,16 +30,15 @@ import autorl as art
 from autorl import TrainerConfig
 from autorl.dev import REFUSED_UNLESS_DEFAULT, train_config_updates, train_keywords, train_settings
 from autorl.errors import UnsupportedArgumentError
-from autorl.training.loss import (
+from autorl.training.art_knobs import (
     RatioShaping,
     balanced,
-    clipped_policy_loss,
     learning_rate_multiplier,
-    loss_normaliser,
-    policy_terms,
+    reward_std_dev,
     reward_std_trend,
 )
-from autorl.training.trainer import GRPOTrainer, reward_std_dev
+from autorl.training.loss import clipped_policy_loss, loss_normaliser, policy_terms
+from autorl.training.trainer import GRPOTrainer
 from tests.helpers.training import groups
 
 LENGTHS = [5, 3, 7, 2]  # trained tokens of each sequence, padded to 7

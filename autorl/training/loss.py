@@ -1,9 +1,9 @@
 """The GRPO objective: group-relative advantages and the policy losses (`TrainConfig.loss`) over one core.
 
 Every loss shares `clipped_policy_loss` (`policy_terms`): importance ratios against the rollout logprobs (per
-token, or per sequence for gspo; ART's levels and shaping of the ratio with `RatioShaping`), their clip range
-and clip statistics, an optional KL penalty to the reference policy, and a per-token weight; a variant
-(`LOSSES`) only picks the ratio level, the objective and what the update's summed loss is divided by
+token, or per sequence for gspo; ART's levels and shaping of the ratio with `art_knobs.RatioShaping`), their
+clip range and clip statistics, an optional KL penalty to the reference policy, and a per-token weight; a
+variant (`LOSSES`) only picks the ratio level, the objective and what the update's summed loss is divided by
 (`loss_normaliser`).
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..config import LossName, RatioLevel, ScaleRewards, TrainConfig
+from ..config import LossName, ScaleRewards
+from .art_knobs import NO_SHAPING, RatioShaping, importance_ratio, shaped_ratio
 
 TIE_TOLERANCE = 1e-6
 """Rewards of a group closer than this are a tie: the group carries no learning signal."""
@@ -54,81 +55,6 @@ LOSSES: dict[str, LossVariant] = {
     "cispo": LossVariant(sequence_ratio=False, truncated_is=True, normaliser=sum),
 }
 """The variants of `TrainConfig.loss`."""
-
-
-@dataclass(frozen=True)
-class RatioShaping:
-    """ART's settings of the importance ratio and of each token's advantage: the `TrainConfig` fields of the
-    same names (their docstrings give the formulas), applied by `clipped_policy_loss` in ART's order: the
-    ratio's level, its cap, its mask, then the advantage's tau term; the truncated weight after the objective."""
-
-    importance_sampling_level: RatioLevel | None = None
-    max_negative_advantage_importance_sampling_weight: float | None = None
-    mask_prob_ratio: bool = False
-    kimi_k2_tau: float | None = None
-    truncated_importance_sampling: float | None = None
-
-    @classmethod
-    def of(cls, config: TrainConfig) -> RatioShaping:
-        """The settings `config` gives."""
-        return cls(**{field.name: getattr(config, field.name) for field in fields(cls)})
-
-
-def importance_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, level: RatioLevel) -> torch.Tensor:
-    """The importance ratio at `level` from each token's log ratio ([batch, tokens], `mask` its trained
-    tokens): token exp(log r); sequence exp(the sequence's mean log r over its trained tokens), [batch, 1];
-    average the mean of the two; geometric_average the square root of their product."""
-    if level == "token":
-        return torch.exp(log_ratio)
-    sequence = torch.exp((log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
-    if level == "sequence":
-        return sequence
-    token = torch.exp(log_ratio)
-    return (token + sequence) / 2 if level == "average" else token.sqrt() * sequence.sqrt()
-
-
-def shaped_ratio(ratio: torch.Tensor, shaping: RatioShaping, low: float, high: float) -> torch.Tensor:
-    """`ratio` capped (`max_negative_advantage_importance_sampling_weight`) and, with `mask_prob_ratio`, 0
-    wherever it lies outside the open range (low, high), the clip range of the loss."""
-    if shaping.max_negative_advantage_importance_sampling_weight is not None:
-        ratio = torch.clamp(ratio, max=shaping.max_negative_advantage_importance_sampling_weight)
-    if shaping.mask_prob_ratio:
-        ratio = torch.where((ratio > low) & (ratio < high), ratio, torch.zeros_like(ratio))
-    return ratio
-
-
-def balanced(advantages: list[float], balance: float) -> list[float]:
-    """`TrainConfig.advantage_balance` on a group's advantages: above 0 the negative ones times 1 - balance,
-    below 0 the positive ones times 1 + balance."""
-    if balance > 0:
-        return [a if a > 0 else a * (1 - balance) for a in advantages]
-    if balance < 0:
-        return [a if a < 0 else a * (1 + balance) for a in advantages]
-    return advantages
-
-
-def learning_rate_multiplier(config: TrainConfig, sequences: int, reward_std_history: list[tuple[int, float]]) -> float:
-    """What multiplies `config.learning_rate` for an update of `sequences` trained sequences:
-    sequences ** `num_trajectories_learning_rate_multiplier_power`, times, with
-    `scale_learning_rate_by_reward_std_dev`, `reward_std_trend` of the history's (step, reward_std_dev)."""
-    multiplier = float(sequences) ** config.num_trajectories_learning_rate_multiplier_power if sequences else 1.0
-    if config.scale_learning_rate_by_reward_std_dev:
-        multiplier *= reward_std_trend(reward_std_history)
-    return multiplier
-
-
-def reward_std_trend(history: list[tuple[int, float]]) -> float:
-    """ART's reward-spread multiplier: a least-squares line through the per-step means of (step, reward std),
-    its value at the last step over its intercept where the intercept is positive; 1 with fewer than 2 steps."""
-    by_step: dict[int, list[float]] = {}
-    for step, value in history:
-        by_step.setdefault(step, []).append(value)
-    steps = sorted(by_step)
-    if len(steps) < 2:
-        return 1.0
-    values = [statistics.fmean(by_step[s]) for s in steps]
-    slope, intercept = statistics.linear_regression(steps, values)
-    return (slope * steps[-1] + intercept) / intercept if intercept > 0 else 1.0
 
 
 def tied(rewards: list[float], spread: float = 0.0) -> bool:
@@ -325,12 +251,12 @@ def policy_terms(
     kl_beta: float = 0.0,
     behaviour_logprobs: torch.Tensor | None = None,
     importance_sampling_cap: float | None = 2.0,
-    shaping: RatioShaping = RatioShaping(),
+    shaping: RatioShaping = NO_SHAPING,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Each token's loss under `loss` ([batch, tokens]), each token's weight in the micro-batch's sum (the
     mask; for gspo the mask over the sequence's trained-token count) and the statistics.
 
-    logprobs, old_logprobs, mask (and ref_logprobs): [batch, tokens]; advantages: [batch]. The grpo
+    logprobs, old_logprobs, mask (and ref_logprobs): [batch, tokens]; advantages: [batch] (or per token). The grpo
     default is per masked token -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A).
     Old logprobs that are NaN (unknown) are taken from the current policy, detached, so those tokens
     have ratio 1. cispo's weight is clamp(ratio, 1 - eps, eps_high) (the cap is epsilon_high itself, TRL's
@@ -364,7 +290,7 @@ def policy_terms(
     raw_ratio = importance_ratio(log_ratio, mask, level)
     high_bound = epsilon_high if variant.truncated_is else 1 + epsilon_high
     ratio = shaped_ratio(raw_ratio, shaping, 1 - epsilon, high_bound)
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [batch, tokens]: credit per turn
     if shaping.kimi_k2_tau:
         adv = adv - shaping.kimi_k2_tau * log_ratio.detach()
     if variant.truncated_is:
