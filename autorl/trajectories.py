@@ -325,3 +325,8 @@ def scores_frame(groups: Iterable[TrajectoryGroup]) -> pd.DataFrame:
         for t in g.trajectories
     ]
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+def truncated(trajectory: Trajectory) -> bool:
+    """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
+    return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 from ..atomic import atomic_dir
 from ..config import TrainConfig, TrainerConfig
 from ..errors import AutoRLError
-from ..trajectories import Trajectory, TrajectoryGroup
+from ..trajectories import Trajectory, TrajectoryGroup, truncated
 from ..types import TrainSFTConfig
 from .art_knobs import RatioShaping, balanced, learning_rate_multiplier, reward_spreads, reward_std_dev
 from .checkpoints import METRICS_FILE, checkpoint_name, latest_checkpoint
@@ -28,6 +28,7 @@ from .engines import DEFAULT_MAX_SEQ_LENGTH, LOADERS, check_sequence_lengths, re
 from .forwards import PolicyForwards
 from .loss import advantages, clipped_policy_loss, kl_weight, loss_normaliser, overlong_penalty
 from .sequences import Sequence, tokenize_trajectory
+from .turn_credit import credit_turns, micro_batch_advantages
 
 OPTIMIZER_FILE = "optimizer.pt"
 HISTORY_FILE = "history.jsonl"
@@ -53,11 +54,6 @@ def measures_drift(every: int, step: int | None) -> bool:
     `TrainerConfig.drift_every` = `every`: steps 1, 1 + every, 1 + 2 x every, ...; every step where the number
     is unknown; none with `every` 0."""
     return every > 0 and (step is None or (step - 1) % every == 0)
-
-
-def truncated(trajectory: Trajectory) -> bool:
-    """Whether any of the policy's turns was cut by max_tokens (finish_reason "length")."""
-    return any(isinstance(item, Choice) and item.finish_reason == "length" for item in trajectory.messages_and_choices)
 
 
 def longest_turn(trajectory: Trajectory) -> int:
@@ -154,6 +150,7 @@ class GRPOTrainer(PolicyForwards):
             ]
             sampled += [s for own in sequences for s in own if any(s.mask)]
             check_sequence_lengths([len(s.input_ids) for s in sampled], self.max_seq_length, self.engine)
+            group_advantages = credit_turns(group, sequences, group_advantages, config)  # per turn, where scored
             if group_advantages is None:
                 tied += 1
                 if not config.kl_beta:
@@ -307,7 +304,7 @@ class GRPOTrainer(PolicyForwards):
         for epoch in range(config.ppo_epochs):
             for index, micro in enumerate(synced(self._ddp, micro_batches)):
                 input_ids, attention, mask, old = self._pad([s for s, _ in micro])
-                advantage = torch.tensor([a for _, a in micro], device=self.device)
+                advantage = micro_batch_advantages(micro, input_ids.shape[1], self.device)
                 reference = None
                 if config.kl_beta > 0:  # the same weights, LoRA switched off
                     reference = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=self.device)

@@ -27,8 +27,7 @@ import json
 from typing import Any
 
 from autorl.task import TaskSpec
-from autorl.training.trainer import truncated
-from autorl.trajectories import Trajectory, TrajectoryGroup
+from autorl.trajectories import Trajectory, TrajectoryGroup, truncated  # not the trainer's module: torch, transformers
 
 from ..config import RunConfig
 from ..evaluation import SUCCESS
