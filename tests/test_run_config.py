@@ -27,6 +27,9 @@ from tests.helpers.docs import DOCS, marked_block
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = {"train": TrainConfig, "trainer": TrainerConfig, "rollout": RolloutConfig}
+SET_APART = {("train", "truncated_importance_sampling")}
+"""Fields whose `other_value` a config refuses beside another field's (truncated_importance_sampling beside
+importance_sampling_correction): `test_every_train_and_trainer_flag_sets_its_field` sets them in a run of their own."""
 
 
 def other_value(model: type[BaseModel], name: str) -> Any:
@@ -39,6 +42,8 @@ def other_value(model: type[BaseModel], name: str) -> Any:
         return next(choice for choice in get_args(annotation) if choice != default)
     if default is None and annotation is int:
         return 64
+    if default is None and annotation is float:  # an optional setting that is off (None), on at a value > 0
+        return 1.5
     if isinstance(default, bool):
         return not default
     if isinstance(default, list):
@@ -83,10 +88,12 @@ def test_every_train_and_trainer_flag_sets_its_field(run):
     wanted = {
         (section, name): other_value(model, name) for section, model in SECTIONS.items() for name in model.model_fields
     }
-    args = [arg for (section, name), value in wanted.items() for arg in flag_args(f"{section}.{name}", value)]
-    _, config = run(TASK, *args)
-    for (section, name), value in wanted.items():
-        assert getattr(getattr(config, section), name) == value, f"{section}.{name}"
+    for apart in (False, True):
+        fields = {field: value for field, value in wanted.items() if (field in SET_APART) == apart}
+        args = [arg for (section, name), value in fields.items() for arg in flag_args(f"{section}.{name}", value)]
+        _, config = run(TASK, *args)
+        for (section, name), value in fields.items():
+            assert getattr(getattr(config, section), name) == value, f"{section}.{name}"
 
 
 def test_run_flags_take_their_defaults_from_run_config(run, tmp_path):
