@@ -12,6 +12,8 @@ LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 ScaleRewards = Literal["group", "batch", "none"]
 """What divides the advantages (`TrainConfig.scale_rewards`)."""
 
+TurnGrouping = Literal["auto", "state", "turn"]
+"""Which turns a turn is compared with (`TrainConfig.turn_advantage_grouping`)."""
 RatioLevel = Literal["token", "sequence", "average", "geometric_average"]
 """Where the importance ratio is taken (`TrainConfig.importance_sampling_level`, ART's names)."""
 
@@ -112,6 +114,20 @@ class TrainConfig(BaseModel):
     trained, as a group of equal rewards is not: set it to the judge's noise floor, so that answers that
     differ only by the judge's noise teach nothing (scaled by their tiny std they would count in full).
     `autorl run` sets it to the judge audit's measured noise; 0: only equal rewards tie."""
+    turn_advantage_weight: float = Field(1.0, ge=0)
+    """Credit per turn (GiGPO's step-advantage weight omega): where a judge scored turns (a trajectory's
+    `metadata["turn_rewards"]`, one reward per assistant message: `ruler.TurnScores`), each turn's tokens get
+    A = A_episode + omega x A_step, A_step comparing the turn's discounted return with those of the group's turns
+    from the same state (`autorl.training.turn_credit`; docs/training.md). Without turn rewards nothing changes;
+    0: trajectory-level advantages even where turns were scored."""
+    turn_advantage_grouping: TurnGrouping = "auto"
+    """Which turns a turn's return is compared with: state, those of the group answered from the same
+    conversation so far (GiGPO's anchor states; a turn from a state no other rollout reached gets no step
+    advantage); turn, those with the same turn number (per-turn group normalisation); auto, the same state where
+    another rollout reached it, else the same turn number among the turns whose state is their own."""
+    turn_reward_discount: float = Field(0.95, ge=0, le=1)
+    """gamma of a turn's return, r_t + gamma x r_t+1 + gamma^2 x r_t+2 + ... (GiGPO's 0.95): how much of the
+    later turns' rewards a turn is credited with."""
     importance_sampling_correction: bool = False
     """Correct for tokens sampled by an older policy than the one being trained (truncated importance
     sampling, as TRL's and prime-rl's asynchronous trainers do): the ratio r and its clip are taken against

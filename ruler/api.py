@@ -8,14 +8,14 @@ from typing import Any, Protocol, Self, TypeVar
 
 from .cache import CacheDir
 from .client import DEFAULT_JUDGE_MODEL, JudgeModel
-from .judges import Judge, check_scores, judge_name, score_group_of
+from .judges import Judge, check_scores, check_turn_scores, judge_name, score_group_of
 from .loading import as_judge
 from .messages import Message
 from .prompt import as_message_lists, canonical_json
 from .retry import RetryPolicy, describe
 from .rubric import DEFAULT_RUBRIC
 from .ruler_judge import RULER_NAME, RulerJudge
-from .scores import TrajectoryScore
+from .scores import TURN_REWARDS, TrajectoryScore
 
 log = logging.getLogger("ruler")
 
@@ -96,7 +96,8 @@ async def ruler_score_group(
 
     Each trajectory keeps its old reward in `metrics["independent_reward"]`, gets the score in
     `metrics["ruler_score"]` and as `reward`, the judge's metrics, and the explanation in its logs (RULER's as
-    ART writes it, "RULER explanation: ..."; another judge's as "<its name>: ...").
+    ART writes it, "RULER explanation: ..."; another judge's as "<its name>: ..."); a judge's turn scores
+    (`TrajectoryScore.turn_scores`) go into its `metadata["turn_rewards"]` (`TURN_REWARDS`).
     `judge_model` may also be any judge, or a `module:attribute` spec (see `ruler.load_judge`); the
     tools of the group's trajectories are shown to the judge.
     task: the user's description of the agent's task, shown to the judge; a custom judge whose
@@ -110,6 +111,7 @@ async def ruler_score_group(
         message_lists = as_message_lists([t.messages() for t in group.trajectories], min_trajectories=1)
         scores = await score_group_of(judge, message_lists, rubric=rubric, tools=group_tools(group), task=task)
         check_scores(scores, len(group), name)
+        check_turn_scores(scores, message_lists, name)
     except Exception as exc:
         if not swallow_exceptions:
             raise
@@ -122,6 +124,8 @@ async def ruler_score_group(
         scored.metrics["ruler_score"] = score.score
         scored.metrics.update(score.metrics)
         scored.reward = score.score
+        if score.turn_scores is not None and isinstance(getattr(scored, "metadata", None), dict):
+            scored.metadata[TURN_REWARDS] = list(score.turn_scores)
         scored.log(f"{'RULER explanation' if name == RULER_NAME else name}: {score.explanation}")  # ART's wording
         trajectories.append(scored)
     return group.model_copy(update={"trajectories": trajectories})

@@ -22,9 +22,11 @@ from .errors import JudgeFailedError, JudgeSpecError
 from .messages import Message
 from .prompt import as_message_lists
 from .rubric import DEFAULT_RUBRIC
-from .scores import TrajectoryScore, is_finite_number
+from .scores import TrajectoryScore, TurnScores, is_finite_number
 
-ScoreFunction = Callable[[list[Message]], float | Awaitable[float]]
+ScoreFunction = Callable[
+    [list[Message]], float | TurnScores | list[float] | Awaitable[float | TurnScores | list[float]]
+]
 
 
 @runtime_checkable
@@ -100,12 +102,29 @@ def check_scores(scores: object, trajectories: int, judge: str) -> None:
             raise JudgeFailedError(
                 f"judge {judge} gave trajectory {i} the score {score.score!r}; expected a finite number"
             )
+        if score.turn_scores is not None and not all(is_finite_number(s) for s in score.turn_scores):
+            raise JudgeFailedError(f"judge {judge} gave trajectory {i} the turn scores {score.turn_scores!r:.80}")
+
+
+def check_turn_scores(
+    scores: Sequence[TrajectoryScore], message_lists: Sequence[Sequence[Message]], judge: str
+) -> None:
+    """Raise `JudgeFailedError` unless each score's `turn_scores`, where given, has one entry per assistant message
+    of its conversation."""
+    for i, (score, messages) in enumerate(zip(scores, message_lists, strict=True), start=1):
+        turns = sum(m.get("role") == "assistant" for m in messages)
+        if score.turn_scores is not None and len(score.turn_scores) != turns:
+            raise JudgeFailedError(
+                f"judge {judge} gave trajectory {i} {len(score.turn_scores)} turn scores for {turns} assistant messages"
+            )
 
 
 class FunctionJudge:
     """Scores each trajectory on its own with a plain function `(messages) -> float`, sync or async.
 
-    The function sees the conversation as chat message dicts; its score is used as is (any scale).
+    The function sees the conversation as chat message dicts; its score is used as is (any scale). It may score
+    turns too (credit per turn): a `TurnScores(score, turns)`, or a list of numbers, one per assistant message
+    (the trajectory's score is then their sum), gives `TrajectoryScore.turn_scores`.
     """
 
     def __init__(self, fn: ScoreFunction, name: str | None = None):
@@ -132,9 +151,21 @@ class FunctionJudge:
         values = await asyncio.gather(*(score(messages) for messages in lists))
         scores = []
         for i, value in enumerate(values, start=1):
-            if not is_finite_number(value):
+            turns = None
+            if isinstance(value, TurnScores):
+                value, turns = value.score, list(value.turns)
+            elif isinstance(value, list | tuple):
+                turns = list(value)
+                value = sum(turns) if all(is_finite_number(t) for t in turns) else value
+            if not is_finite_number(value) or not all(is_finite_number(t) for t in turns or ()):
                 raise JudgeFailedError(f"judge {self.name} gave trajectory {i} the score {value!r}; expected a number")
-            scores.append(TrajectoryScore(trajectory_id=str(i), explanation=f"{self.name} = {value:.4g}", score=value))
+            explanation = f"{self.name} = {value:.4g}" + (
+                f" (turns {', '.join(f'{t:.3g}' for t in turns)})" if turns else ""
+            )
+            scores.append(
+                TrajectoryScore(trajectory_id=str(i), explanation=explanation, score=value, turn_scores=turns)
+            )
+        check_turn_scores(scores, lists, self.name)
         return scores
 
 
@@ -142,7 +173,8 @@ class CombinedJudge:
     """A weighted sum of judges' scores; the judges score each group concurrently, each given `task` if it takes it.
 
     Each trajectory's metrics get `<name>_score` for every judge, and every judge's own metrics as
-    `<name>/<metric>`. Weights default to equal shares summing to 1.
+    `<name>/<metric>`. Weights default to equal shares summing to 1. Where some of the judges score turns, the
+    turn scores are the weighted sum of theirs (the other judges' part is in the trajectory's score alone).
     """
 
     def __init__(self, judges: Sequence[Judge], weights: Sequence[float] | None = None, name: str = "combined"):
@@ -183,6 +215,17 @@ class CombinedJudge:
                     explanation="; ".join(f"{n}: {s.explanation}" for n, s in zip(self.names, per_judge, strict=True)),
                     score=sum(w * s.score for w, s in zip(self.weights, per_judge, strict=True)),
                     metrics=metrics,
+                    turn_scores=_weighted_turns(self.weights, per_judge),
                 )
             )
         return combined
+
+
+def _weighted_turns(weights: Sequence[float], scores: Sequence[TrajectoryScore]) -> list[float] | None:
+    """The weighted sum of the turn scores of the judges that gave them (None where none did)."""
+    given = [(w, s.turn_scores) for w, s in zip(weights, scores, strict=True) if s.turn_scores is not None]
+    if not given:
+        return None
+    if len({len(turns) for _, turns in given}) > 1:
+        raise JudgeFailedError(f"the judges gave different numbers of turn scores: {[len(t) for _, t in given]}")
+    return [sum(w * turns[k] for w, turns in given) for k in range(len(given[0][1]))]

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -30,6 +30,26 @@ class TrajectoryScore(BaseModel):
     """The reward; RULER's scores lie in [0, 1], a custom judge's may use any scale."""
     metrics: dict[str, float] = Field(default_factory=dict)
     """Numbers about the judging to log with the trajectory (token usage, clamps, cache hits)."""
+    turn_scores: list[float] | None = None
+    """A score per assistant message of the conversation, in order, where the judge scores turns (a program
+    judge's `TurnScores`); None: the whole trajectory only. `ruler_score_group` keeps them in the trajectory's
+    `metadata["turn_rewards"]`, from which autorl's trainer gives each turn its own advantage."""
+
+
+TURN_REWARDS = "turn_rewards"
+"""The `Trajectory.metadata` key of a reward per assistant message, in order (`ruler_score_group` writes the judge's
+turn scores there; autorl's trainer gives each turn its own advantage from them)."""
+
+
+class TurnScores(NamedTuple):
+    """What a `FunctionJudge`'s function may return instead of a number: the trajectory's score, and a score per
+    assistant message of the conversation, in order (credit per turn: `TrajectoryScore.turn_scores`). A plain
+    list of numbers is read as the turns' scores, the trajectory's being their sum."""
+
+    score: float
+    """The trajectory's score (its reward)."""
+    turns: list[float]
+    """One score per assistant message, in order."""
 
 
 CUT = "cut"

@@ -13,7 +13,7 @@ then uses the current policy's, which makes the step on-policy). A choice sample
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openai.types.chat.chat_completion import Choice
@@ -36,6 +36,11 @@ class Sequence:
     """1 where the token was sampled by the policy and is trained on."""
     logprobs: list[float]
     """Rollout logprob of each token (NaN where unknown or not trained)."""
+    turns: list[int] = field(default_factory=list)
+    """Of each token, the index among the conversation's assistant messages of the turn it belongs to (-1: context)."""
+    advantages: list[float] | None = None
+    """Each token's advantage where its turns have their own (credit per turn: `autorl.training.turn_credit`);
+    None: the trajectory's advantage, the same for all its tokens."""
 
 
 def sampled_tokens(choice: Choice) -> tuple[list[int], list[float]] | None:
@@ -75,10 +80,11 @@ def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: T
     seq = Sequence([], [], [])
     rendered = ""  # the text that seq.input_ids stands for
 
-    def extend(ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
+    def extend(ids: list[int], trained: bool, logprobs: list[float] | None = None, turn: int = -1) -> None:
         seq.input_ids += ids
         seq.mask += [int(trained)] * len(ids)
         seq.logprobs += logprobs if logprobs is not None else [math.nan] * len(ids)
+        seq.turns += [turn] * len(ids)
 
     def extend_context(text: str) -> str:
         if not text.startswith(rendered):
@@ -91,14 +97,15 @@ def tokenize_trajectory(trajectory: Trajectory | Any, tokenizer: Any, trained: T
         rendered = extend_context(render(index, generation_prompt=True))
         reply = render(index + 1, generation_prompt=False)[len(rendered) :]
         sampled = sampled_tokens(item) if isinstance(item, Choice) else None
+        turn = sum(m.get("role") == "assistant" for m in messages[:index])
         if sampled is None:
-            extend(encode(reply), trained=True)
+            extend(encode(reply), trained=True, turn=turn)
             rendered += reply
             continue
         ids, logprobs = sampled
         if bad := next((i for i in ids if i >= len(tokenizer)), None):
             raise AutoRLError(f"sampled token id {bad} is outside the vocabulary of {len(tokenizer)} tokens")
-        extend(ids, trained=True, logprobs=None if index in constrained else logprobs)
+        extend(ids, trained=True, logprobs=None if index in constrained else logprobs, turn=turn)
         sampled_text = tokenizer.decode(ids, skip_special_tokens=False)
         if reply.startswith(sampled_text):  # the template's text after the reply (e.g. a newline)
             rendered += sampled_text
