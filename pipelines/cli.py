@@ -64,7 +64,7 @@ RUN_FLAGS = field_flags(
     {
         "steps": {}, "group_size": {}, "groups_per_step": {}, "max_unscored_steps": {}, "num_inputs": {"names": ("--inputs",)},
         "inputs_file": {"metavar": "FILE"}, "eval_samples": {}, "preflight": {}, "system_prompt_check": {}, "audit_groups": {},
-        "learnability_groups": {}, "on_tied": {}, "dynamic_sampling": {}, "tie_search": {}, "validate_every": {}, "validation_inputs": {}, "model": {}, "judge": {}, "judge_explanations": {},
+        "learnability_groups": {}, "on_tied": {}, "dynamic_sampling": {}, "tie_search": {}, "validate_every": {}, "patience": {}, "validation_inputs": {}, "model": {}, "judge": {}, "judge_explanations": {},
         "generator": {},
         "seed": {}, "name": {}, "home": {"envvar": "AUTORL_HOME"}, "server.port": {}, "server.lora_serving": {}, "server.enforce_eager": {},
         "server.max_lora_rank": {}, "wandb": {}, "report_to": {"metavar": "TRACKER"},
@@ -193,7 +193,7 @@ def inputs_command(
     console.print(Panel(Text(result.system_prompt), title="system prompt"))
     table = Table("#", "split", "difficulty", "input", show_lines=True)
     for number, row in enumerate(result.inputs, 1):
-        table.add_row(str(number), row.split, row.difficulty, Text(row.input))
+        table.add_row(str(number), row.split, str(row.difficulty or ""), Text(row.input))
     console.print(table)
     stats = result.stats
     console.print(

@@ -97,7 +97,8 @@ class RunConfig(BaseModel):
     """Model that writes the inputs and the system prompt (same forms as a judge model)."""
     steps: int = Field(20, ge=1, le=MAX_STEPS)
     """RL training steps of the run, after the SFT warm-up's if any (a resumed run trains until this many exist).
-    ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them."""
+    ART counts a warm-up's steps as model steps: with `--sft-file`, RL's first step is the one after them. Not
+    given, it is a cap: training stops earlier once validation stops improving (`patience`)."""
     group_size: int = Field(8, ge=2)
     """Rollouts per input; GRPO compares them, so at least 2. With 8, fewer groups tie (no signal) than with 4."""
     groups_per_step: int = Field(2, ge=1)
@@ -120,6 +121,10 @@ class RunConfig(BaseModel):
     with the highest. Only where the judge is a program or its audit found it reliable, and the run has more
     steps than this. 0: no validation during training; the best is then the step with the highest training
     reward."""
+    patience: int = Field(2, ge=0)
+    """Validations in a row without a new best after which training stops before `steps` (the held-out curve has
+    flattened; `@best` is the best validated checkpoint). Only where training validates (`validate_every`), and
+    only when `--steps` was not given: a given `--steps N` trains a fixed budget. 0: never stop early."""
     validation_inputs: int = Field(8, ge=1)
     """Held-out inputs each validation during training answers (the first ones; `eval_samples` answers each)."""
     max_steps_off_policy: int = Field(0, ge=0)

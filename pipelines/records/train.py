@@ -4,9 +4,10 @@ dropped under `ROLLED_BACK`) and the checkpoints validated during training (`VAL
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -14,8 +15,12 @@ from autorl.backends.retention import best_step as best_by
 from autorl.backends.run_dir import LOG_HISTORY_FILE, read_history
 from autorl.training.checkpoints import complete_checkpoints, latest_checkpoint
 
+from ..artifacts import MANIFEST
 from . import sft
 from .run import RunArtifacts
+
+if TYPE_CHECKING:  # for annotations only
+    from ..config import RunConfig
 
 NAME = "train"
 
@@ -86,6 +91,29 @@ def dropped_step_dirs(run_dir: Path, step: int) -> list[Path]:
 
 VAL_METRIC = "val/reward"
 """What the best checkpoint is best by when training validates (`delete_checkpoints`' name for it)."""
+
+
+def stops_by_curve(config: RunConfig) -> bool:
+    """Whether training may stop before `steps` when validation stops improving (`patience`): it validates, and
+    `steps` was not given (a given number is a fixed budget)."""
+    return config.patience > 0 and config.validate_every > 0 and "steps" not in config.model_fields_set
+
+
+def flattened(run_dir: Path, patience: int) -> int | None:
+    """The best validated step, where none of the last `patience` validations beat it (the held-out curve has
+    flattened); None while one did, or with `patience` validations or fewer. Each step's latest record counts."""
+    logged = {r["step"]: r[VAL_METRIC] for r in read_history(run_dir, LOG_HISTORY_FILE) if VAL_METRIC in r}
+    steps = sorted(logged)
+    if patience <= 0 or len(steps) <= patience:
+        return None
+    best = max(steps[:-patience], key=lambda step: (logged[step], step))
+    return best if all(logged[step] <= logged[best] for step in steps[-patience:]) else None
+
+
+def stopped_by_curve(run_dir: Path) -> bool:
+    """Whether the finished training stopped before its last step because validation stopped improving."""
+    path = run_dir / MANIFEST
+    return path.is_file() and "stopped_by_curve" in json.loads(path.read_text())
 
 
 def validated_steps(run_dir: Path) -> list[int]:

@@ -40,7 +40,18 @@ from ..config import RunConfig
 from ..records import inputs, preflight, sft, system_prompt
 from ..records.run import RunArtifacts
 from ..records.step_costs import STEP_COST, group_cost
-from ..records.train import NAME, best_step, last_step, rl_history, sentinel_actions, steps_done, validated_steps
+from ..records.train import (
+    NAME,
+    best_step,
+    flattened,
+    last_step,
+    rl_history,
+    sentinel_actions,
+    steps_done,
+    stopped_by_curve,
+    stops_by_curve,
+    validated_steps,
+)
 from ..sampling import InputQueue
 from ..stage_context import StageContext
 from ..steps.bookkeeping import StepStart, Watch, close_step
@@ -87,8 +98,11 @@ def keyed_when_set(train: TrainConfig) -> set[str]:
 
 
 def is_done(ctx: StageContext) -> bool:
-    """Whether the artifact exists and has its last checkpoint (asking for more steps continues training)."""
-    return ctx.has_artifact(NAME) and steps_done(ctx) >= last_step(ctx)
+    """Whether the artifact exists and has its last checkpoint, or stopped by the curve where the run may
+    (asking for more steps continues training)."""
+    if not ctx.has_artifact(NAME):
+        return False
+    return steps_done(ctx) >= last_step(ctx) or (stops_by_curve(ctx.config) and stopped_by_curve(ctx.policy.run_dir))
 
 
 def start_from_sft(ctx: StageContext) -> None:
@@ -147,7 +161,9 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             watch.restored(restored)
             train_config, queue = settings_from(step)
 
-    while step < last:
+    # the best step, once validation stopped improving (`RunConfig.patience`; also a run killed right after)
+    flat = flattened(work, config.patience) if stops_by_curve(config) else None
+    while step < last and flat is None:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +187,12 @@ async def run(ctx: StageContext) -> dict[str, Any]:
                 f"(best so far: step {best_step(ctx, step)})",
                 highlight=False,
             )
+            if stops_by_curve(config) and (flat := flattened(work, config.patience)) is not None:
+                ctx.console.print(
+                    f"step {step}: validation has not beaten step {flat}'s for {config.patience} validations, so "
+                    f"training stops here, before step {last} (--patience; --steps N trains a fixed budget)",
+                    highlight=False,
+                )
         drift = f"  kl to base {metrics['kl_to_base']:.3f}" if "kl_to_base" in metrics else ""
         said = f"groups trained {metrics['groups_trained']}/{metrics['groups']}{drift}"
         try:
@@ -182,6 +204,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
             step_span.end()
     history = rl_history(read_history(work)[:last])
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
+    if flat is not None:
+        summary["stopped_by_curve"] = {"step": step, "best": flat}
     if first > 1:
         summary["sft_steps"] = first - 1
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
