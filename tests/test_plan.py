@@ -69,6 +69,13 @@ def _assistant(content: str, finish_reason: str = "stop") -> Choice:
     )
 
 
+def test_answers_cut_at_max_tokens_are_said_and_the_cap_kept():
+    decided = plan.decide({**NEVER_CALLS, "success_rate": 0.1, "cut_rate": 0.4}, RunConfig(), tools=False)
+    assert decided["updates"] == {} and decided["lines"][0].startswith(
+        "40% of base answers were cut at --max-tokens 128"
+    )
+
+
 def test_the_evidence_is_read_from_the_answers():
     user = {"role": "user", "content": "q"}
     called = Trajectory(

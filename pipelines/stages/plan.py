@@ -14,6 +14,9 @@ judged. From it (`evidence`) the plan decides (`decide`), each decision one line
   training inputs under the aids above and fine-tunes on each group's best answer that succeeds (none found:
   no warm-up, and the run says so). Not with `--backend` (the server trains; the sft stage says so).
 
+Answers cut at `max_tokens` in over `CUT` of the sample are said, and the cap kept: the held-out answers are
+compared with the base model's at the cap these were sampled at.
+
 The search for a differing answer within a step (`RunConfig.tie_search`) and its budget need no decision: a step
 spends it only where its groups tie. A setting the user gave (a flag, or a task file's table) always wins: the
 plan keeps it and says so. With `--preflight off` nothing was measured, and the plan keeps the defaults. The
@@ -43,6 +46,8 @@ group and strict tools (0.003 -> 0.83-0.95, `results/learning_tool_directory_sha
 training reward stayed 0 for 20 steps."""
 UNPARSED_CALLS = 0.2
 """Over this share of begun calls that never ran, tool calls are held to their schema (strict tools)."""
+CUT = 0.25
+"""Over this share of base answers cut at `max_tokens`, the plan says so (and keeps the cap: see `decide`)."""
 WARM_UP_INPUTS = 32
 """Training inputs the planned warm-up answers (`group_size` answers each): 256 answers at the defaults, where
 tic-tac-toe's 128 found 1-2 won games."""
@@ -130,6 +135,11 @@ def decide(seen: dict[str, Any] | None, config: RunConfig, tools: bool) -> dict[
                 else "calls are forced"
             )
             take("rollout.strict_tools", True, why)
+    if seen["cut_rate"] > CUT:  # evidence only: a longer cap would change what is compared with the base
+        lines.append(
+            f"{seen['cut_rate']:.0%} of base answers were cut at --max-tokens {config.rollout.max_tokens}: kept (the "
+            "held-out answers are compared at the base's cap; a task whose answers need more says so in its text)"
+        )
     success = f"{seen['success_rate']:.0%} of {seen['answers']} base answers succeed (score >= {SUCCESS})"
     if seen["success_rate"] > 0:
         lines.append(f"{success}: no warm-up, GRPO has successes to learn from")
