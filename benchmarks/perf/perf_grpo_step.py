@@ -39,7 +39,7 @@ Also measured: our trainer's update alone on the last step's groups, interleaved
 in turn (bf16 base weights, prompt sharing, micro-batch 8, eager attention for short micro-batches =
 today's defaults).
 
-    pip install -e ".[bench]"           # TRL, a benchmark-only dependency
+    pip install -e ".[bench]"           # TRL and datasets, benchmark-only dependencies
     python benchmarks/perf/perf_grpo_step.py  # writes benchmarks/perf/results/grpo_step.json
 """
 
