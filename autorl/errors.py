@@ -68,7 +68,7 @@ class UnsupportedArgumentError(AutoRLError, TypeError):
 
 
 class NotInAutoRLError(AutoRLError, NotImplementedError):
-    """A name of ART that autorl does not have (a Tinker or SkyPilot backend, `art.mcp.generate_scenarios`, ...):
+    """A name of ART that autorl does not have (a Tinker or SkyPilot backend, a Megatron trainer):
     the message names it and what to use in autorl instead."""
 
 

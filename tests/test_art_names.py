@@ -169,7 +169,6 @@ def test_ruler_scores_a_single_conversation_and_logs_its_explanation_as_art_does
         (lambda: art.dev.TinkerTrainingClientArgs, "autorl.dev.TinkerTrainingClientArgs: autorl has no Tinker"),
         (lambda: art.tinker.TinkerBackend, "autorl.tinker.TinkerBackend: autorl has no Tinker backend"),
         (lambda: art.skypilot.SkyPilotBackend, "autorl.skypilot.SkyPilotBackend: autorl has no SkyPilot backend"),
-        (lambda: art.mcp.generate_scenarios, "autorl.mcp.generate_scenarios: autorl has no MCP•RL scenario"),
     ],
 )
 def test_an_art_name_autorl_does_not_have_is_one_line_saying_what_to_use(get, says):
@@ -179,10 +178,10 @@ def test_an_art_name_autorl_does_not_have_is_one_line_saying_what_to_use(get, sa
 
 
 def test_importing_a_refused_name_is_the_same_line():
-    with pytest.raises(NotInAutoRLError, match="generate_scenarios"):
-        from autorl.mcp import generate_scenarios  # noqa: F401
+    with pytest.raises(NotInAutoRLError, match="SkyPilotBackend"):
+        from autorl.skypilot import SkyPilotBackend  # noqa: F401
     with pytest.raises(AttributeError):  # a name ART does not have either stays an AttributeError
-        art.mcp.no_such_name  # noqa: B018
+        art.skypilot.no_such_name  # noqa: B018
 
 
 ART_ALL = [

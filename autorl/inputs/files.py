@@ -8,9 +8,9 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal, NamedTuple, get_args
+from typing import Annotated, Literal, NamedTuple, get_args
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ruler.calls import CallRecord
 
@@ -29,8 +29,9 @@ class GeneratedInput(BaseModel):
     """The user message given to the policy."""
     split: Split
     """"train" or "val"."""
-    difficulty: Difficulty | None = None
-    """Difficulty the generator was asked for in the call that wrote this input."""
+    difficulty: Difficulty | Annotated[int, Field(ge=1, le=5)] | None = None
+    """Difficulty the generator was asked for in the call that wrote this input ("easy", "medium", "hard"); for an
+    MCP•RL scenario (`autorl.inputs.scenarios`), the generator's own rating, 1 (one tool call) to 5 (many steps)."""
     generator: str | None = None
     """Model that wrote it (no credentials)."""
     prompt_hash: str | None = None

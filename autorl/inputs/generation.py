@@ -96,11 +96,17 @@ class GenerationConfig(BaseModel):
         return self.max_calls or max(16, math.ceil(4 * n / self.samples_per_call))
 
 
-def _call_seed(seed: int, purpose: str, attempt: int) -> int:
+def call_seed(seed: int, purpose: str, attempt: int) -> int:
+    """The seed of request number `attempt` made for `purpose` in a generation seeded with `seed`."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{purpose}:{attempt}".encode()).digest()[:4], "big") >> 1
 
 
-def _about(task: TaskSpec) -> str:
+def prompt_hash(messages: list[dict[str, str]]) -> str:
+    """SHA-256 prefix of the messages a request sends (an input's `prompt_hash`)."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def about(task: TaskSpec) -> str:
     """The task as the generator's requests state it: the description, the generator instructions, examples."""
     text = f"An AI assistant has this job: {task.description.rstrip('.')}."
     if task.generator_instructions:
@@ -112,7 +118,7 @@ def _about(task: TaskSpec) -> str:
 
 def input_request(task: TaskSpec, difficulty: Difficulty = "easy") -> str:
     """The text of a request for one input of `task` (what the generator is asked; inputs that copy it are junk)."""
-    return f"{_about(task)}\nWrite a message{DIFFICULTIES[difficulty]} that a user sends to this assistant."
+    return f"{about(task)}\nWrite a message{DIFFICULTIES[difficulty]} that a user sends to this assistant."
 
 
 @dataclass
@@ -150,7 +156,7 @@ def generate_system_prompt(task: TaskSpec, generator: str | Generator, seed: int
     lead = PROMPT_PREFILL if client.prefill else ""
     problem = "no answer"
     for attempt in range(1, SYSTEM_PROMPT_TRIES + 1):
-        seed_ = _call_seed(seed, "system_prompt", attempt)
+        seed_ = call_seed(seed, "system_prompt", attempt)
         (answer,) = client.complete(
             request, PROMPT_PREFILL, n=1, seed=seed_, temperature=0.7, max_tokens=SYSTEM_PROMPT_CHARS[1] // 3
         )
@@ -174,7 +180,7 @@ class _Request(BaseModel):
     @property
     def prompt_hash(self) -> str:
         """SHA-256 prefix of the messages this request sends."""
-        return hashlib.sha256(json.dumps(self.messages, sort_keys=True).encode()).hexdigest()[:16]
+        return prompt_hash(self.messages)
 
 
 class _InputWriter:
@@ -194,7 +200,7 @@ class _InputWriter:
         difficulty: Difficulty = list(DIFFICULTIES)[(attempt - 1) % 3]
         messages = [{"role": "user", "content": input_request(self.task, difficulty)}]
         return _Request(
-            attempt=attempt, difficulty=difficulty, seed=_call_seed(self.seed, "inputs", attempt), messages=messages
+            attempt=attempt, difficulty=difficulty, seed=call_seed(self.seed, "inputs", attempt), messages=messages
         )
 
     def call(self, request: _Request) -> list[Answer]:

@@ -48,6 +48,11 @@ class Generator:
         """Every request made, in order: seconds, tokens and how it ended."""
 
     @property
+    def is_embedded(self) -> bool:
+        """Whether this is autorl's embedded model (whose context is short: `ruler.endpoint.registered_embedded`)."""
+        return self._endpoint.is_embedded
+
+    @property
     def name(self) -> str:
         """The model's name, for records and progress (never an address or a key)."""
         return self.target().name

@@ -3,6 +3,10 @@
 With an inputs file (`RunConfig.inputs_file`) the stage makes no model call: it reads the file's inputs,
 drops exact duplicates and splits them (`autorl.inputs.files.inputs_from_file`), and its key covers the
 file's content and the split settings (seed, validation fraction) instead of the generator's.
+
+A task with `[[mcp_servers]]` and no inputs file takes MCP•RL scenarios from the generator (ART's
+`generate_scenarios` question: `autorl.inputs.scenarios`): tasks the agent's tools can accomplish, each input
+with its difficulty from 1 to 5; the summary says so (`source`, `difficulties`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autorl.agents.tools import Toolbox
 from autorl.inputs.files import GeneratedInputs, inputs_file_digest, inputs_from_file, write_inputs_jsonl
 from autorl.inputs.generation import GenerationConfig, generate_inputs
+from autorl.inputs.scenarios import SETTINGS, SOURCE, difficulties, generate_scenario_inputs
 from autorl.progress import progress_bar
 from autorl.task import TaskSpec
 
@@ -42,6 +47,7 @@ def settings(task: TaskSpec, config: RunConfig) -> dict[str, Any]:
         "seed": config.seed,
         "generation": GenerationConfig().model_dump(),
         **task.agent_settings(),  # the generator is shown the tools
+        **({"inputs_from": SETTINGS} if task.mcp_servers else {}),  # MCP•RL scenarios
     }
 
 
@@ -63,6 +69,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         write_inputs_jsonl(result.inputs, out / FILE)
     stats = result.stats
+    scenarios = config.inputs_file is None and bool(ctx.task.mcp_servers)
     return {
         "inputs": len(result.inputs),
         "train": len(result.train),
@@ -71,6 +78,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
         "unique_per_call": round(stats.unique_per_call, 3),
         "duplicate_rate": round(stats.duplicate_rate, 3),
         "rejected_junk": stats.rejected_junk,
+        **({"source": SOURCE, "unusable_calls": stats.unusable_calls} if scenarios else {}),
+        **({"difficulties": difficulties(result.inputs)} if scenarios else {}),
     }
 
 
@@ -92,26 +101,23 @@ async def generated(
 ) -> GeneratedInputs:
     """`n` (default: the task's `num_inputs`) inputs for `task` from `generator`, with a bar, the task's tools
     shown to it (`with_tools_shown`): what this stage makes, and what `autorl inputs` prints (it asks for the
-    system prompt too, `write_system_prompt`: the prompt the system_prompt stage would write from the task)."""
+    system prompt too, `write_system_prompt`: the prompt the system_prompt stage would write from the task).
+    A task with MCP servers gets MCP•RL scenarios of all its tools and its servers' resources instead."""
     n = n or task.num_inputs
-    shown = with_tools_shown(task, toolbox)
-    bar = progress_bar(f"inputs from {generator}", n, "input")
+    if toolbox is not None and task.mcp_servers:
+        resources = [resource for server in toolbox.servers for resource in server.resources]
+        make = partial(generate_scenario_inputs, task, list(toolbox.tools.values()), resources)
+        bar = progress_bar(f"MCP•RL scenarios from {generator}", n, "scenario")
+    else:
+        make = partial(generate_inputs, with_tools_shown(task, toolbox))
+        bar = progress_bar(f"inputs from {generator}", n, "input")
 
     def kept(done: int, wanted: int) -> None:
         bar.update(done - bar.n)
 
     try:
         return await asyncio.to_thread(
-            partial(
-                generate_inputs,
-                shown,
-                n,
-                generator,
-                seed,
-                config,
-                write_system_prompt=write_system_prompt,
-                progress=kept,
-            )
+            partial(make, n, generator, seed, config, write_system_prompt=write_system_prompt, progress=kept)
         )
     finally:
         bar.close()

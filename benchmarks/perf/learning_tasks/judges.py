@@ -37,6 +37,7 @@ from examples.judges import (
 from examples.tictactoe import call_arguments, score_result
 from examples.tictactoe import score as tictactoe
 
+from . import offices
 from .directory import EMPLOYEES, extension
 
 __all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
@@ -233,6 +234,27 @@ def _name_likeness(call: dict[str, Any], asked: str) -> float:
 
 directory_mcp = directory
 """`directory_mcp.toml` (the same tool over MCP) is judged as `directory.toml`."""
+
+
+def offices_mcp(messages: list[dict[str, Any]]) -> float:
+    """`offices_mcp.toml` (two MCP tools in sequence, inputs from MCP•RL scenarios), against the tools' own truth
+    (`offices.py`), with credit for each step of the chain taken, so that a base model's answers differ: 1 when
+    the final reply gives the asked employee's office and no other (for a question that names no one of the
+    staff, the offices `get_office` returned in the conversation); 0.5 for a `get_office` call that answered; 0.3
+    for a `find_employee` call that answered; 0.1 for any other tool call; else 0."""
+    calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    results = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    answered = {
+        c.get("function", {}).get("name") for c in calls if not results.get(c.get("id"), "error").startswith("error")
+    }
+    asked = next((name for name in offices.EMPLOYEES if name.casefold() in question(messages).casefold()), None)
+    returned = {found for text in results.values() for found in offices.OFFICE.findall(text)}
+    truth = {offices.office(asked)} if asked else returned
+    if truth and set(offices.OFFICE.findall(answer(messages))) == truth:
+        return 1.0
+    return 0.5 if offices.GET in answered else 0.3 if offices.FIND in answered else 0.1 if calls else 0.0
+
+
 tictactoe_text = tictactoe
 """`tictactoe_text.toml` (the example's game without its system prompt) is judged as the example."""
 tictactoe_cell = tictactoe
