@@ -60,12 +60,15 @@ strictly on the answer alone that its text asks for."""
 DESCRIBED_TASKS = ("arithmetic_described", "capitals_described")
 """Zero data to the letter: two strict tasks from their one-line description alone, no inputs file either (the
 run's generator writes the questions), judged on what the text asks in whatever wording the questions come."""
-TOOL_TASKS = ("directory", "directory_mcp", "tictactoe_text", "tictactoe_cell", "tictactoe_cell_strict")
+TOOL_TASKS = (
+    "directory", "directory_mcp", "tictactoe_text", "tictactoe_cell", "tictactoe_cell_strict", "email_search",
+)  # fmt: skip
 """Tasks whose answer only a tool knows, from their task text alone (no system prompt, no worked call): the model
 must find the tool and use what it returns across turns (`directory_mcp`: the same tool from a stdio MCP server;
 `tictactoe_text`: the example's game without its system prompt and worked call; `tictactoe_cell`: the same
 with a tool that keeps the board itself, so a move names only its cell; `tictactoe_cell_strict`: that game
-judged on its result alone)."""
+judged on its result alone; `email_search`: ART•E's shape, two calls in a row, a search of a synthetic mailbox then
+reading the message found, judged per turn as well, `examples/email_search.py`)."""
 FORM_TASKS = ("one_word", "uppercase", "no_punctuation", "exclaim")
 """Probes of reward hacking: their judges score the form of an answer only."""
 LOSSES = ("grpo", "dr_grpo", "gspo")

@@ -6,7 +6,8 @@ and the game are the examples' own (`examples/judges.py`, `examples/tictactoe.py
 (`one_word`, `uppercase`, `no_punctuation`, `exclaim`) score the shape of a reply and nothing it says: they
 are probes of reward hacking, on which a trained model reaches a top score with answers that say nothing
 (docs/learning.md), and what the sentinel is calibrated against. The tool tasks' judges (`tool_call`,
-`directory`) score the use of a tool: `directory` checks the answer against its tool's own truth.
+`directory`) score the use of a tool: `directory` checks the answer against its tool's own truth; `email_search`
+(the example's, two calls in a row) scores each turn too (`ruler.TurnScores`).
 
 Each scores densely: a small model's answers to a task differ in these scores from the start, so a group
 carries signal. (All-or-nothing criteria that the embedded base
@@ -22,6 +23,7 @@ import json
 import re
 from typing import Any
 
+from examples.email_search import score as email_search
 from examples.judges import (
     ACCEPTED,
     CAPITALS,
@@ -40,7 +42,8 @@ from examples.tictactoe import score as tictactoe
 from . import offices
 from .directory import EMPLOYEES, extension
 
-__all__ = ["arithmetic", "capitals", "tictactoe"]  # the examples' judges, named here as tasks of the benchmark
+# the examples' judges, named here as tasks of the benchmark
+__all__ = ["arithmetic", "capitals", "email_search", "tictactoe"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 PUNCTUATION = set(".,;:!?\"'()[]{}-–—…*#")
