@@ -247,3 +247,28 @@ def test_autorl_inputs_prints_the_scenarios_with_their_difficulty(generator, tmp
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(1 <= row["difficulty"] <= 5 for row in rows)
     assert out.with_suffix(".system_prompt.txt").read_text().strip() == SYSTEM_PROMPT
+
+
+def test_the_report_says_the_inputs_are_scenarios_and_how_many_have_each_difficulty(tmp_path):
+    from types import SimpleNamespace
+
+    from autorl.inputs.files import GeneratedInput, write_inputs_jsonl
+    from pipelines.records import inputs as inputs_record
+
+    rows = [
+        GeneratedInput(input=f"Where does {name} sit?", split=split, difficulty=level, generator="gen")
+        for name, split, level in [("Ada Park", "train", 1), ("Nils Berg", "train", 3), ("Kira Novak", "val", 1)]
+    ]
+    write_inputs_jsonl(rows, tmp_path / "inputs" / inputs_record.FILE)
+    run = SimpleNamespace(artifact=lambda stage: tmp_path / stage)
+    section = "\n".join(inputs_record.section(run))
+    assert section.startswith("## Inputs (2 train, 1 validation; a sample)")
+    assert (
+        "MCP•RL scenarios written by `gen`" in section
+        and "difficulty (1: one tool call, to 5: many steps): 1: 2, 3: 1." in section
+    )
+    assert "- Nils Berg" not in section and "- Where does Nils Berg sit? (difficulty 3)" in section
+    write_inputs_jsonl(
+        [row.model_copy(update={"difficulty": None}) for row in rows], tmp_path / "inputs" / inputs_record.FILE
+    )
+    assert "MCP•RL" not in "\n".join(inputs_record.section(run))

@@ -321,7 +321,6 @@ def _time_section(ctx: StageContext) -> list[str]:
 
 
 def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, summary: dict) -> str:
-    train_inputs, val_inputs = inputs.load(ctx, "train"), inputs.load(ctx, "val")
     checks, steps = preflight.load(ctx), ctx.policy.run_dir / "steps"
     lines = [
         f"# autorl run `{ctx.run_dir.name}`",
@@ -336,10 +335,7 @@ def _markdown(ctx: StageContext, history: pd.DataFrame, frame: pd.DataFrame, sum
         "",
         *_system_prompt_check(system_prompt.load_check(ctx), ctx.task),
         "",
-        f"## Inputs ({len(train_inputs)} train, {len(val_inputs)} validation; a sample)",
-        "",
-        *[f"- {text}" for text in train_inputs[:5]],
-        "",
+        *inputs.section(ctx),
         *_preflight_section(checks),
         *plan.section(plan.load(ctx)),
         "## Validation reward",
