@@ -16,7 +16,7 @@ from autorl.training.checkpoints import checkpoint_name, complete_checkpoints
 from pipelines.artifacts import ArtifactStore
 from pipelines.config import RunConfig
 from pipelines.policy import Policy
-from pipelines.records import inputs, system_prompt, train
+from pipelines.records import inputs, plan, system_prompt, train
 from pipelines.runs import load_run
 from ruler.retry import describe
 
@@ -57,6 +57,8 @@ class RunView:
         except (KeyError, ValidationError) as exc:
             raise AutoRLError(f"run {name!r}: its run.json has no valid task ({describe(exc)})") from None
         self.store = ArtifactStore(Path(home) / "artifacts")
+        if plan.NAME in self.keys:  # the aids the run trained with, as its stages after the plan saw them
+            self.config = plan.planned(self.config, plan.load(self))
         run_dir = Path(home) / "runs" / name
         self.policy = Policy(
             self.config, self.store.root, self.keys["train"], calls, self.task, run_dir / "logs", connect

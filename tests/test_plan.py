@@ -158,3 +158,23 @@ def test_a_planned_no_warm_up_is_an_empty_sft_artifact(tmp_path):
     assert asyncio.run(sft.run(ctx)) == {"steps": 0, "conversations": 0, "none": "the plan called for none"}
     assert sft.is_done(ctx) and "warm-up: the plan called for none" in console.export_text()
     assert report.sft_section(ctx) == []
+
+
+def test_a_recorded_run_is_read_under_its_plan(tmp_path):
+    from collections import Counter
+
+    from pipelines.run_view import RunView
+
+    record = {
+        "name": "mine",
+        "task": TASK.model_dump(mode="json"),
+        "config": RunConfig().model_dump(mode="json"),
+        "keys": {"train": "t", "plan": "p"},
+    }
+    (tmp_path / "runs" / "mine").mkdir(parents=True)
+    (tmp_path / "runs" / "mine" / "run.json").write_text(json.dumps(record))
+    (tmp_path / "artifacts" / "plan" / "p").mkdir(parents=True)
+    decided = plan.decide(NEVER_CALLS, RunConfig(), tools=True)
+    (tmp_path / "artifacts" / "plan" / "p" / records.FILE).write_text(json.dumps(decided))
+    view = RunView(tmp_path, "mine", Counter(), connect=False)  # `autorl chat` offers the tools as training did
+    assert view.config.rollout.strict_tools and view.config.rollout.tool_choice == "required"
