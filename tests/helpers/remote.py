@@ -126,7 +126,7 @@ class Harness:
         self.chat = chat
         """The scripted endpoint the models' requests reach (`chat.paths`: what was sent on)."""
         config = ServerConfig(lora_serving=serving)
-        backend = art.LocalBackend(home / MODELS_DIR, server=config)
+        backend = art.LocalBackend(home / MODELS_DIR, server=config, layout="run")  # autorl serve's (server.py)
         backend.placement = ScriptedPlacement(chat, config)
         self.served = ServedModels(backend, private_dir(home / "serve"), lease_s, with_test_models(limits, home))
         app = make_app(self.served, TOKEN, MAX_BODY)
