@@ -24,6 +24,7 @@ from pipelines.stage_context import StageContext
 from pipelines.stages import train
 from pipelines.steps.groups import balanced
 from ruler import FunctionJudge
+from ruler.scores import TURN_REWARDS
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts
 from tests.test_step_costs import StandInModel
 
@@ -225,3 +226,19 @@ def test_balanced_down_sampling_keeps_the_answers_that_differ():
     many = group([1.0, 0.0] * 6)
     assert sorted(t.reward for t in balanced(many, 4).trajectories) == [0.0, 0.0, 1.0, 1.0]
     assert balanced(one_success, 12) is one_success and balanced(one_success, 4).metadata["sampled"] == 12
+
+
+class TurnByTurnPolicy(TyingPolicy):
+    """The `TIED` inputs' answers all "x" (tied in total), their one turn's reward 0 and 1 in turn (credit per turn
+    tells them apart)."""
+
+    async def answer(self, prompt, text, config, name=None):
+        trajectory = await super().answer(prompt, text, config, name)
+        trajectory.metadata[TURN_REWARDS] = [float(len(self.answered) % 2)]
+        return trajectory
+
+
+def test_a_group_tied_in_total_but_not_turn_by_turn_is_not_searched(tmp_path):
+    ctx, _ = train_stage(tmp_path, steps=1, policy=TurnByTurnPolicy(tmp_path / "train"), tie_search=3)
+    (record,) = records(ctx, 1)
+    assert record["searched"] == {} and record["tied"] == [] and record["answers"] == 4

@@ -17,6 +17,7 @@ from autorl.trajectories import TrajectoryGroup
 from ruler.api import group_tools
 from ruler.audit import audit_judge
 from ruler.judges import judge_name
+from ruler.scores import TURN_REWARDS
 
 from ..artifacts import canonical_json
 from ..config import RunConfig
@@ -38,7 +39,7 @@ async def sampled_groups(
     """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew.
 
     It draws the next `groups_per_step` inputs of `queue`. Then, while fewer than that many groups differ in score
-    by more than `tie_spread` (the update's: the judge's noise or `--tie-spread`, the larger) and the step's rollout
+    (`differs`: by more than `tie_spread`, or turn by turn) (`tie_spread`: the update's, the judge's noise or `--tie-spread`, the larger) and the step's rollout
     budget lasts (`dynamic_sampling` x `groups_per_step` x `group_size` answers), it spends the budget where a
     difference is likeliest: a tied group that may still differ (`searchable`; tied at a partial score before tied
     at 0) gets `group_size` more answers, judged together with its earlier ones, up to `tie_search` rounds; where
@@ -47,6 +48,7 @@ async def sampled_groups(
     the step's `SAMPLING_FILE` and prints what the step did beyond its first draw."""
     config = ctx.config
     size, most_rounds = config.group_size, config.tie_search if extend else 0
+    by_turn = config.train.turn_advantage_weight > 0  # a group tied in total may differ turn by turn
     budget = size * config.groups_per_step * (config.dynamic_sampling if extend else 1)
     by_input: dict[str, TrajectoryGroup] = {}  # each input's newest judged group
     rounds: dict[str, int] = {}  # search rounds tried per input
@@ -64,18 +66,20 @@ async def sampled_groups(
         for group in judged:
             text = input_of(group)
             by_input[text], rounds[text] = group, max(rounds.get(text, 0), group.metadata.get(SEARCH_ROUNDS, 0))
-        differing = sum(not tied(rewards_of(g), tie_spread) for g in by_input.values())
+        differing = sum(differs(g, tie_spread, by_turn) for g in by_input.values())
         wanted = config.groups_per_step - differing
         affordable = (budget - size * (len(drawn) + sum(rounds.values()))) // size
         if wanted <= 0 or affordable <= 0:
             break
-        candidates = [t for t, g in by_input.items() if searchable(g, tie_spread) and rounds.get(t, 0) < most_rounds]
+        candidates = [
+            t for t, g in by_input.items() if searchable(g, tie_spread, by_turn) and rounds.get(t, 0) < most_rounds
+        ]
         search = sorted(candidates, key=lambda t: (statistics.fmean(rewards_of(by_input[t])) <= 0, rounds.get(t, 0)))
         search = search[: min(wanted, affordable)]
         more = min(wanted, affordable) - len(search)
         texts = queue.draw(more, rl_step, set(drawn)) if more > 0 else []
     final = [by_input[text] for text in drawn if text in by_input]
-    tied_inputs = {input_of(g) for g in final if tied(rewards_of(g), tie_spread)}
+    tied_inputs = {input_of(g) for g in final if not differs(g, tie_spread, by_turn)}
     done_inputs = {input_of(g) for g in final if at_top(g)}
     aside = queue.record(rl_step, drawn, tied_inputs, done_inputs)
     searched = {text: count for text, count in rounds.items() if count}
@@ -84,7 +88,7 @@ async def sampled_groups(
     atomic_text(step_dir / SAMPLING_FILE, canonical_json(record))
     said = [f"{len(tied_inputs)} of {len(drawn)} groups tied"]
     if searched:
-        broke = sum(not tied(rewards_of(by_input[t]), tie_spread) for t in searched)
+        broke = sum(differs(by_input[t], tie_spread, by_turn) for t in searched)
         said.append(
             f"it searched {len(searched)} tied inputs with {size * sum(searched.values())} more answers, and "
             f"{broke} now differ"
@@ -121,9 +125,17 @@ def at_top(group: TrajectoryGroup) -> bool:
     return bool(group.trajectories) and min(rewards_of(group)) >= TOP_SCORE - TIE_TOLERANCE
 
 
-def searchable(group: TrajectoryGroup, tie_spread: float) -> bool:
-    """Whether more answers to the group's input may break its tie: it ties, and not at the top score."""
-    return tied(rewards_of(group), tie_spread) and not at_top(group)
+def differs(group: TrajectoryGroup, tie_spread: float, by_turn: bool) -> bool:
+    """Whether the group teaches the update something: its answers' rewards differ by more than `tie_spread`, or,
+    `by_turn` (credit per turn on: `TrainConfig.turn_advantage_weight`), their turn rewards differ."""
+    if not tied(rewards_of(group), tie_spread):
+        return True
+    return by_turn and len({tuple(t.metadata.get(TURN_REWARDS) or ()) for t in group.trajectories}) > 1
+
+
+def searchable(group: TrajectoryGroup, tie_spread: float, by_turn: bool) -> bool:
+    """Whether more answers to the group's input may break its tie: it ties (`differs`), and not at the top."""
+    return not differs(group, tie_spread, by_turn) and not at_top(group)
 
 
 def balanced(group: TrajectoryGroup, size: int) -> TrajectoryGroup:
