@@ -16,6 +16,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from autorl.backends.run_dir import read_history
+from autorl.errors import AutoRLError
 from autorl.serving.embedded import resolve_base_model
 from autorl.task import TaskSpec
 from autorl.tracking import Tracker
@@ -134,6 +135,14 @@ def test_the_stage_is_skipped_only_where_no_warm_up_can_be_given_or_planned():
     assert sft.skipped(RunConfig(sft={"file": "x.jsonl"})) is None
     assert sft.skipped(RunConfig(sft={"bootstrap": 0})) == "--sft-bootstrap 0"
     assert "nothing measured" in sft.skipped(RunConfig(preflight="off"))
+
+
+def test_a_warm_up_given_with_a_backend_is_one_line_and_none_given_is_no_refusal():
+    server = "http://127.0.0.1:7999"
+    sft.check_file(RunConfig(backend=server))  # the plan's warm-up the stage leaves to the server (none)
+    for given, flag in (({"file": "x.jsonl"}, "--sft-file"), ({"bootstrap": 8}, "--sft-bootstrap")):
+        with pytest.raises(AutoRLError, match=f"{flag} with --backend: not supported"):
+            sft.check_file(RunConfig(backend=server, sft=given))
 
 
 class AnswersSomeRight(ScriptedPolicy):

@@ -98,7 +98,7 @@ def conversations(path: Path) -> list[Trajectory]:
 
 def check_file(config: RunConfig) -> None:
     """Read the SFT file as the stage will, so that a bad one is one line before anything starts."""
-    if skipped(config):
+    if config.sft.file is None and not config.sft.bootstrap:  # none given (with --backend, `run` plans none)
         return
     if config.backend is not None:  # its training directory is the server's: a checkpoint made here stays here
         flag = "--sft-file" if config.sft.file is not None else "--sft-bootstrap"
