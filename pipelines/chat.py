@@ -48,6 +48,13 @@ def shown(write: Write) -> Write:
     return lambda text: write(terminal_text(text))
 
 
+def server_said(exc: openai.APIError) -> str:
+    """The message of the server's error (its body's `message`), or the SDK's text where the body has none (the
+    SDK's own text adds its status line, "Error code: 400 - ", in the versions that put the message in it)."""
+    message = exc.body.get("message") if isinstance(exc.body, dict) else None
+    return message if isinstance(message, str) and message else exc.message
+
+
 @dataclass
 class Conversation:
     """One conversation with a served checkpoint: its messages so far, the tools it may call."""
@@ -146,7 +153,9 @@ async def repl(conversation: Conversation, read: Callable[[], Awaitable[str | No
             try:
                 await conversation.say(text, write)
             except openai.APIError as exc:  # e.g. a conversation past the model's context: the chat goes on
-                write(f"\n(no answer: the server said {exc.message!r}; the message is dropped, {RESET} starts over)\n")
+                write(
+                    f"\n(no answer: the server said {server_said(exc)!r}; the message is dropped, {RESET} starts over)\n"
+                )
 
 
 async def chat(home: Path, target: str, sampling: dict[str, Any], write: Write, note: Write) -> None:
