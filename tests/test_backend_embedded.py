@@ -147,7 +147,7 @@ def test_art_style_rollouts_train_step_and_lora_reload(tmp_path, serving):
                 assert backend.serving(again).resident == 1
             served = {m.id for m in (await again.openai_client().models.list()).data}
             assert NAMES[serving][1] in served
-            log = (tmp_path / "it" / "agent" / "logs" / "vllm.log").read_text()
+            log = (backend.run_dir(again) / "logs" / "vllm.log").read_text()
             assert log.count("Warming up model for the compilation") == 1  # the compiled start's, not the eager one's
         finally:
             backend.close()
