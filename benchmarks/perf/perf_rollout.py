@@ -199,7 +199,7 @@ def main() -> None:
         t = time.monotonic()
         loop.run(train_one_step(model))
         setup["train_step_s"] = time.monotonic() - t
-        checkpoint = home / "bench" / "perf" / "checkpoints" / "0001"
+        checkpoint = backend.run_dir(model) / "checkpoints" / "0001"
         lora_name = model.get_inference_name()
         server = backend.serving(model).server
 
