@@ -16,7 +16,7 @@ def test_a_model_s_merges_run_on_the_thread_its_trainer_steps_on(tmp_path, monke
     threads: dict[str, str] = {}
 
     class RecordingTrainer:  # the edge of this test: where each call runs, not what it computes
-        def __init__(self, *args):
+        def __init__(self, *args, **kwargs):
             threads["build"] = threading.current_thread().name
 
         def step(self, groups, config, step=None):
