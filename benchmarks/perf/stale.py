@@ -31,6 +31,7 @@ No wording exempts a quote: re-measure it (`benchmarks/perf/remeasure.py`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -330,14 +331,13 @@ def measurement(text: str) -> object:
 def changed_files(root: Path, base: str, measures: Measures) -> list[str]:
     """Measured files that differ between `base` and HEAD, pure renames left out, and Python files whose code
     is the same (only docstrings, comments or layout changed: `same_code`)."""
-    diff = git(root, "diff", "--name-status", "-M", base, "HEAD") or ""
+    head = git(root, "rev-parse", "HEAD") or "HEAD"
     changed = []
-    for line in diff.splitlines():
-        status, *paths = line.split("\t")
+    for status, *paths in _diff(root, base, head):
         if status == "R100" or not _measured(paths[-1], measures):
             continue
-        before = git(root, "show", f"{base}:{paths[0]}") if status[0] in "MR" else None
-        after = git(root, "show", f"HEAD:{paths[-1]}")
+        before = _show(root, base, paths[0]) if status[0] in "MR" else None
+        after = _show(root, head, paths[-1])
         if not (paths[-1].endswith(".py") and before is not None and after is not None and same_code(before, after)):
             changed.append(paths[-1])
     return changed
@@ -349,12 +349,27 @@ def first_code_change(root: Path, base: str, paths: list[str]) -> str | None:
     commits = (git(root, "log", "--reverse", "--format=%H", f"{base}..HEAD", "--", *paths) or "").split()
     for sha in commits:
         for path in paths:
-            before, after = git(root, "show", f"{base}:{path}"), git(root, "show", f"{sha}:{path}")
+            before, after = _show(root, base, path), _show(root, sha, path)
             if before is None or after is None or (before != after and not same_code(before, after)):
                 return sha
     return next(iter(commits), None)
 
 
+@functools.cache
+def _diff(root: Path, base: str, head: str) -> tuple[tuple[str, ...], ...]:
+    """`git diff --name-status -M` between two commits, a tuple per line (status, paths): many results share a
+    base, and a commit's diff never changes (a build or a check asks each once)."""
+    diff = git(root, "diff", "--name-status", "-M", base, head) or ""
+    return tuple(tuple(line.split("\t")) for line in diff.splitlines())
+
+
+@functools.cache
+def _show(root: Path, commit: str, path: str) -> str | None:
+    """A file as `commit` has it (None where it has none); cached: a commit's files never change."""
+    return git(root, "show", f"{commit}:{path}")
+
+
+@functools.cache
 def same_code(before: str, after: str) -> bool:
     """Whether two versions of a Python file are the same program: the same syntax tree once every string
     statement (module, class, function and attribute docstrings) is left out, as the pipeline's cache keys
