@@ -54,6 +54,13 @@ def test_a_base_that_calls_and_succeeds_needs_no_aid_and_a_task_without_tools_no
     }
 
 
+def test_no_warm_up_is_planned_on_a_judge_the_audit_found_unreliable():
+    decided = plan.decide({**NEVER_CALLS, "judge": "noisy"}, RunConfig(), tools=False)
+    assert decided["updates"] == {} and decided["lines"][-1].endswith(
+        "no warm-up: the judge is not reliable (noisy), its best answers are noise"
+    )
+
+
 def test_a_setting_the_user_gave_wins_and_the_plan_says_so():
     config = RunConfig(rollout={"tool_choice": "auto"}, sft={"bootstrap": 0})
     decided = plan.decide(NEVER_CALLS, config, tools=True)
@@ -124,7 +131,7 @@ def test_a_run_whose_base_never_succeeds_plans_a_warm_up_and_its_sft_stage_takes
         for text in TRAIN[:4]
     ]
     with store.write(preflight_records.NAME, keys[preflight_records.NAME], {}) as out:
-        (out / preflight_records.FILE).write_text(json.dumps({"audit": {}, "learnability": {}}))
+        (out / preflight_records.FILE).write_text(json.dumps({"audit": {"verdict": "reliable"}, "learnability": {}}))
         (out / preflight_records.SAMPLE).write_text("".join(g.model_dump_json() + "\n" for g in base_answers))
     console = Console(record=True, width=300)
     judge = FunctionJudge(lambda messages: float(messages[-1]["content"] == "Paris"))

@@ -12,7 +12,8 @@ judged. From it (`evidence`) the plan decides (`decide`), each decision one line
 - **a warm-up from the policy's own successes** (`sft.bootstrap`, rejection sampling): where no base answer of the
   sample succeeded (`SUCCESS`), so that GRPO's groups would all tie at the bottom; it answers `WARM_UP_INPUTS`
   training inputs under the aids above and fine-tunes on each group's best answer that succeeds (none found:
-  no warm-up, and the run says so). Not with `--backend` (the server trains; the sft stage says so).
+  no warm-up, and the run says so). Not where the judge audit did not find the judge reliable (its best answers
+  would be noise), nor with `--backend` (the server trains; the sft stage says so).
 
 Answers cut at `max_tokens` in over `CUT` of the sample are said, and the cap kept: the held-out answers are
 compared with the base model's at the cap these were sampled at.
@@ -143,6 +144,8 @@ def decide(seen: dict[str, Any] | None, config: RunConfig, tools: bool) -> dict[
     success = f"{seen['success_rate']:.0%} of {seen['answers']} base answers succeed (score >= {SUCCESS})"
     if seen["success_rate"] > 0:
         lines.append(f"{success}: no warm-up, GRPO has successes to learn from")
+    elif seen.get("judge", "reliable") != "reliable":
+        lines.append(f"{success}; no warm-up: the judge is not reliable ({seen['judge']}), its best answers are noise")
     elif "sft.file" in given or "sft.bootstrap" in given:
         lines.append(f"{success}; you set the warm-up: kept")
     else:
@@ -163,6 +166,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     else:
         sample = ctx.artifact(preflight.NAME) / preflight.SAMPLE
         seen = evidence([TrajectoryGroup.model_validate_json(line) for line in sample.read_text().splitlines()])
+        seen["judge"] = checks["audit"].get("verdict", "reliable")  # the judge audit's: a warm-up needs a judge
     summary = {"evidence": seen, **decide(seen, ctx.config, ctx.task.has_tools())}
     with ctx.store.write(NAME, ctx.keys[NAME], {}) as out:
         (out / FILE).write_text(json.dumps(summary, indent=1))
