@@ -54,6 +54,14 @@ def test_a_base_that_calls_and_succeeds_needs_no_aid_and_a_task_without_tools_no
     }
 
 
+def test_too_few_answers_plan_nothing():
+    decided = plan.decide({**NEVER_CALLS, "answers": 2}, RunConfig(), tools=True)
+    assert decided == {
+        "updates": {},
+        "lines": ["only 2 base answers were judged before training (under 16): the defaults"],
+    }
+
+
 def test_no_warm_up_is_planned_on_a_judge_the_audit_found_unreliable():
     decided = plan.decide({**NEVER_CALLS, "judge": "noisy"}, RunConfig(), tools=False)
     assert decided["updates"] == {} and decided["lines"][-1].endswith(

@@ -124,7 +124,7 @@ def test_a_run_s_trace_in_phoenix_has_every_stage_step_rollout_judgement_and_upd
 
     assert run["parent_id"] is None and {s["context"]["trace_id"] for s in spans} == {run["context"]["trace_id"]}
     stages = {s["attributes"]["autorl.stage"]: s for s in spans if s["name"].startswith("autorl.stage ")}
-    assert set(stages) == {"inputs", "system_prompt", "baseline", "preflight", "train", "evaluate", "report"}
+    assert set(stages) == {"inputs", "system_prompt", "baseline", "preflight", "plan", "train", "evaluate", "report"}
     assert all(parent(s) is run for s in stages.values())
     (step,) = named("autorl.step")
     assert parent(step) is stages["train"] and step["attributes"]["autorl.step"] == 1

@@ -18,6 +18,8 @@ judged. From it (`evidence`) the plan decides (`decide`), each decision one line
 Answers cut at `max_tokens` in over `CUT` of the sample are said, and the cap kept: the held-out answers are
 compared with the base model's at the cap these were sampled at.
 
+Under `MIN_ANSWERS` judged answers (a small `--learnability-groups` x `--group-size`) the plan keeps the defaults.
+
 The search for a differing answer within a step (`RunConfig.tie_search`) and its budget need no decision: a step
 spends it only where its groups tie. A setting the user gave (a flag, or a task file's table) always wins: the
 plan keeps it and says so. With `--preflight off` nothing was measured, and the plan keeps the defaults. The
@@ -47,6 +49,9 @@ group and strict tools (0.003 -> 0.83-0.95, `results/learning_tool_directory_sha
 training reward stayed 0 for 20 steps."""
 UNPARSED_CALLS = 0.2
 """Over this share of begun calls that never ran, tool calls are held to their schema (strict tools)."""
+MIN_ANSWERS = 16
+"""Fewer judged base answers than this are too few to plan from (half the default learnability sample, 4 groups
+of 8): the plan keeps the defaults and says so."""
 CUT = 0.25
 """Over this share of base answers cut at `max_tokens`, the plan says so (and keeps the cap: see `decide`)."""
 WARM_UP_INPUTS = 32
@@ -111,6 +116,9 @@ def decide(seen: dict[str, Any] | None, config: RunConfig, tools: bool) -> dict[
     lines: list[str] = []
     if seen is None:
         return {"updates": {}, "lines": ["nothing measured (--preflight off): the defaults, no aid"]}
+    if seen["answers"] < MIN_ANSWERS:
+        line = f"only {seen['answers']} base answers were judged before training (under {MIN_ANSWERS}): the defaults"
+        return {"updates": {}, "lines": [line]}
 
     def take(setting: str, value: Any, why: str) -> None:
         table, name = setting.split(".")
