@@ -45,7 +45,7 @@ class SentinelConfig(BaseModel):
     """warn: print the warning and go on; stop: end the run there with the warning as its error; rollback:
     restore the newest checkpoint from before the steps that drifted, raise the KL coefficient
     (`rollback_kl_beta`) and scale the learning rate (`rollback_lr_factor`), and train on (at most
-    `max_rollbacks` times, then stop). The default is rollback: replayed on the learning benchmark's
+    `max_rollbacks` times; a drift after them ends training there, and the run goes on to evaluate it). The default is rollback: replayed on the learning benchmark's
     form-only runs, whose trained answers game their judges, the sentinel flags most of them
     (`benchmarks/perf/sentinel_calibration.py`, docs/training.md), where a warning changed nothing (the
     report showed the gain); a rollback acts on that without ending the run, so a run it flags wrongly
@@ -57,7 +57,8 @@ class SentinelConfig(BaseModel):
     rollback_lr_factor: float = Field(1.0, gt=0, le=1)
     """The learning rate is multiplied by this at each rollback (1: unchanged)."""
     max_rollbacks: int = Field(2, ge=0)
-    """Rollbacks a run may take; the next drift stops it."""
+    """Rollbacks a run may take; the next drift ends training at that step (the run evaluates what it trained,
+    and its report says why)."""
 
 
 @dataclass(frozen=True)

@@ -170,14 +170,27 @@ def test_a_rollback_drops_the_validation_records_of_the_steps_it_dropped(tiny_mo
     assert [r["step"] for r in logged if train_records.VAL_METRIC in r] == [2, 4, 6, 7]
 
 
-@pytest.mark.parametrize("on_drift", ["stop", "rollback"])
-def test_a_policy_that_keeps_drifting_is_stopped(tiny_model, tmp_path, on_drift):
+def test_a_policy_that_keeps_drifting_is_stopped_under_stop(tiny_model, tmp_path):
     policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True, persistent=True)
-    ctx = stage_context(tmp_path, policy, sentinel={"on_drift": on_drift, "max_rollbacks": 1})
+    ctx = stage_context(tmp_path, policy, sentinel={"on_drift": "stop", "max_rollbacks": 1})
     with pytest.raises(AutoRLError, match="the policy moved far from the base model"):
         asyncio.run(train.run(ctx))
-    actions = [a["action"] for a in train_records.sentinel_actions(policy.run_dir)]
-    assert actions == (["stop"] if on_drift == "stop" else ["rollback", "stop"])
+    assert [a["action"] for a in train_records.sentinel_actions(policy.run_dir)] == ["stop"]
+
+
+def test_a_policy_that_drifts_past_its_rollbacks_ends_training_and_the_run_goes_on(tiny_model, tmp_path):
+    """The default (rollback): after `max_rollbacks`, the next drift ends training at that step, recorded, and the
+    stage finishes (its manifest says so and it counts as done), so the run evaluates what it trained."""
+    policy = TinyPolicy(tiny_model, tmp_path / "home", drifting=True, persistent=True)
+    ctx = stage_context(tmp_path, policy, sentinel={"on_drift": "rollback", "max_rollbacks": 1})
+    summary = asyncio.run(train.run(ctx))
+    actions = train_records.sentinel_actions(policy.run_dir)
+    assert [a["action"] for a in actions] == ["rollback", "end"]
+    assert summary["ended_by_sentinel"] == actions[-1]["step"] == summary["steps"] < 7
+    said = " ".join(ctx.console.export_text().split())
+    assert f"training ends at step {summary['steps']}, and the run evaluates what it trained" in said
+    section = "\n".join(report.sentinel_section(actions, ctx.config))
+    assert "| end | ended training there (its rollbacks spent)" in section
 
 
 def test_warn_warns_once_and_goes_on(tiny_model, tmp_path):

@@ -246,7 +246,11 @@ def sentinel_section(actions: list[dict], config: RunConfig) -> list[str]:
         ]
     lines += ["| step | action | what it did |", "|---|---|---|"]
     for action in actions:
-        did = {"warn": "warned; training went on", "stop": "stopped the run"}.get(action["action"], "")
+        did = {
+            "warn": "warned; training went on",
+            "stop": "stopped the run",
+            "end": "ended training there (its rollbacks spent); the run evaluated what it trained",
+        }.get(action["action"], "")
         if action["action"] == "rollback":
             dropped = ", ".join(str(r["step"]) for r in action["dropped"]) or "none"
             did = (

@@ -56,7 +56,7 @@ from ..sampling import InputQueue
 from ..stage_context import StageContext
 from ..steps.bookkeeping import StepStart, Watch, close_step
 from ..steps.groups import group_settings, sampled_groups
-from ..steps.on_drift import act_on_drift, adjusted_config
+from ..steps.on_drift import TRAINING_ENDS, act_on_drift, adjusted_config, training_ended
 from ..steps.validation import due, validate, validation_texts
 
 UPSTREAM = ("inputs", "system_prompt", "plan", "sft", "baseline")  # validation judges beside the base answers
@@ -102,7 +102,12 @@ def is_done(ctx: StageContext) -> bool:
     (asking for more steps continues training)."""
     if not ctx.has_artifact(NAME):
         return False
-    return steps_done(ctx) >= last_step(ctx) or (stops_by_curve(ctx.config) and stopped_by_curve(ctx.policy.run_dir))
+    work = ctx.policy.run_dir
+    return (
+        steps_done(ctx) >= last_step(ctx)
+        or (stops_by_curve(ctx.config) and stopped_by_curve(work))
+        or training_ended(work)  # by the sentinel: the same command would drift there again
+    )
 
 
 def start_from_sft(ctx: StageContext) -> None:
@@ -151,10 +156,14 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     if resumed and due(config, step - first + 1, rl_steps, extend) and step not in validated_steps(work):
         await validate(ctx, prompt, step)  # a run killed between a step's update and its validation
 
+    ended = training_ended(work)  # the sentinel ended training (also by `--async`, or before a kill)
+
     async def on_drift(warning: str) -> None:
-        nonlocal step, train_config, queue
+        nonlocal step, train_config, queue, ended
         restored = await act_on_drift(ctx, warning, step, train_config)
-        if restored is None:
+        if restored == TRAINING_ENDS:
+            ended = True
+        elif restored is None:
             watch.warned = True
         else:  # trained on from the restored checkpoint, under the settings the rollback set
             step = restored
@@ -163,7 +172,7 @@ async def run(ctx: StageContext) -> dict[str, Any]:
 
     # the best step, once validation stopped improving (`RunConfig.patience`; also a run killed right after)
     flat = flattened(work, config.patience) if stops_by_curve(config) else None
-    while step < last and flat is None:
+    while step < last and flat is None and not ended:
         step += 1
         step_dir = work / "steps" / checkpoint_name(step)
         step_dir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +215,8 @@ async def run(ctx: StageContext) -> dict[str, Any]:
     summary = {"steps": step, "final_reward": history[-1]["reward"] if history else None}
     if flat is not None:
         summary["stopped_by_curve"] = {"step": step, "best": flat}
+    if ended:
+        summary["ended_by_sentinel"] = step
     if first > 1:
         summary["sft_steps"] = first - 1
     atomic_text(work / MANIFEST, canonical_json({"stage": NAME, "key": ctx.keys[NAME], **summary}))
@@ -270,6 +281,8 @@ async def train_pipelined(
         if not drift:
             break
         restored = await act_on_drift(ctx, drift[0], step, train_config)
+        if restored == TRAINING_ENDS:
+            break
         if restored is None:
             watch.warned = True
         else:  # trained on from the restored checkpoint, under the settings the rollback set

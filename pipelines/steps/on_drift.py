@@ -5,6 +5,7 @@ the report and the costs read them). Apart from `train` so the step loop reads o
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from autorl.backends.run_dir import append_history
@@ -24,20 +25,37 @@ def adjusted_config(config: TrainConfig, actions: list[dict[str, Any]]) -> Train
     return config.model_copy(update={k: rollbacks[-1][k] for k in ("kl_beta", "learning_rate")})
 
 
+TRAINING_ENDS = -1
+"""What `act_on_drift` returns when training ends at the step that drifted (the rollbacks are spent)."""
+
+
+def training_ended(work: Path) -> bool:
+    """Whether the sentinel ended the training in `work` (an "end" action is recorded)."""
+    return any(a["action"] == "end" for a in sentinel_actions(work))
+
+
 async def act_on_drift(ctx: StageContext, warning: str, step: int, train_config: TrainConfig) -> int | None:
     """Do what `--on-drift` says about `warning` (the sentinel fired at `step`), recording the action: warn
-    (print it), stop (raise it as the run's error), or roll back (returns the checkpoint restored, with the
-    settings for the steps after it recorded). A rollback past `max_rollbacks`, or on a backend that cannot
-    roll back, stops."""
+    (print it; None), stop (raise it as the run's error), or roll back (returns the checkpoint restored, with the
+    settings for the steps after it recorded). A rollback past `max_rollbacks`, or on a backend that cannot roll
+    back, ends training at `step` instead (returns `TRAINING_ENDS`): the run goes on to evaluate what it trained,
+    and its report says why training ended (a run that learns by moving far from the base model, as a content
+    task may, keeps its evaluation; `--on-drift stop` ends the run)."""
     config, work = ctx.config, ctx.policy.run_dir
     action = sentinel.policy(config.sentinel, config.preflight)
     done = sum(a["action"] == "rollback" for a in sentinel_actions(work))
     rollback = getattr(ctx.policy.backend, "rollback", None)
     record: dict[str, Any] = {"step": step, "action": action, "warning": warning}
     if action == "rollback" and (done >= config.sentinel.max_rollbacks or rollback is None):
-        why = "this backend cannot roll back" if rollback is None else f"after {done} rollbacks"
-        record |= {"action": "stop", "warning": f"{warning}; the policy drifted again {why}"}
-        action = "stop"
+        why = "this backend cannot roll back" if rollback is None else f"again after {done} rollbacks"
+        record |= {"action": "end", "warning": f"{warning}; the policy drifted {why}"}
+        append_history(work, record, SENTINEL_ACTIONS)
+        ctx.console.print(
+            f"[yellow]warning: {record['warning']}: training ends at step {step}, and the run evaluates what it "
+            "trained (--on-drift stop ends the run; warn trains on)[/yellow]",
+            highlight=False,
+        )
+        return TRAINING_ENDS
     if action != "rollback":
         append_history(work, record, SENTINEL_ACTIONS)
         sentinel.warn_or_stop(ctx.console, record["warning"], action)
