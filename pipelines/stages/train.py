@@ -8,12 +8,13 @@ newest checkpoint is validated on held-out inputs (`pipelines.steps.validation`:
 checkpoints that `keep_checkpoints` leaves out are deleted (the newest stays, and so does the best when it is
 kept: the one `best_step` names). The stage's artifact directory is the training directory itself
 (checkpoints/, history.jsonl, log_history.jsonl, steps/, trajectories/, logs/); its manifest is written when
-the asked-for steps exist, and a later run asking for more steps continues it. A killed run resumes after the
+the asked-for steps exist, or when training ended before them (without `--steps`, once validation stopped
+improving: `RunConfig.patience`; or by the sentinel), and a later run asking for more steps continues it. A killed run resumes after the
 newest checkpoint and reuses the scored groups of the step it was in.
 
 After each step the reward-hacking sentinel reads the history (`pipelines.sentinel`); when it fires, the
 run acts as `--on-drift` says (`pipelines.steps.on_drift.act_on_drift`): warn, stop, or roll back to an earlier
-checkpoint with a stronger KL penalty and train those steps again. Its actions are recorded in
+checkpoint with a stronger KL penalty and train those steps again (its rollbacks spent, training ends there). Its actions are recorded in
 `pipelines.records.train.SENTINEL_ACTIONS`; what each step took in `pipelines.records.step_costs`. What a step
 does once its update is written, the synchronous loop and `--async` alike, is `pipelines.steps.bookkeeping`.
 """
@@ -98,8 +99,8 @@ def keyed_when_set(train: TrainConfig) -> set[str]:
 
 
 def is_done(ctx: StageContext) -> bool:
-    """Whether the artifact exists and has its last checkpoint, or stopped by the curve where the run may
-    (asking for more steps continues training)."""
+    """Whether the artifact exists and has its last checkpoint, or training ended before it: by the curve (where
+    the run may stop by it) or by the sentinel. Asking for more steps continues a training stopped by the curve."""
     if not ctx.has_artifact(NAME):
         return False
     work = ctx.policy.run_dir

@@ -38,10 +38,10 @@ async def sampled_groups(
 ) -> tuple[list[TrajectoryGroup], list[str]]:
     """RL step `rl_step`'s judged groups (`judged_groups`, saved in `step_dir`) and the inputs it drew.
 
-    It draws the next `groups_per_step` inputs of `queue`. Then, while fewer than that many groups differ in score
-    (`differs`: by more than `tie_spread`, or turn by turn) (`tie_spread`: the update's, the judge's noise or `--tie-spread`, the larger) and the step's rollout
-    budget lasts (`dynamic_sampling` x `groups_per_step` x `group_size` answers), it spends the budget where a
-    difference is likeliest: a tied group that may still differ (`searchable`; tied at a partial score before tied
+    It draws the next `groups_per_step` inputs of `queue`. Then, while fewer than that many groups differ (`differs`:
+    in score by more than `tie_spread`, the update's, which is the judge's noise or `--tie-spread`, the larger; or
+    turn by turn) and the step's rollout budget lasts (`dynamic_sampling` x `groups_per_step` x `group_size`
+    answers), it spends the budget where a difference is likeliest: a tied group that may still differ (`searchable`; tied at a partial score before tied
     at 0) gets `group_size` more answers, judged together with its earlier ones, up to `tie_search` rounds; where
     too few such groups are left it draws more inputs (DAPO's dynamic sampling). Only where the judge can be trusted
     with it (`extend`: `judge_noise`). A searched group trains on `group_size` of its answers (`balanced`). Writes
