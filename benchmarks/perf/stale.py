@@ -172,6 +172,12 @@ MEASURES: dict[str, Measures] = {
             ("learning_check_strict20_arithmetic_s0", ()),
         )
     },
+    **{  # the tie search against dynamic sampling alone (issue 71; `-- --tie-search 0`: tiesearch0), equal budget
+        f"learning_{variant}_{task}_s{seed}": Measures("benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING))
+        for variant in ("tiesearch", "tiesearch0")
+        for task in ("arithmetic", "capitals")
+        for seed in range(3)
+    },
     # tic-tac-toe from its text, the warm-up from the policy's own won games (issue 56, item 3)
     "learning_tool_tictactoe_text_s0": Measures(
         "benchmarks/perf/learning.py", (*LEARNING, *EVERYTHING, "examples/tictactoe.py")
