@@ -22,7 +22,7 @@ from pipelines.records.pricing import Meter
 from pipelines.sampling import REVISIT_AFTER, SAMPLING_FILE, InputQueue, step_draws
 from pipelines.stage_context import StageContext
 from pipelines.stages import train
-from pipelines.steps.groups import balanced
+from pipelines.steps.groups import balanced, sampled_groups
 from ruler import FunctionJudge
 from ruler.scores import TURN_REWARDS
 from tests.helpers.pipeline import TASK, TRAIN, ScriptedPolicy, upstream_artifacts
@@ -242,3 +242,20 @@ def test_a_group_tied_in_total_but_not_turn_by_turn_is_not_searched(tmp_path):
     ctx, _ = train_stage(tmp_path, steps=1, policy=TurnByTurnPolicy(tmp_path / "train"), tie_search=3)
     (record,) = records(ctx, 1)
     assert record["searched"] == {} and record["tied"] == [] and record["answers"] == 4
+
+
+def test_a_judge_not_trusted_with_sampling_marks_no_input_done(tmp_path):
+    """Where the judge is a model its audit did not find reliable (`extend` False), every answer at its top is noise:
+    the input stays in the pool, and nothing is searched."""
+    config = RunConfig(group_size=2, groups_per_step=2, steps=1, preflight="off", tie_search=3)
+    keys, store = upstream_artifacts(tmp_path, config)
+    policy = PerfectPolicy(tmp_path / "train")
+    judge = FunctionJudge(lambda messages: len(messages[-1]["content"]) / 3)
+    ctx = StageContext(TASK, config, store, keys, policy, judge, Tracker([], tmp_path / "run", "run", "id"),
+                       tmp_path / "run", Console(record=True, width=300))  # fmt: skip
+    step_dir = tmp_path / "train" / "steps" / "0001"
+    step_dir.mkdir(parents=True)
+    queue = InputQueue(TRAIN)
+    asyncio.run(sampled_groups(ctx, "p", queue, 1, step_dir, "step 1/1", 0.0, extend=False))
+    record = json.loads((step_dir / SAMPLING_FILE).read_text())
+    assert record["done"] == [] and record["searched"] == {} and queue.done == set()

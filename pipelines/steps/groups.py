@@ -41,11 +41,12 @@ async def sampled_groups(
     It draws the next `groups_per_step` inputs of `queue`. Then, while fewer than that many groups differ (`differs`:
     in score by more than `tie_spread`, the update's, which is the judge's noise or `--tie-spread`, the larger; or
     turn by turn) and the step's rollout budget lasts (`dynamic_sampling` x `groups_per_step` x `group_size`
-    answers), it spends the budget where a difference is likeliest: a tied group that may still differ (`searchable`; tied at a partial score before tied
-    at 0) gets `group_size` more answers, judged together with its earlier ones, up to `tie_search` rounds; where
-    too few such groups are left it draws more inputs (DAPO's dynamic sampling). Only where the judge can be trusted
-    with it (`extend`: `judge_noise`). A searched group trains on `group_size` of its answers (`balanced`). Writes
-    the step's `SAMPLING_FILE` and prints what the step did beyond its first draw."""
+    answers), it spends the budget where a difference is likeliest: a tied group that may still differ
+    (`searchable`; tied at a partial score before tied at 0) gets `group_size` more answers, judged together with
+    its earlier ones, up to `tie_search` rounds; where too few such groups are left it draws more inputs (DAPO's
+    dynamic sampling). Only where the judge can be trusted with it (`extend`: `judge_noise`), as is marking an input
+    done. A searched group trains on `group_size` of its answers (`balanced`). Writes the step's `SAMPLING_FILE`
+    and prints what the step did beyond its first draw."""
     config = ctx.config
     size, most_rounds = config.group_size, config.tie_search if extend else 0
     by_turn = config.train.turn_advantage_weight > 0  # a group tied in total may differ turn by turn
@@ -80,7 +81,7 @@ async def sampled_groups(
         texts = queue.draw(more, rl_step, set(drawn)) if more > 0 else []
     final = [by_input[text] for text in drawn if text in by_input]
     tied_inputs = {input_of(g) for g in final if not differs(g, tie_spread, by_turn)}
-    done_inputs = {input_of(g) for g in final if at_top(g)}
+    done_inputs = {input_of(g) for g in final if at_top(g)} if extend else set()  # a noise judge's top is noise
     aside = queue.record(rl_step, drawn, tied_inputs, done_inputs)
     searched = {text: count for text, count in rounds.items() if count}
     answers = size * (len(drawn) + sum(searched.values()))
